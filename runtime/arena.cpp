@@ -1,0 +1,45 @@
+#include "runtime/arena.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+namespace pipelane {
+
+Arena::Arena(std::string name, std::size_t capacity_bytes, std::size_t alignment)
+    : name_(std::move(name)), capacity_(align_up(capacity_bytes, alignment)), alignment_(alignment) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+    throw std::invalid_argument("Arena '" + name_ + "': alignment must be a power of two");
+  if (capacity_ > 0) {
+    base_ = static_cast<unsigned char*>(std::aligned_alloc(alignment_, capacity_));
+    if (!base_)
+      throw ArenaQuotaError("Arena '" + name_ + "': cannot reserve " + std::to_string(capacity_) +
+                            " bytes from the system");
+  }
+}
+
+Arena::~Arena() { std::free(base_); }
+
+void* Arena::allocate(std::size_t bytes, const char* what) {
+  const std::size_t size = align_up(bytes == 0 ? 1 : bytes, alignment_);
+  if (size > capacity_ - used_) {
+    throw ArenaQuotaError("Arena '" + name_ + "': " + what + " of " + std::to_string(bytes) +
+                          " bytes exceeds the quota (" + std::to_string(used_) + " of " +
+                          std::to_string(capacity_) + " bytes in use)");
+  }
+  unsigned char* p = base_ + used_;
+  used_ += size;
+  if (used_ > high_water_) high_water_ = used_;
+  std::memset(p, 0, bytes);
+  return p;
+}
+
+void Arena::reset() { used_ = 0; }
+
+std::size_t arena_bytes_for(std::initializer_list<std::size_t> sizes, std::size_t alignment) {
+  std::size_t total = 0;
+  for (std::size_t s : sizes) total += align_up(s == 0 ? 1 : s, alignment);
+  return total;
+}
+
+}  // namespace pipelane
