@@ -1,1 +1,28 @@
-// filled in by the model owner
+#include "model/adamw.h"
+
+#include "runtime/ops.h"
+
+namespace pipelane {
+
+double grad_sum_squares(const ParamLayout& layout, const float* grads) {
+  double total = 0.0;
+  for (const ParamEntry& e : layout.entries()) total += cpu::sum_squares(grads + e.offset, e.numel);
+  return total;
+}
+
+float clip_scale(double grad_norm, float max_norm) {
+  if (max_norm <= 0.f) return 1.0f;
+  const float coef = max_norm / (static_cast<float>(grad_norm) + 1e-6f);
+  return coef < 1.0f ? coef : 1.0f;
+}
+
+void adamw_step(const ParamLayout& layout, float* params, const float* grads, float* m, float* v,
+                const AdamWConfig& cfg, float lr, int t, float grad_scale) {
+  for (const ParamEntry& e : layout.entries()) {
+    const cpu::AdamWParams h{lr, cfg.beta1, cfg.beta2, cfg.eps, e.decay ? cfg.weight_decay : 0.f, t};
+    cpu::adamw_update(params + e.offset, grads + e.offset, m + e.offset, v + e.offset, e.numel, h,
+                      grad_scale);
+  }
+}
+
+}  // namespace pipelane

@@ -1,1 +1,67 @@
-// filled in by the runtime owner
+// The tied LM head fused with softmax cross-entropy, a block of rows at a time, so at most one
+// [rows, Vp] logits block exists however large B*T is (with V = 50304 a full B*T*V buffer would
+// be hundreds of MB).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/ops.h"
+
+namespace pipelane::cpu {
+
+namespace {
+constexpr std::size_t kLogitsBlockBytes = std::size_t{128} << 20;
+}
+
+int lm_head_chunk_rows(int N, int Vp) {
+  const std::size_t by_bytes = kLogitsBlockBytes / (static_cast<std::size_t>(Vp) * sizeof(float));
+  const int rows = static_cast<int>(std::max<std::size_t>(16, by_bytes / 16 * 16));
+  return std::min(N, rows);
+}
+
+double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             int Vp, float grad_scale, float* scratch) {
+  const int R = lm_head_chunk_rows(N, Vp);
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* xc = x + static_cast<std::size_t>(r0) * C;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Vp, C, 1.0f, xc, C, wte, C, 0.0f,
+                scratch, Vp);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      float* z = scratch + static_cast<std::size_t>(r) * Vp;
+      float maxv = -INFINITY;
+      for (int v = 0; v < V; ++v) maxv = std::max(maxv, z[v]);
+      const int target = targets[r0 + r];
+      const float target_logit = z[target] - maxv;  // kept before exp: exp may underflow to 0
+      float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+      for (int v = 0; v < V; ++v) {
+        z[v] = std::exp(z[v] - maxv);
+        sum += z[v];
+      }
+      losses[r0 + r] = std::log(sum) - target_logit;
+      if (dx) {
+        const float inv = 1.0f / sum;
+#pragma omp simd
+        for (int v = 0; v < V; ++v) z[v] = z[v] * inv * grad_scale;
+        z[target] -= grad_scale;
+        for (int v = V; v < Vp; ++v) z[v] = 0.f;
+      }
+    }
+    if (dx) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, Vp, 1.0f, scratch, Vp, wte,
+                  C, 0.0f, dx + static_cast<std::size_t>(r0) * C, C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vp, C, rows, 1.0f, scratch, Vp, xc, C,
+                  1.0f, dwte, C);
+    }
+  }
+  double total = 0.0;
+  for (int n = 0; n < N; ++n) total += losses[n];
+  return total;
+}
+
+}  // namespace pipelane::cpu

@@ -1,1 +1,68 @@
-// filled in by the runtime owner
+#include <cmath>
+#include <vector>
+
+#include "runtime/ops.h"
+
+namespace pipelane::cpu {
+
+namespace {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr std::size_t kBlock = 1 << 16;            // fixed reduction block: thread-count independent
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluScale * (x + 0.044715f * x * x * x);
+    const float th = std::tanh(u);
+    const float sech2 = 1.0f - th * th;
+    const float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = local * dout[i];
+  }
+}
+
+void add_forward(float* out, const float* a, const float* b, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void add_inplace(float* acc, const float* x, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+void scale_inplace(float* x, float s, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+double sum_squares(const float* x, std::size_t n) {
+  const std::size_t blocks = (n + kBlock - 1) / kBlock;
+  double total = 0.0;
+  // Small inputs stay serial; big ones get one partial per block, summed in block order.
+  if (blocks <= 1) {
+    for (std::size_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+    return total;
+  }
+  std::vector<double> partial(blocks);
+#pragma omp parallel for schedule(static)
+  for (std::size_t bi = 0; bi < blocks; ++bi) {
+    const std::size_t i0 = bi * kBlock, i1 = i0 + kBlock < n ? i0 + kBlock : n;
+    double s = 0.0;
+    for (std::size_t i = i0; i < i1; ++i) s += static_cast<double>(x[i]) * x[i];
+    partial[bi] = s;
+  }
+  for (std::size_t bi = 0; bi < blocks; ++bi) total += partial[bi];
+  return total;
+}
+
+}  // namespace pipelane::cpu

@@ -1,1 +1,40 @@
-// filled in by the runtime owner
+#include "runtime/ops.h"
+
+namespace pipelane::cpu {
+
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < B * T; ++n) {
+    const int t = n % T;
+    const float* w = wte + static_cast<std::size_t>(tokens[n]) * C;
+    const float* p = wpe + static_cast<std::size_t>(t) * C;
+    float* o = out + static_cast<std::size_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = w[c] + p[c];
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        int B, int T, int C) {
+  // Parallel over channels: each thread owns a column slice of dwte/dwpe, so repeated tokens never
+  // race and the summation order (rows in order) is the same for any thread count.
+  constexpr int kSlice = 16;
+  const int slices = (C + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < slices; ++s) {
+    const int c0 = s * kSlice, c1 = c0 + kSlice < C ? c0 + kSlice : C;
+    for (int n = 0; n < B * T; ++n) {
+      const int t = n % T;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      float* w = dwte + static_cast<std::size_t>(tokens[n]) * C;
+      float* p = dwpe + static_cast<std::size_t>(t) * C;
+      for (int c = c0; c < c1; ++c) {
+        w[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }
+}
+
+}  // namespace pipelane::cpu

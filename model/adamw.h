@@ -1,0 +1,24 @@
+// AdamW over one stage's flat parameter buffer, with PyTorch's conventions: decoupled weight
+// decay on matrices and embeddings only, bias correction, global-norm clipping folded into the
+// update as a gradient scale.
+#pragma once
+#include "model/gpt_layout.h"
+
+namespace pipelane {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+// Sum of squares of every gradient of the layout (double; thread-count independent).
+double grad_sum_squares(const ParamLayout& layout, const float* grads);
+
+// The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)).
+// max_norm <= 0 turns clipping off.
+float clip_scale(double grad_norm, float max_norm);
+
+// One step, t is 1-based. m and v share the parameters' layout.
+void adamw_step(const ParamLayout& layout, float* params, const float* grads, float* m, float* v,
+                const AdamWConfig& cfg, float lr, int t, float grad_scale);
+
+}  // namespace pipelane

@@ -1,0 +1,82 @@
+// The CPU op set a GPT needs, forward and backward, fp32, row-major, OpenMP-parallel, matmuls
+// through OpenBLAS sgemm. N = rows (B*T), C = channels.
+//
+// Gradient conventions (llm.c style, chosen so gradient accumulation costs nothing):
+// - parameter gradients (dw, db, dwte, ...) are ACCUMULATED (+=);
+// - input gradients are OVERWRITTEN (=), except layernorm_backward's dinp, which accumulates
+//   because a layernorm's input is always the residual stream, whose gradient is a sum.
+// Every reduction runs over a fixed partition, never an OpenMP `reduction` clause, so results are
+// bit-identical from run to run and do not depend on the thread count.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace pipelane::cpu {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        int B, int T, int C);
+
+// Layernorm over the last dimension, eps 1e-5 (PyTorch's default). mean/rstd are saved for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
+
+// out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+// dinp (=, may be null), dweight (+=), dbias (+=, may be null).
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
+
+// Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v], heads contiguous.
+// att[B,NH,T,T] keeps the softmax probabilities for backward (zero above the diagonal).
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// dqkv (=).
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH);
+
+// GeLU, tanh approximation.
+void gelu_forward(float* out, const float* inp, std::size_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);  // dinp (=)
+
+void add_forward(float* out, const float* a, const float* b, std::size_t n);  // out = a + b
+void add_inplace(float* acc, const float* x, std::size_t n);                  // acc += x
+
+// logits[N,Vp] = x[N,C] @ wte[Vp,C]^T (the tied LM head, for inspection and inference).
+void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp);
+
+// Scratch rows the fused head uses per call for a given vocabulary: it never holds more than one
+// [rows, Vp] logits block, so memory stays bounded whatever B*T is.
+int lm_head_chunk_rows(int N, int Vp);
+
+// The tied LM head fused with softmax cross-entropy. Columns >= V (vocab padding) are excluded from
+// the softmax. Writes losses[N] (per position, nats). When dx is non-null it also runs backward for
+// d(sum(losses) * grad_scale): dx (=) and dwte (+=). scratch holds lm_head_chunk_rows(N,Vp) * Vp
+// floats. Returns the sum of losses in double precision.
+double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             int Vp, float grad_scale, float* scratch);
+
+// Sum of squares in double, over fixed blocks so the result does not depend on the thread count.
+double sum_squares(const float* x, std::size_t n);
+void scale_inplace(float* x, float s, std::size_t n);
+
+// One AdamW step on a tensor (PyTorch's AdamW: decoupled weight decay, bias correction).
+// grad_scale multiplies the gradient first (global-norm clipping). t is the 1-based step.
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay;
+  int t;
+};
+void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                  const AdamWParams& h, float grad_scale);
+
+// Best sustained fp32 sgemm throughput in GFLOP/s over `reps` n x n x n products: the peak that
+// MFU is measured against.
+double measure_sgemm_gflops(int n, int reps);
+
+}  // namespace pipelane::cpu
