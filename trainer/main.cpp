@@ -1,1 +1,57 @@
-int main() { return 0; }
+// `pipelane`: dispatches to a subcommand. Each subcommand parses its own options and prints
+// its own --help.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "trainer/prepare_data_command.h"
+#include "trainer/train_command.h"
+#ifdef PIPELANE_HAVE_CUDA
+#include "runtime/cuda_probe.h"
+#endif
+
+namespace {
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: pipelane <command> [options]\n\n"
+               "commands:\n"
+               "  train          train a GPT from a config file (pipelane train --help)\n"
+               "  prepare-data   tokenize text into an HDF5 token file (pipelane prepare-data --help)\n"
+               "  devices        list the compute devices this build can use\n"
+               "  --version      print the version\n");
+}
+
+int devices_command() {
+  std::printf("cpu: available\n");
+#ifdef PIPELANE_HAVE_CUDA
+  std::printf("cuda: %s\n", pipelane::cuda_device_report().c_str());
+#else
+  std::printf("cuda: not built (configure with -DPIPELANE_CUDA=ON)\n");
+#endif
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "train") return pipelane::train_command(argc - 1, argv + 1);
+  if (cmd == "prepare-data") return pipelane::prepare_data_command(argc - 1, argv + 1);
+  if (cmd == "devices") return devices_command();
+  if (cmd == "--version") {
+    std::printf("pipelane 0.1.0\n");
+    return 0;
+  }
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  std::fprintf(stderr, "pipelane: unknown command '%s'\n", cmd.c_str());
+  print_usage(stderr);
+  return 2;
+}

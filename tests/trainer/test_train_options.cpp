@@ -1,0 +1,384 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <unistd.h>
+#include <vector>
+
+#include "trainer/ini_scan.h"
+#include "trainer/train_options.h"
+
+namespace pipelane {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Each test gets its own directory so config files never collide between tests or runs.
+class TrainOptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string(info->test_suite_name()) + "_" + info->name();
+    for (char& c : name) {
+      if (c == '/') c = '_';
+    }
+    dir_ = fs::temp_directory_path() / ("pipelane_options_" + std::to_string(::getpid()) + "_" + name);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_config(const std::string& text, const std::string& file_name = "tiny.ini") {
+    const fs::path path = dir_ / file_name;
+    std::ofstream(path) << text;
+    return path.string();
+  }
+
+  fs::path dir_;
+};
+
+TrainOptions parse(std::initializer_list<std::string> arguments) {
+  std::vector<std::string> storage{"train"};
+  storage.insert(storage.end(), arguments.begin(), arguments.end());
+  std::vector<const char*> argv;
+  for (const std::string& argument : storage) argv.push_back(argument.c_str());
+  return parse_train_options(static_cast<int>(argv.size()), argv.data());
+}
+
+// The ConfigError message of parsing, or "" when it parsed.
+std::string parse_error(std::initializer_list<std::string> arguments) {
+  try {
+    parse(arguments);
+  } catch (const ConfigError& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "error must be one line: " << message;
+    return message;
+  }
+  return "";
+}
+
+TEST_F(TrainOptionsTest, DefaultsWhenNoConfigFile) {
+  const TrainOptions options = parse({});
+  EXPECT_EQ(options.model, ModelOptions{});
+  EXPECT_EQ(options.train, TrainLoopOptions{});
+  EXPECT_EQ(options.data, DataOptions{});
+  EXPECT_EQ(options.run, RunOptions{});
+  EXPECT_EQ(options.config_path, "");
+  EXPECT_FALSE(options.help_requested);
+  // Spot-check the documented defaults themselves, not just self-consistency.
+  EXPECT_EQ(options.model.d_model, 128);
+  EXPECT_EQ(options.train.lr, 1e-3);
+  EXPECT_EQ(options.train.seed, 1337u);
+  EXPECT_EQ(options.data.tokenizer, "byte");
+  EXPECT_EQ(options.run.dir, "runs/latest");
+}
+
+TEST_F(TrainOptionsTest, ReadsValuesFromFile) {
+  const std::string path = write_config(
+      "# tiny model\n"
+      "; semicolon comments too\n"
+      "\n"
+      "[model]\n"
+      "layers=2\n"
+      "  d_model   =   64   \n"
+      "heads = 2  # inline comment\n"
+      "[train]\n"
+      "lr = 3e-4\r\n"
+      "seed = 18446744073709551615\n"
+      "grad_clip = 0\n"
+      "[data]\n"
+      "path = data/a#b.h5\n"
+      "tokenizer = gpt2\n"
+      "[run]\n"
+      "dir = runs/tiny\n"
+      "log_every = 1\n");
+  const TrainOptions options = parse({"--config", path});
+  EXPECT_EQ(options.config_path, path);
+  EXPECT_EQ(options.model.layers, 2);
+  EXPECT_EQ(options.model.d_model, 64);
+  EXPECT_EQ(options.model.heads, 2);
+  EXPECT_EQ(options.model.seq_len, ModelOptions{}.seq_len);
+  EXPECT_EQ(options.train.lr, 3e-4);
+  EXPECT_EQ(options.train.seed, 18446744073709551615ull);
+  EXPECT_EQ(options.train.grad_clip, 0.0);
+  EXPECT_EQ(options.data.path, "data/a#b.h5");
+  EXPECT_EQ(options.data.tokenizer, "gpt2");
+  EXPECT_EQ(options.run.dir, "runs/tiny");
+  EXPECT_EQ(options.run.log_every, 1);
+}
+
+TEST_F(TrainOptionsTest, CommandLineOverridesFileInBothForms) {
+  const std::string path = write_config("[train]\nlr = 3e-4\nsteps = 100\nmin_lr = 1e-5\n[run]\nlog_every = 5\n");
+  const TrainOptions options = parse({"--train.lr=6e-4", "--config=" + path, "--run.log_every", "7"});
+  EXPECT_EQ(options.train.lr, 6e-4);
+  EXPECT_EQ(options.run.log_every, 7);
+  EXPECT_EQ(options.train.steps, 100);  // from the file, not overridden
+  EXPECT_EQ(options.train.min_lr, 1e-5);
+}
+
+TEST_F(TrainOptionsTest, CommandLineWorksWithoutFile) {
+  const TrainOptions options = parse({"--model.layers", "6", "--data.tokenizer=gpt2"});
+  EXPECT_EQ(options.model.layers, 6);
+  EXPECT_EQ(options.data.tokenizer, "gpt2");
+}
+
+TEST_F(TrainOptionsTest, HelpFlagIsReported) {
+  const TrainOptions options = parse({"--help"});
+  EXPECT_TRUE(options.help_requested);
+}
+
+TEST_F(TrainOptionsTest, UnknownKeyInFileSuggestsClosest) {
+  const std::string path = write_config("[model]\nlayers = 2\n\n[train]\n# lr next\n\nlrr = 3e-4\n");
+  EXPECT_EQ(parse_error({"--config", path}), path + ":7: unknown key 'lrr' in [train] (did you mean 'lr'?)");
+}
+
+TEST_F(TrainOptionsTest, UnknownKeyFarFromAnyKnownHasNoSuggestion) {
+  const std::string path = write_config("[train]\nbanana = 3\n");
+  EXPECT_EQ(parse_error({"--config", path}), path + ":2: unknown key 'banana' in [train]");
+}
+
+TEST_F(TrainOptionsTest, KeyOfAnotherSectionIsUnknown) {
+  const std::string path = write_config("[model]\nlr = 3e-4\n");
+  EXPECT_EQ(parse_error({"--config", path}).rfind(path + ":2: unknown key 'lr' in [model]", 0), 0u);
+}
+
+TEST_F(TrainOptionsTest, UnknownSection) {
+  const std::string path = write_config("# config\n\n[modle]\nlayers = 2\n");
+  const std::string error = parse_error({"--config", path});
+  EXPECT_EQ(error.rfind(path + ":3: unknown section [modle]", 0), 0u) << error;
+  EXPECT_NE(error.find("did you mean [model]"), std::string::npos) << error;
+}
+
+TEST_F(TrainOptionsTest, EmptyUnknownSectionIsStillAnError) {
+  const std::string path = write_config("[model]\nlayers = 2\n[parallelism]\n");
+  EXPECT_EQ(parse_error({"--config", path}), path + ":3: unknown section [parallelism]");
+}
+
+TEST_F(TrainOptionsTest, BadNumberInFile) {
+  const std::string path = write_config("[model]\nlayers = 2\n\n\n\n\n\n[train]\nlr = abc\n");
+  EXPECT_EQ(parse_error({"--config", path}), path + ":9: [train] lr = 'abc': expected a number");
+}
+
+TEST_F(TrainOptionsTest, IntegersMustParseFully) {
+  for (const std::string value : {"12abc", "1.5", "", "1e3", " "}) {
+    const std::string path = write_config("[model]\nlayers = " + value + "\n");
+    const std::string error = parse_error({"--config", path});
+    EXPECT_EQ(error.rfind(path + ":2: [model] layers = '", 0), 0u) << error;
+    EXPECT_NE(error.find(": expected an integer"), std::string::npos) << value << " -> " << error;
+  }
+}
+
+TEST_F(TrainOptionsTest, NumbersRejectGarbageAndNonFinite) {
+  for (const std::string value : {"3e-4x", "nan", "inf", "1,5"}) {
+    const std::string path = write_config("[train]\nweight_decay = " + value + "\n");
+    EXPECT_EQ(parse_error({"--config", path}),
+              path + ":2: [train] weight_decay = '" + value + "': expected a number");
+  }
+}
+
+TEST_F(TrainOptionsTest, SeedRejectsNegative) {
+  EXPECT_EQ(parse_error({"--train.seed=-1"}), "command line: --train.seed=-1: expected a non-negative integer");
+}
+
+TEST_F(TrainOptionsTest, DuplicateKeyInFileNamesBothLines) {
+  const std::string path = write_config("[train]\nlr = 1e-3\nsteps = 10\n[model]\nlayers = 2\n[train]\nlr = 2e-3\n");
+  EXPECT_EQ(parse_error({"--config", path}), path + ":7: [train] lr given twice (first at line 2)");
+}
+
+TEST_F(TrainOptionsTest, SyntaxErrorsCarryTheLine) {
+  EXPECT_EQ(parse_error({"--config", write_config("[model]\nlayers 2\n")}),
+            (dir_ / "tiny.ini").string() + ":2: expected 'key = value' or '[section]', got 'layers 2'");
+  EXPECT_EQ(parse_error({"--config", write_config("# header\nlayers = 2\n")}),
+            (dir_ / "tiny.ini").string() + ":2: key 'layers' appears before any [section]");
+  EXPECT_EQ(parse_error({"--config", write_config("[model\n")}),
+            (dir_ / "tiny.ini").string() + ":1: malformed section header '[model'");
+}
+
+TEST_F(TrainOptionsTest, CommandLineUnknownKey) {
+  const std::string error = parse_error({"--train.lrr=3"});
+  EXPECT_EQ(error.rfind("command line: --train.lrr: unknown key", 0), 0u) << error;
+  EXPECT_NE(error.find("did you mean --train.lr?"), std::string::npos) << error;
+}
+
+TEST_F(TrainOptionsTest, CommandLineDoesNotGuessPrefixes) {
+  EXPECT_EQ(parse_error({"--train.l=3"}).rfind("command line: --train.l: unknown key", 0), 0u);
+}
+
+TEST_F(TrainOptionsTest, CommandLineBadValueInBothForms) {
+  EXPECT_EQ(parse_error({"--train.lr=abc"}), "command line: --train.lr=abc: expected a number");
+  EXPECT_EQ(parse_error({"--train.lr", "abc"}), "command line: --train.lr=abc: expected a number");
+  EXPECT_EQ(parse_error({"--model.layers=0"}), "command line: --model.layers=0: expected an integer >= 1");
+}
+
+TEST_F(TrainOptionsTest, CommandLineOtherMistakes) {
+  EXPECT_EQ(parse_error({"--train.lr"}).rfind("command line: ", 0), 0u);
+  EXPECT_EQ(parse_error({"stray"}), "command line: unexpected argument 'stray'");
+  EXPECT_EQ(parse_error({"--train.lr=1e-3", "--train.lr=2e-3"}), "command line: --train.lr given twice");
+}
+
+TEST_F(TrainOptionsTest, MissingConfigFile) {
+  EXPECT_EQ(parse_error({"--config", "configs/x.ini"}), "configs/x.ini: no such config file");
+}
+
+TEST_F(TrainOptionsTest, CommandLineOverrideFixesAnInvalidFileValue) {
+  const std::string path = write_config("[train]\nlr = abc\n");
+  EXPECT_EQ(parse({"--config", path, "--train.lr=2e-3"}).train.lr, 2e-3);
+}
+
+// Invalid values and combinations: the file text, the line of the offending key, and the
+// message after "file:line: ".
+struct InvalidCase {
+  std::string name;
+  std::string config;
+  int line;
+  std::string message;
+  // Keeps gtest from dumping the struct's bytes into test names and failures.
+  friend void PrintTo(const InvalidCase& invalid, std::ostream* out) { *out << invalid.name; }
+};
+
+class InvalidConfigTest : public TrainOptionsTest, public ::testing::WithParamInterface<InvalidCase> {};
+
+TEST_P(InvalidConfigTest, NamesFileLineAndKey) {
+  const InvalidCase& invalid = GetParam();
+  const std::string path = write_config(invalid.config);
+  EXPECT_EQ(parse_error({"--config", path}), path + ":" + std::to_string(invalid.line) + ": " + invalid.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checks, InvalidConfigTest,
+    ::testing::Values(
+        InvalidCase{"HeadsDivideDModel", "[model]\nd_model = 128\n\nheads = 5\n", 4,
+                    "[model] heads = 5 does not divide d_model = 128"},
+        // heads is the default here, so the error points at the d_model that broke it.
+        InvalidCase{"DModelNotDivisibleByDefaultHeads", "[model]\nlayers = 2\nd_model = 130\n", 3,
+                    "[model] heads = 4 does not divide d_model = 130"},
+        InvalidCase{"GlobalBatchMultipleOfMicro", "[train]\nmicro_batch = 4\nglobal_batch = 10\n", 3,
+                    "[train] global_batch = 10 is not a multiple of micro_batch = 4"},
+        InvalidCase{"MinLrAboveLr", "[train]\nlr = 1e-3\nmin_lr = 0.01\n", 3,
+                    "[train] min_lr = 0.01 is greater than lr = 0.001"},
+        InvalidCase{"WarmupAboveSteps", "[train]\nsteps = 10\n", 2, "[train] warmup_steps = 20 is greater than steps = 10"},
+        InvalidCase{"SeqLenPositive", "[model]\nseq_len = 0\n", 2, "[model] seq_len = '0': expected an integer >= 1"},
+        InvalidCase{"VocabAtLeastTwo", "[model]\nvocab_size = 1\n", 2,
+                    "[model] vocab_size = '1': expected an integer >= 2"},
+        InvalidCase{"LayersPositive", "[model]\nlayers = -3\n", 2, "[model] layers = '-3': expected an integer >= 1"},
+        InvalidCase{"EvalEveryNotNegative", "[train]\neval_every = -1\n", 2,
+                    "[train] eval_every = '-1': expected an integer >= 0"},
+        InvalidCase{"LogEveryPositive", "[run]\nlog_every = 0\n", 2, "[run] log_every = '0': expected an integer >= 1"},
+        InvalidCase{"GradClipNotNegative", "[train]\ngrad_clip = -0.5\n", 2,
+                    "[train] grad_clip = '-0.5': expected a number >= 0"},
+        InvalidCase{"LrPositive", "[train]\nlr = 0\n", 2, "[train] lr = '0': expected a number > 0"},
+        InvalidCase{"Beta1BelowOne", "[train]\nbeta1 = 1\n", 2, "[train] beta1 = '1': expected a number in [0, 1)"},
+        InvalidCase{"TokenizerKnown", "[data]\ntokenizer = bpe\n", 2,
+                    "[data] tokenizer = 'bpe': expected one of byte gpt2"}),
+    [](const ::testing::TestParamInfo<InvalidCase>& info) { return info.param.name; });
+
+TEST_F(TrainOptionsTest, CombinationFromCommandLineSaysCommandLine) {
+  EXPECT_EQ(parse_error({"--model.heads=5"}), "command line: [model] heads = 5 does not divide d_model = 128");
+  const std::string path = write_config("[train]\nsteps = 100\n");
+  EXPECT_EQ(parse_error({"--config", path, "--train.warmup_steps=101"}),
+            "command line: [train] warmup_steps = 101 is greater than steps = 100");
+}
+
+TEST_F(TrainOptionsTest, ToIniRoundTrips) {
+  const TrainOptions original = parse({"--model.layers=3", "--model.d_model=96", "--model.heads=3",
+                                       "--train.lr=0.00030000000000000003", "--train.eps=1e-300",
+                                       "--train.seed=18446744073709551615", "--train.peak_gflops=123.456",
+                                       "--data.path=some dir/data.h5", "--data.tokenizer=gpt2", "--run.dir=runs/x"});
+  const std::string path = write_config(original.to_ini(), "resolved.ini");
+  const TrainOptions reread = parse({"--config", path});
+  EXPECT_EQ(reread.model, original.model);
+  EXPECT_EQ(reread.train, original.train);
+  EXPECT_EQ(reread.data, original.data);
+  EXPECT_EQ(reread.run, original.run);
+  EXPECT_EQ(reread.to_ini(), original.to_ini());
+  EXPECT_EQ(reread.train.lr, 0.00030000000000000003);  // not rounded to 3e-4
+  EXPECT_NE(reread.train.lr, 3e-4);
+}
+
+// Every key a user can set, with its default as text. Written out here rather than taken
+// from the implementation so that a key missing from the option table fails the test.
+const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWithDefault = {
+    {"model", "layers", "4"},          {"model", "d_model", "128"},       {"model", "heads", "4"},
+    {"model", "seq_len", "128"},       {"model", "vocab_size", "256"},    {"train", "micro_batch", "8"},
+    {"train", "global_batch", "8"},    {"train", "steps", "200"},         {"train", "lr", "0.001"},
+    {"train", "min_lr", "1e-04"},      {"train", "warmup_steps", "20"},   {"train", "weight_decay", "0.1"},
+    {"train", "grad_clip", "1"},       {"train", "beta1", "0.9"},         {"train", "beta2", "0.95"},
+    {"train", "eps", "1e-08"},         {"train", "seed", "1337"},         {"train", "eval_every", "50"},
+    {"train", "eval_batches", "8"},    {"train", "threads", "0"},         {"train", "peak_gflops", "0"},
+    {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},    {"run", "dir", "runs/latest"},
+    {"run", "log_every", "10"},
+};
+
+TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {
+  std::istringstream ini(TrainOptions{}.to_ini());
+  const IniScan scan = scan_ini(ini);
+  ASSERT_EQ(scan.entries.size(), kEveryKeyWithDefault.size());
+  for (const auto& [section, key, default_text] : kEveryKeyWithDefault) {
+    bool found = false;
+    for (const IniEntry& entry : scan.entries) {
+      if (entry.section == section && entry.key == key) {
+        found = true;
+        EXPECT_EQ(entry.value, default_text) << section << "." << key;
+      }
+    }
+    EXPECT_TRUE(found) << section << "." << key;
+  }
+}
+
+TEST_F(TrainOptionsTest, HelpListsEveryKeyWithDefaultGroupedBySection) {
+  const std::string help = train_options_help();
+  std::size_t previous_section_at = 0;
+  std::string previous_section;
+  for (const auto& [section, key, default_text] : kEveryKeyWithDefault) {
+    const std::size_t section_at = help.find("[" + section + "]");
+    ASSERT_NE(section_at, std::string::npos) << section;
+    if (section != previous_section) {
+      EXPECT_GT(section_at, previous_section_at) << "sections out of order at " << section;
+      previous_section_at = section_at;
+      previous_section = section;
+    }
+    const std::string option = "--" + section + "." + key + " ";
+    const std::size_t key_at = help.find(option);
+    ASSERT_NE(key_at, std::string::npos) << option;
+    EXPECT_GT(key_at, section_at) << option << " listed before its section header";
+    const std::string line = help.substr(key_at, help.find('\n', key_at) - key_at);
+    EXPECT_NE(line.find("(=" + default_text + ")"), std::string::npos) << line;
+    // A description follows the default on the same line.
+    EXPECT_GT(line.size(), line.find(')') + 3) << line;
+  }
+  EXPECT_NE(help.find("--config"), std::string::npos);
+}
+
+TEST(IniScanTest, RecordsSectionsEntriesAndLines) {
+  std::istringstream text("; c\n[a]\nx = 1\n\n[ b ]  # note\ny=\nz = p q\n[a]\nw = 2\n");
+  const IniScan scan = scan_ini(text);
+  ASSERT_EQ(scan.sections.size(), 3u);
+  EXPECT_EQ(scan.sections[1].name, "b");
+  EXPECT_EQ(scan.sections[1].line, 5);
+  ASSERT_EQ(scan.entries.size(), 4u);
+  EXPECT_EQ(scan.entries[0].section, "a");
+  EXPECT_EQ(scan.entries[0].line, 3);
+  EXPECT_EQ(scan.entries[1].key, "y");
+  EXPECT_EQ(scan.entries[1].value, "");
+  EXPECT_EQ(scan.entries[2].value, "p q");
+  EXPECT_EQ(scan.entries[3].section, "a");
+  EXPECT_EQ(scan.entries[3].line, 9);
+}
+
+TEST(IniScanTest, SyntaxErrorHasLine) {
+  std::istringstream text("[a]\nx = 1\n= 3\n");
+  try {
+    scan_ini(text);
+    FAIL() << "expected IniSyntaxError";
+  } catch (const IniSyntaxError& error) {
+    EXPECT_EQ(error.line(), 3);
+    EXPECT_NE(std::string(error.what()).find("missing key"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace pipelane

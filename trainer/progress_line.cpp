@@ -1,0 +1,52 @@
+#include "trainer/progress_line.h"
+
+#include <unistd.h>
+
+#include <cmath>
+
+namespace pipelane {
+
+ProgressLine::ProgressLine(std::FILE* out, int total_steps, int log_every)
+    : out_(out), total_(total_steps), log_every_(log_every), live_(isatty(fileno(out)) != 0) {}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+
+void ProgressLine::update(int step, double loss, double lr, double tokens_per_s, double eta_s) {
+  const int shown = step + 1;
+  if (!live_ && shown % log_every_ != 0 && shown != total_ && shown != 1) return;
+  char line[160];
+  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | lr %.2e | %.1fk tok/s | ETA %s",
+                static_cast<int>(std::to_string(total_).size()), shown, total_, loss, lr,
+                tokens_per_s / 1e3, format_duration(eta_s).c_str());
+  if (live_) {
+    std::fprintf(out_, "\r\033[2K%s", line);
+    dirty_ = true;
+  } else {
+    std::fprintf(out_, "%s\n", line);
+  }
+  std::fflush(out_);
+}
+
+void ProgressLine::note(const std::string& line) {
+  if (dirty_) std::fprintf(out_, "\r\033[2K");
+  dirty_ = false;
+  std::fprintf(out_, "%s\n", line.c_str());
+  std::fflush(out_);
+}
+
+void ProgressLine::finish() {
+  if (dirty_) std::fprintf(out_, "\n");
+  dirty_ = false;
+  std::fflush(out_);
+}
+
+}  // namespace pipelane

@@ -1,0 +1,28 @@
+// The console's view of a run: one live line rewritten in place on a terminal, plain lines
+// every log_every steps otherwise (logs and CI stay readable).
+#pragma once
+#include <cstdio>
+#include <string>
+
+namespace pipelane {
+
+class ProgressLine {
+ public:
+  ProgressLine(std::FILE* out, int total_steps, int log_every);
+  // Shown live on a terminal; printed as a line every log_every steps (and the last) otherwise.
+  void update(int step, double loss, double lr, double tokens_per_s, double eta_s);
+  // A line that stays (evaluation results, notes): clears the live line first.
+  void note(const std::string& line);
+  void finish();
+
+ private:
+  std::FILE* out_;
+  int total_;
+  int log_every_;
+  bool live_;
+  bool dirty_ = false;
+};
+
+std::string format_duration(double seconds);  // "1:02:03" or "4:05"
+
+}  // namespace pipelane

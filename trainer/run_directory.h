@@ -1,0 +1,26 @@
+// A run directory: config.ini (as resolved), metrics.jsonl (one object per step) and, only once
+// the run has finished, summary.json. A run that fails leaves no summary.json, so it never looks
+// complete; a stale one from an earlier run in the same directory is removed at the start.
+#pragma once
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace pipelane {
+
+class RunDirectory {
+ public:
+  // Creates the directory, writes config.ini, truncates metrics.jsonl, removes summary.json.
+  RunDirectory(const std::string& path, const std::string& resolved_config_ini);
+  void append_metrics(const nlohmann::json& row);  // one line, flushed
+  // Written under a temporary name and renamed, so a crash mid-write leaves no partial summary.
+  void write_summary(const nlohmann::json& summary);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream metrics_;
+};
+
+}  // namespace pipelane

@@ -1,0 +1,475 @@
+#include "trainer/train_options.h"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "trainer/ini_scan.h"
+
+namespace po = boost::program_options;
+
+namespace pipelane {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Value text <-> field conversion. Parsing is strict (the whole text must be consumed) so
+// "12abc" or "1.5" for an integer is an error rather than a silent 12 or 1.
+
+template <class Integer>
+std::optional<Integer> parse_integer(std::string_view text) {
+  Integer value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_number(std::string_view text) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// Shortest text that parses back to the same double, so to_ini() round-trips exactly.
+std::string format_number(double value) {
+  char buffer[64];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+// The accepted interval of a floating-point key, e.g. lr > 0 or beta1 in [0, 1).
+struct NumberRange {
+  double low = -std::numeric_limits<double>::infinity();
+  bool low_inclusive = true;
+  double high = std::numeric_limits<double>::infinity();
+  bool high_inclusive = true;
+
+  bool contains(double value) const {
+    const bool above_low = low_inclusive ? value >= low : value > low;
+    const bool below_high = high_inclusive ? value <= high : value < high;
+    return above_low && below_high;
+  }
+  std::string describe() const {
+    if (std::isinf(high)) return (low_inclusive ? ">= " : "> ") + format_number(low);
+    return std::string("in ") + (low_inclusive ? "[" : "(") + format_number(low) + ", " +
+           format_number(high) + (high_inclusive ? "]" : ")");
+  }
+};
+
+NumberRange at_least(double low) { return {low, true}; }
+NumberRange greater_than(double low) { return {low, false}; }
+NumberRange from_up_to_excluding(double low, double high) { return {low, true, high, false}; }
+
+// ---------------------------------------------------------------------------------------
+// The key table: one OptionKey per configurable field. Help, to_ini(), file parsing and
+// command-line parsing all walk this table, so they cannot disagree about the keys.
+
+struct OptionKey {
+  std::string section;      // "train"
+  std::string name;         // "lr"
+  std::string value_name;   // shown in --help: INT, NUM, TEXT or the choices
+  std::string description;  // one line for --help
+  std::function<std::string(const TrainOptions&)> format;
+  // Stores the text into the field, or returns why it cannot ("expected an integer >= 1").
+  std::function<std::optional<std::string>(TrainOptions&, std::string_view)> assign;
+
+  std::string full_name() const { return section + "." + name; }
+};
+
+// Adds the keys of one section; each key is one chained call.
+template <class Section>
+class SectionKeys {
+ public:
+  SectionKeys(std::vector<OptionKey>& keys, std::string section, Section TrainOptions::*member)
+      : keys_(keys), section_(std::move(section)), member_(member) {}
+
+  SectionKeys& integer(std::string name, int Section::*field, int minimum, std::string description) {
+    const auto member = member_;
+    add(std::move(name), "INT", std::move(description),
+        [member, field](const TrainOptions& options) { return std::to_string(options.*member.*field); },
+        [member, field, minimum](TrainOptions& options, std::string_view text) -> std::optional<std::string> {
+          const std::optional<int> value = parse_integer<int>(text);
+          if (!value) return "expected an integer";
+          if (*value < minimum) return "expected an integer >= " + std::to_string(minimum);
+          options.*member.*field = *value;
+          return std::nullopt;
+        });
+    return *this;
+  }
+
+  SectionKeys& unsigned_integer(std::string name, std::uint64_t Section::*field, std::string description) {
+    const auto member = member_;
+    add(std::move(name), "UINT", std::move(description),
+        [member, field](const TrainOptions& options) { return std::to_string(options.*member.*field); },
+        [member, field](TrainOptions& options, std::string_view text) -> std::optional<std::string> {
+          const std::optional<std::uint64_t> value = parse_integer<std::uint64_t>(text);
+          if (!value) return "expected a non-negative integer";
+          options.*member.*field = *value;
+          return std::nullopt;
+        });
+    return *this;
+  }
+
+  SectionKeys& number(std::string name, double Section::*field, NumberRange range, std::string description) {
+    const auto member = member_;
+    add(std::move(name), "NUM", std::move(description),
+        [member, field](const TrainOptions& options) { return format_number(options.*member.*field); },
+        [member, field, range](TrainOptions& options, std::string_view text) -> std::optional<std::string> {
+          const std::optional<double> value = parse_number(text);
+          if (!value) return "expected a number";
+          if (!range.contains(*value)) return "expected a number " + range.describe();
+          options.*member.*field = *value;
+          return std::nullopt;
+        });
+    return *this;
+  }
+
+  // choices empty: any text is accepted.
+  SectionKeys& text(std::string name, std::string Section::*field, std::vector<std::string> choices,
+                    std::string description) {
+    const auto member = member_;
+    std::string joined_choices;
+    for (const std::string& choice : choices) joined_choices += (joined_choices.empty() ? "" : "|") + choice;
+    add(std::move(name), choices.empty() ? "TEXT" : joined_choices, std::move(description),
+        [member, field](const TrainOptions& options) { return options.*member.*field; },
+        [member, field, choices](TrainOptions& options, std::string_view text) -> std::optional<std::string> {
+          if (!choices.empty() && std::find(choices.begin(), choices.end(), text) == choices.end()) {
+            std::string reason = "expected one of";
+            for (const std::string& choice : choices) reason += " " + choice;
+            return reason;
+          }
+          options.*member.*field = std::string(text);
+          return std::nullopt;
+        });
+    return *this;
+  }
+
+ private:
+  void add(std::string name, std::string value_name, std::string description,
+           std::function<std::string(const TrainOptions&)> format,
+           std::function<std::optional<std::string>(TrainOptions&, std::string_view)> assign) {
+    keys_.push_back({section_, std::move(name), std::move(value_name), std::move(description),
+                     std::move(format), std::move(assign)});
+  }
+
+  std::vector<OptionKey>& keys_;
+  std::string section_;
+  Section TrainOptions::*member_;
+};
+
+std::vector<OptionKey> train_option_keys() {
+  std::vector<OptionKey> keys;
+  SectionKeys<ModelOptions>(keys, "model", &TrainOptions::model)
+      .integer("layers", &ModelOptions::layers, 1, "number of transformer blocks")
+      .integer("d_model", &ModelOptions::d_model, 1, "width of the residual stream")
+      .integer("heads", &ModelOptions::heads, 1, "attention heads per block; must divide d_model")
+      .integer("seq_len", &ModelOptions::seq_len, 1, "tokens per training sequence (context length)")
+      .integer("vocab_size", &ModelOptions::vocab_size, 2, "rows of the token embedding");
+  SectionKeys<TrainLoopOptions>(keys, "train", &TrainOptions::train)
+      .integer("micro_batch", &TrainLoopOptions::micro_batch, 1, "sequences per forward/backward pass")
+      .integer("global_batch", &TrainLoopOptions::global_batch, 1,
+               "sequences per optimizer step; a multiple of micro_batch")
+      .integer("steps", &TrainLoopOptions::steps, 1, "optimizer steps to run")
+      .number("lr", &TrainLoopOptions::lr, greater_than(0), "peak learning rate, reached after warmup")
+      .number("min_lr", &TrainLoopOptions::min_lr, at_least(0), "learning rate at the end of the decay; <= lr")
+      .integer("warmup_steps", &TrainLoopOptions::warmup_steps, 0, "steps of linear warmup to lr; <= steps")
+      .number("weight_decay", &TrainLoopOptions::weight_decay, at_least(0), "AdamW decoupled weight decay")
+      .number("grad_clip", &TrainLoopOptions::grad_clip, at_least(0),
+              "clip the global gradient norm to this; 0 turns clipping off")
+      .number("beta1", &TrainLoopOptions::beta1, from_up_to_excluding(0, 1), "AdamW first-moment decay")
+      .number("beta2", &TrainLoopOptions::beta2, from_up_to_excluding(0, 1), "AdamW second-moment decay")
+      .number("eps", &TrainLoopOptions::eps, greater_than(0), "AdamW denominator epsilon")
+      .unsigned_integer("seed", &TrainLoopOptions::seed, "seed for initialization and data order")
+      .integer("eval_every", &TrainLoopOptions::eval_every, 0, "steps between evaluations; 0 turns them off")
+      .integer("eval_batches", &TrainLoopOptions::eval_batches, 1, "batches per evaluation")
+      .integer("threads", &TrainLoopOptions::threads, 0, "CPU threads; 0 uses all cores")
+      .number("peak_gflops", &TrainLoopOptions::peak_gflops, at_least(0),
+              "peak GFLOP/s for MFU; 0 measures it with an sgemm at start");
+  SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
+      .text("path", &DataOptions::path, {}, "training data file (HDF5)")
+      .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized");
+  SectionKeys<RunOptions>(keys, "run", &TrainOptions::run)
+      .text("dir", &RunOptions::dir, {}, "directory for logs, checkpoints and the resolved config")
+      .integer("log_every", &RunOptions::log_every, 1, "steps between log lines");
+  return keys;
+}
+
+// Sections in table order, each once.
+std::vector<std::string> section_names(const std::vector<OptionKey>& keys) {
+  std::vector<std::string> sections;
+  for (const OptionKey& key : keys) {
+    if (std::find(sections.begin(), sections.end(), key.section) == sections.end()) sections.push_back(key.section);
+  }
+  return sections;
+}
+
+// ---------------------------------------------------------------------------------------
+// "Did you mean" suggestions.
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> previous(b.size() + 1), current(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t substitution = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitution});
+    }
+    std::swap(previous, current);
+  }
+  return previous[b.size()];
+}
+
+// Only close matches: a suggestion for a completely different word is noise.
+std::optional<std::string> closest(std::string_view word, const std::vector<std::string>& candidates) {
+  constexpr std::size_t kMaxDistance = 2;
+  std::optional<std::string> best;
+  std::size_t best_distance = kMaxDistance + 1;
+  for (const std::string& candidate : candidates) {
+    const std::size_t distance = edit_distance(word, candidate);
+    if (distance < best_distance && distance < word.size()) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+// ---------------------------------------------------------------------------------------
+// Settings: the raw text of each key that was given, and where it came from.
+
+struct Setting {
+  std::string value;
+  std::string location;  // "configs/tiny.ini:7" or "command line"
+  bool from_command_line = false;
+};
+using Settings = std::map<std::string, Setting>;  // by "section.key"
+
+std::string value_error(const OptionKey& key, const Setting& setting, const std::string& reason) {
+  if (setting.from_command_line) return "command line: --" + key.full_name() + "=" + setting.value + ": " + reason;
+  return setting.location + ": [" + key.section + "] " + key.name + " = '" + setting.value + "': " + reason;
+}
+
+Settings read_config_file(const std::string& path, const std::vector<OptionKey>& keys) {
+  std::error_code filesystem_error;
+  if (!std::filesystem::exists(path, filesystem_error)) throw ConfigError(path + ": no such config file");
+  std::ifstream file(path);
+  if (!file || std::filesystem::is_directory(path, filesystem_error)) {
+    throw ConfigError(path + ": cannot read config file");
+  }
+
+  IniScan scan;
+  try {
+    scan = scan_ini(file);
+  } catch (const IniSyntaxError& error) {
+    throw ConfigError(path + ":" + std::to_string(error.line()) + ": " + error.what());
+  }
+  const auto location = [&path](int line) { return path + ":" + std::to_string(line); };
+
+  const std::vector<std::string> known_sections = section_names(keys);
+  for (const IniSectionHeader& header : scan.sections) {
+    if (std::find(known_sections.begin(), known_sections.end(), header.name) != known_sections.end()) continue;
+    std::string message = location(header.line) + ": unknown section [" + header.name + "]";
+    if (const auto suggestion = closest(header.name, known_sections)) message += " (did you mean [" + *suggestion + "]?)";
+    throw ConfigError(message);
+  }
+
+  Settings settings;
+  std::map<std::string, int> line_of_key;
+  for (const IniEntry& entry : scan.entries) {
+    std::vector<std::string> section_keys;
+    for (const OptionKey& key : keys) {
+      if (key.section == entry.section) section_keys.push_back(key.name);
+    }
+    if (std::find(section_keys.begin(), section_keys.end(), entry.key) == section_keys.end()) {
+      std::string message = location(entry.line) + ": unknown key '" + entry.key + "' in [" + entry.section + "]";
+      if (const auto suggestion = closest(entry.key, section_keys)) message += " (did you mean '" + *suggestion + "'?)";
+      throw ConfigError(message);
+    }
+    const std::string full_name = entry.section + "." + entry.key;
+    if (const auto previous = line_of_key.find(full_name); previous != line_of_key.end()) {
+      throw ConfigError(location(entry.line) + ": [" + entry.section + "] " + entry.key +
+                        " given twice (first at line " + std::to_string(previous->second) + ")");
+    }
+    line_of_key[full_name] = entry.line;
+    settings[full_name] = {entry.value, location(entry.line), false};
+  }
+  return settings;
+}
+
+// ---------------------------------------------------------------------------------------
+// Command line, through Boost.Program_options: it handles --key=value and --key value.
+
+constexpr unsigned kHelpLineLength = 100;
+
+po::options_description command_line_description(const std::vector<OptionKey>& keys) {
+  const TrainOptions defaults;
+  po::options_description all(kHelpLineLength);
+  po::options_description general("general", kHelpLineLength);
+  general.add_options()
+      ("config", po::value<std::string>()->value_name("FILE"), "INI config file with the sections below")
+      ("help", "print this help and exit");
+  all.add(general);
+  // One options_description per section so --help groups the keys.
+  for (const std::string& section : section_names(keys)) {
+    po::options_description group("[" + section + "]", kHelpLineLength);
+    for (const OptionKey& key : keys) {
+      if (key.section != section) continue;
+      const std::string default_text = key.format(defaults);
+      group.add_options()(
+          key.full_name().c_str(),
+          po::value<std::string>()->value_name(key.value_name)->default_value(default_text, default_text),
+          key.description.c_str());
+    }
+    all.add(group);
+  }
+  return all;
+}
+
+struct CommandLine {
+  Settings settings;
+  std::optional<std::string> config_path;
+  bool help = false;
+};
+
+CommandLine read_command_line(int argc, const char* const* argv, const std::vector<OptionKey>& keys) {
+  po::parsed_options parsed(nullptr);
+  try {
+    // Without guessing, --train.l is an error instead of silently meaning --train.lr.
+    const int style = po::command_line_style::unix_style & ~po::command_line_style::allow_guessing;
+    parsed = po::command_line_parser(argc, argv).options(command_line_description(keys)).style(style).run();
+  } catch (const po::unknown_option& error) {
+    std::vector<std::string> full_names;
+    for (const OptionKey& key : keys) full_names.push_back(key.full_name());
+    // Boost reports the whole token ("--train.lrr=3"); the key alone reads better.
+    const std::string token = error.get_option_name();
+    const std::string option = token.substr(0, token.find('='));
+    std::string message = "command line: " + option + ": unknown key";
+    const std::string_view bare_name = std::string_view(option).substr(option.find_first_not_of('-'));
+    if (const auto suggestion = closest(bare_name, full_names)) message += " (did you mean --" + *suggestion + "?)";
+    throw ConfigError(message);
+  } catch (const po::error& error) {
+    throw ConfigError(std::string("command line: ") + error.what());
+  }
+
+  CommandLine command_line;
+  for (const po::option& option : parsed.options) {
+    if (option.string_key.empty() || option.position_key >= 0) {
+      std::string argument;
+      for (const std::string& token : option.original_tokens) argument += token;
+      throw ConfigError("command line: unexpected argument '" + argument + "'");
+    }
+    if (option.string_key == "help") {
+      command_line.help = true;
+      continue;
+    }
+    if (option.string_key == "config") {
+      if (command_line.config_path) throw ConfigError("command line: --config given twice");
+      command_line.config_path = option.value.at(0);
+      continue;
+    }
+    if (command_line.settings.count(option.string_key)) {
+      throw ConfigError("command line: --" + option.string_key + " given twice");
+    }
+    command_line.settings[option.string_key] = {option.value.at(0), "command line", true};
+  }
+  return command_line;
+}
+
+// ---------------------------------------------------------------------------------------
+// Checks that involve more than one key. The error points at the first of the keys that
+// was set explicitly, since a default cannot be the user's mistake.
+
+std::string location_of(const Settings& settings, const std::string& first_key, const std::string& second_key) {
+  for (const std::string& key : {first_key, second_key}) {
+    if (const auto found = settings.find(key); found != settings.end()) return found->second.location;
+  }
+  return "defaults";
+}
+
+void check_combinations(const TrainOptions& options, const Settings& settings) {
+  const ModelOptions& model = options.model;
+  if (model.d_model % model.heads != 0) {
+    throw ConfigError(location_of(settings, "model.heads", "model.d_model") + ": [model] heads = " +
+                      std::to_string(model.heads) + " does not divide d_model = " + std::to_string(model.d_model));
+  }
+  const TrainLoopOptions& train = options.train;
+  if (train.global_batch % train.micro_batch != 0) {
+    throw ConfigError(location_of(settings, "train.global_batch", "train.micro_batch") +
+                      ": [train] global_batch = " + std::to_string(train.global_batch) +
+                      " is not a multiple of micro_batch = " + std::to_string(train.micro_batch));
+  }
+  if (train.min_lr > train.lr) {
+    throw ConfigError(location_of(settings, "train.min_lr", "train.lr") + ": [train] min_lr = " +
+                      format_number(train.min_lr) + " is greater than lr = " + format_number(train.lr));
+  }
+  if (train.warmup_steps > train.steps) {
+    throw ConfigError(location_of(settings, "train.warmup_steps", "train.steps") + ": [train] warmup_steps = " +
+                      std::to_string(train.warmup_steps) + " is greater than steps = " + std::to_string(train.steps));
+  }
+}
+
+}  // namespace
+
+TrainOptions parse_train_options(int argc, const char* const* argv) {
+  const std::vector<OptionKey> keys = train_option_keys();
+  const CommandLine command_line = read_command_line(argc, argv, keys);
+
+  TrainOptions options;
+  options.config_path = command_line.config_path.value_or("");
+  if (command_line.help) {
+    options.help_requested = true;
+    return options;
+  }
+
+  Settings settings = command_line.config_path ? read_config_file(*command_line.config_path, keys) : Settings{};
+  for (const auto& [name, setting] : command_line.settings) settings[name] = setting;
+
+  for (const OptionKey& key : keys) {
+    const auto found = settings.find(key.full_name());
+    if (found == settings.end()) continue;
+    if (const auto reason = key.assign(options, found->second.value)) {
+      throw ConfigError(value_error(key, found->second, *reason));
+    }
+  }
+  check_combinations(options, settings);
+  return options;
+}
+
+std::string TrainOptions::to_ini() const {
+  const std::vector<OptionKey> keys = train_option_keys();
+  std::ostringstream ini;
+  ini << "# pipelane train configuration: every key, as resolved\n";
+  for (const std::string& section : section_names(keys)) {
+    ini << "\n[" << section << "]\n";
+    for (const OptionKey& key : keys) {
+      if (key.section == section) ini << key.name << " = " << key.format(*this) << "\n";
+    }
+  }
+  return ini.str();
+}
+
+std::string train_options_help() {
+  std::ostringstream help;
+  help << "usage: pipelane train --config FILE [--section.key=value ...]\n"
+          "Keys go in the config file as 'key = value' under [section], or on the command line as\n"
+          "--section.key=value or --section.key value; the command line overrides the file.\n"
+       << command_line_description(train_option_keys());
+  return help.str();
+}
+
+}  // namespace pipelane

@@ -1,0 +1,83 @@
+#pragma once
+// Configuration of `pipelane train --config FILE [--section.key=value ...]`.
+//
+// The config file is INI with one section per struct below; every key can also be given
+// on the command line as --section.key=value or --section.key value, which overrides the
+// file. The list of keys, their descriptions and their valid ranges live in one table in
+// train_options.cpp, so adding a key is one line there plus the field here.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace pipelane {
+
+struct ModelOptions {
+  int layers = 4;
+  int d_model = 128;
+  int heads = 4;
+  int seq_len = 128;
+  int vocab_size = 256;
+  friend bool operator==(const ModelOptions&, const ModelOptions&) = default;
+};
+
+struct TrainLoopOptions {
+  int micro_batch = 8;
+  int global_batch = 8;
+  int steps = 200;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 20;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0: no clipping
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  std::uint64_t seed = 1337;
+  int eval_every = 50;  // 0: no evaluation
+  int eval_batches = 8;
+  int threads = 0;         // 0: all cores
+  double peak_gflops = 0;  // 0: measure with a short sgemm at start
+  friend bool operator==(const TrainLoopOptions&, const TrainLoopOptions&) = default;
+};
+
+struct DataOptions {
+  std::string path = "data/jargon.h5";
+  std::string tokenizer = "byte";  // "byte" or "gpt2"
+  friend bool operator==(const DataOptions&, const DataOptions&) = default;
+};
+
+struct RunOptions {
+  std::string dir = "runs/latest";
+  int log_every = 10;
+  friend bool operator==(const RunOptions&, const RunOptions&) = default;
+};
+
+struct TrainOptions {
+  ModelOptions model;
+  TrainLoopOptions train;
+  DataOptions data;
+  RunOptions run;
+  std::string config_path;      // "" when none given
+  bool help_requested = false;  // --help was given; train_options_help() has the text
+  // The resolved configuration as an INI file (all keys, all sections); parsing it
+  // again gives the same values, so a run directory can record exactly what ran.
+  std::string to_ini() const;
+};
+
+// what() is a single line starting with where the problem is: "FILE:LINE: ...",
+// "FILE: ..." or "command line: ...".
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// argv[0] is the program or subcommand name and is skipped. Reads the --config file if
+// given, applies command-line overrides and validates the result. With --help it returns
+// at once with help_requested set and default values otherwise. Throws ConfigError.
+TrainOptions parse_train_options(int argc, const char* const* argv);
+
+// Usage line plus every key, grouped by section, with its default and a description.
+std::string train_options_help();
+
+}  // namespace pipelane
