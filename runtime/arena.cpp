@@ -7,9 +7,11 @@
 namespace pipelane {
 
 Arena::Arena(std::string name, std::size_t capacity_bytes, std::size_t alignment)
-    : name_(std::move(name)), capacity_(align_up(capacity_bytes, alignment)), alignment_(alignment) {
+    : name_(std::move(name)), capacity_(0), alignment_(alignment) {
+  // Checked before align_up, which divides by the alignment.
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     throw std::invalid_argument("Arena '" + name_ + "': alignment must be a power of two");
+  capacity_ = align_up(capacity_bytes, alignment);
   if (capacity_ > 0) {
     base_ = static_cast<unsigned char*>(std::aligned_alloc(alignment_, capacity_));
     if (!base_)
@@ -21,8 +23,9 @@ Arena::Arena(std::string name, std::size_t capacity_bytes, std::size_t alignment
 Arena::~Arena() { std::free(base_); }
 
 void* Arena::allocate(std::size_t bytes, const char* what) {
-  const std::size_t size = align_up(bytes == 0 ? 1 : bytes, alignment_);
-  if (size > capacity_ - used_) {
+  // bytes is compared before it is rounded up: align_up wraps around for bytes near SIZE_MAX.
+  const std::size_t size = bytes > capacity_ - used_ ? 0 : align_up(bytes == 0 ? 1 : bytes, alignment_);
+  if (bytes > capacity_ - used_ || size > capacity_ - used_) {
     throw ArenaQuotaError("Arena '" + name_ + "': " + what + " of " + std::to_string(bytes) +
                           " bytes exceeds the quota (" + std::to_string(used_) + " of " +
                           std::to_string(capacity_) + " bytes in use)");

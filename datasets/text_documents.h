@@ -1,0 +1,27 @@
+// Raw text in, documents out. Reading goes through zlib so .txt and .txt.gz are the same to callers.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipelane {
+
+enum class DocumentSplit {
+  kBlankLines,  // paragraphs separated by one or more blank (whitespace-only) lines
+  kWholeFile,   // each input file is one document
+};
+
+// "blank-lines" or "whole-file"; DataError otherwise.
+DocumentSplit parse_document_split(std::string_view name);
+const char* document_split_name(DocumentSplit split);
+
+// The whole file, decompressed when it is gzip (zlib reads plain files transparently).
+// DataError naming the file when it is missing, unreadable or a corrupt gzip stream.
+std::string read_text_file(const std::string& path);
+
+// Documents in file order. A paragraph keeps its own line breaks (including the last one), so the
+// documents concatenated give back the text minus its blank lines. Empty documents are dropped:
+// they carry no tokens and would only make empty entries in doc_offsets.
+std::vector<std::string> split_documents(std::string_view text, DocumentSplit split);
+
+}  // namespace pipelane

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""PyTorch (CPU) side of the GPT-2 training-throughput benchmark.
+
+Trains the reference GPT-2 (tests/golden/gpt2_reference.py) with AdamW on random tokens and
+reports tokens/s (median over the timed steps), the median step time and, when --peak-gflops is
+given, MFU. A training step is: zero_grad, forward, loss, backward, clip_grad_norm_(1.0), step.
+
+FLOPs per token = 6 * (N_nonembedding + d_model * vocab) + 12 * L * d_model * T
+  N_nonembedding: parameters other than wte and wpe; the tied LM-head matmul is counted
+  because it runs; 12*L*d_model*T is the attention (QK^T and AV) term.
+
+Needs Debian's /usr/bin/python3 with python3-torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tests", "golden"))
+from gpt2_reference import GPT2, GPT2Config, make_optimizer  # noqa: E402
+
+
+def flops_per_token(model: GPT2, cfg: GPT2Config, seq_len: int) -> int:
+    n_nonemb = model.num_params(non_embedding=True)
+    return 6 * (n_nonemb + cfg.d_model * cfg.vocab_size) + 12 * cfg.layers * cfg.d_model * seq_len
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--steps", type=int, default=6,
+                    help="timed steps after warmup (default 6: a step takes ~10 s on 2 cores)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--peak-gflops", type=float, default=None,
+                    help="peak FLOP/s of the machine in GFLOP/s; enables MFU")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", action="store_true", help="print one JSON line")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    torch.manual_seed(args.seed)
+
+    cfg = GPT2Config(layers=args.layers, d_model=args.d_model, heads=args.heads,
+                     max_seq_len=args.seq_len, vocab_size=args.vocab)
+    model = GPT2(cfg)
+    model.train()
+    opt = make_optimizer(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+    B, T = args.batch, args.seq_len
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    inputs = torch.randint(0, cfg.vocab_size, (B, T), generator=gen)
+    targets = torch.randint(0, cfg.vocab_size, (B, T), generator=gen)
+
+    fpt = flops_per_token(model, cfg, T)
+    print("flops/token: %d (params %d, non-embedding %d)"
+          % (fpt, model.num_params(), model.num_params(non_embedding=True)), file=sys.stderr)
+
+    step_s = []
+    loss = float("nan")
+    for step in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        _, l = model(inputs, targets)
+        l.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss = l.item()  # synchronises; CPU work is done by here anyway
+        dt = time.perf_counter() - t0
+        if step >= args.warmup:
+            step_s.append(dt)
+
+    med = statistics.median(step_s)
+    tokens_per_s = B * T / med
+    mfu = None
+    if args.peak_gflops:
+        mfu = tokens_per_s * fpt / (args.peak_gflops * 1e9)
+
+    if args.json:
+        print(json.dumps({"impl": "pytorch", "tokens_per_s": tokens_per_s,
+                          "step_ms_median": med * 1e3, "mfu": mfu, "threads": args.threads}))
+    else:
+        print("pytorch %s: L=%d C=%d heads=%d T=%d B=%d V=%d threads=%d"
+              % (torch.__version__, cfg.layers, cfg.d_model, cfg.heads, T, B, cfg.vocab_size,
+                 args.threads))
+        print("tokens/s: %.1f" % tokens_per_s)
+        print("step ms (median of %d): %.1f" % (len(step_s), med * 1e3))
+        print("achieved GFLOP/s: %.2f" % (tokens_per_s * fpt / 1e9))
+        if mfu is not None:
+            print("MFU: %.2f%% (peak %.1f GFLOP/s)" % (100 * mfu, args.peak_gflops))
+        print("final loss: %.4f" % loss)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pipelane needs. Idempotent: runs `apt-get update` only when
+# something is missing, and prints nothing when everything is already installed.
+#   scripts/setup.sh              build, test and run dependencies
+#   scripts/setup.sh --reference  also Debian's python3-torch, the reference for golden values and
+#                                 the PyTorch side of scripts/bench/train_throughput.sh
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libopenblas-openmp-dev   # sgemm on the OpenMP runtime our kernels use (see cmake/Dependencies.cmake)
+  libhdf5-dev zlib1g-dev
+  libboost-program-options-dev nlohmann-json3-dev libgtest-dev
+  jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz
+)
+for arg in "$@"; do
+  case "$arg" in
+    --reference) packages+=(python3-torch) ;;
+    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup.sh: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup.sh: done"
