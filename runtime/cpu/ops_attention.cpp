@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/fast_math.h"
 #include "runtime/ops.h"
 
 namespace pipelane::cpu {
@@ -41,7 +42,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         }
         float sum = 0.f;
         for (int j = 0; j <= i; ++j) {
-          row[j] = std::exp(row[j] - maxv);
+          row[j] = exp_approx(row[j] - maxv);
           sum += row[j];
         }
         const float inv = 1.0f / sum;

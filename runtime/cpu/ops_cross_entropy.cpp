@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/fast_math.h"
 #include "runtime/ops.h"
 
 namespace pipelane::cpu {
@@ -40,7 +41,7 @@ double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float*
       float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
       for (int v = 0; v < V; ++v) {
-        z[v] = std::exp(z[v] - maxv);
+        z[v] = exp_approx(z[v] - maxv);
         sum += z[v];
       }
       losses[r0 + r] = std::log(sum) - target_logit;

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/fast_math.h"
 #include "runtime/ops.h"
 
 namespace pipelane::cpu {
@@ -14,7 +15,7 @@ void gelu_forward(float* out, const float* inp, std::size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (std::size_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + 0.044715f * x * x * x)));
+    out[i] = 0.5f * x * (1.0f + tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
   }
 }
 
@@ -23,7 +24,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
   for (std::size_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
-    const float th = std::tanh(u);
+    const float th = tanh_approx(u);
     const float sech2 = 1.0f - th * th;
     const float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] = local * dout[i];
