@@ -5,8 +5,10 @@
 // - parameter gradients (dw, db, dwte, ...) are ACCUMULATED (+=);
 // - input gradients are OVERWRITTEN (=), except layernorm_backward's dinp, which accumulates
 //   because a layernorm's input is always the residual stream, whose gradient is a sum.
-// Every reduction runs over a fixed partition, never an OpenMP `reduction` clause, so results are
-// bit-identical from run to run and do not depend on the thread count.
+// Every reduction of ours runs over a fixed partition, never an OpenMP `reduction` clause, so
+// results are bit-identical from run to run, and our own loops give the same bits for any thread
+// count. OpenBLAS's sgemm does not: it rounds differently with another thread count (measured:
+// low bits of ~10% of elements), so compare runs at equal thread counts.
 #pragma once
 #include <cstddef>
 #include <cstdint>
