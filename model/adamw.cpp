@@ -10,6 +10,13 @@ double grad_sum_squares(const ParamLayout& layout, const float* grads) {
   return total;
 }
 
+double grad_sum_squares_for_global_norm(const ParamLayout& layout, const float* grads) {
+  double total = 0.0;
+  for (const ParamEntry& e : layout.entries())
+    if (e.sharded() || layout.tp().rank == 0) total += cpu::sum_squares(grads + e.offset, e.numel);
+  return total;
+}
+
 float clip_scale(double grad_norm, float max_norm) {
   if (max_norm <= 0.f) return 1.0f;
   const float coef = max_norm / (static_cast<float>(grad_norm) + 1e-6f);

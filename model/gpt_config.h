@@ -14,6 +14,15 @@ struct GptConfig {
 
   static constexpr int kVocabPadding = 64;
   int padded_vocab() const { return (vocab_size + kVocabPadding - 1) / kVocabPadding * kVocabPadding; }
+  // The padded vocabulary under tensor parallelism of degree tp: padded_vocab() when tp divides
+  // it (always for power-of-two tp <= 64, so the full wte has the same shape for any such tp and
+  // checkpoints move between tp degrees unchanged), else the next multiple of 64 * tp.
+  int padded_vocab_for_tp(int tp) const {
+    const int vp = padded_vocab();
+    if (tp <= 1 || vp % tp == 0) return vp;
+    const int m = kVocabPadding * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
   int head_size() const { return d_model / heads; }
   // Empty when valid, else what is wrong ("heads (5) does not divide d_model (128)").
   std::string problem() const;

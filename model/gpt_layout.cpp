@@ -7,46 +7,76 @@
 
 namespace pipelane {
 
-ParamLayout::ParamLayout(const GptConfig& cfg, StageRange range) : cfg_(cfg), range_(range) {
+std::size_t ParamEntry::full_numel() const {
+  std::size_t n = 1;
+  for (auto d : full_shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+ParamLayout::ParamLayout(const GptConfig& cfg, StageRange range, TensorParallelShard tp)
+    : cfg_(cfg), range_(range), tp_(tp) {
   if (const std::string p = cfg.problem(); !p.empty()) throw std::invalid_argument("GptConfig: " + p);
   if (range.first_layer < 0 || range.last_layer > cfg.layers || range.first_layer > range.last_layer)
     throw std::invalid_argument("StageRange: layers [" + std::to_string(range.first_layer) + ", " +
                                 std::to_string(range.last_layer) + ") outside the model's " +
                                 std::to_string(cfg.layers));
-  const std::int64_t C = cfg.d_model, Vp = cfg.padded_vocab();
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size)
+    throw std::invalid_argument("tensor parallel rank " + std::to_string(tp.rank) + " of " +
+                                std::to_string(tp.size));
+  if (cfg.heads % tp.size != 0)
+    throw std::invalid_argument("tensor parallel size (" + std::to_string(tp.size) +
+                                ") does not divide heads (" + std::to_string(cfg.heads) + ")");
+  vocab_padded_ = cfg.padded_vocab_for_tp(tp.size);
+  vocab_local_ = vocab_padded_ / tp.size;
+  vocab_begin_ = tp.rank * vocab_local_;
+
+  const std::int64_t C = cfg.d_model, Vp = vocab_padded_;
   const float std_w = 0.02f;
   // GPT-2 scales the init of projections into the residual stream by 1/sqrt(2 * layers).
   const float std_resid = 0.02f / std::sqrt(2.0f * cfg.layers);
-  if (range.has_embedding || range.has_head) wte = add("wte", {Vp, C}, true, std_w);
-  if (range.has_embedding) wpe = add("wpe", {cfg.max_seq_len, C}, true, std_w);
+  constexpr int kRep = -1, kRows = 0, kCols = 1;
+  if (range.has_embedding || range.has_head) wte = add("wte", {Vp, C}, kRows, 1, true, std_w);
+  if (range.has_embedding) wpe = add("wpe", {cfg.max_seq_len, C}, kRep, 1, true, std_w);
   for (int l = range.first_layer; l < range.last_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     LayerOffsets o{};
-    o.ln1w = add(h + "ln_1.weight", {C}, false, 0.f, 1.f);
-    o.ln1b = add(h + "ln_1.bias", {C}, false, 0.f);
-    o.qkvw = add(h + "attn.c_attn.weight", {3 * C, C}, true, std_w);
-    o.qkvb = add(h + "attn.c_attn.bias", {3 * C}, false, 0.f);
-    o.attprojw = add(h + "attn.c_proj.weight", {C, C}, true, std_resid);
-    o.attprojb = add(h + "attn.c_proj.bias", {C}, false, 0.f);
-    o.ln2w = add(h + "ln_2.weight", {C}, false, 0.f, 1.f);
-    o.ln2b = add(h + "ln_2.bias", {C}, false, 0.f);
-    o.fcw = add(h + "mlp.c_fc.weight", {4 * C, C}, true, std_w);
-    o.fcb = add(h + "mlp.c_fc.bias", {4 * C}, false, 0.f);
-    o.fcprojw = add(h + "mlp.c_proj.weight", {C, 4 * C}, true, std_resid);
-    o.fcprojb = add(h + "mlp.c_proj.bias", {C}, false, 0.f);
+    o.ln1w = add(h + "ln_1.weight", {C}, kRep, 1, false, 0.f, 1.f);
+    o.ln1b = add(h + "ln_1.bias", {C}, kRep, 1, false, 0.f);
+    o.qkvw = add(h + "attn.c_attn.weight", {3 * C, C}, kRows, 3, true, std_w);
+    o.qkvb = add(h + "attn.c_attn.bias", {3 * C}, kRows, 3, false, 0.f);
+    o.attprojw = add(h + "attn.c_proj.weight", {C, C}, kCols, 1, true, std_resid);
+    o.attprojb = add(h + "attn.c_proj.bias", {C}, kRep, 1, false, 0.f);
+    o.ln2w = add(h + "ln_2.weight", {C}, kRep, 1, false, 0.f, 1.f);
+    o.ln2b = add(h + "ln_2.bias", {C}, kRep, 1, false, 0.f);
+    o.fcw = add(h + "mlp.c_fc.weight", {4 * C, C}, kRows, 1, true, std_w);
+    o.fcb = add(h + "mlp.c_fc.bias", {4 * C}, kRows, 1, false, 0.f);
+    o.fcprojw = add(h + "mlp.c_proj.weight", {C, 4 * C}, kCols, 1, true, std_resid);
+    o.fcprojb = add(h + "mlp.c_proj.bias", {C}, kRep, 1, false, 0.f);
     layers.push_back(o);
   }
   if (range.has_head) {
-    lnfw = add("ln_f.weight", {C}, false, 0.f, 1.f);
-    lnfb = add("ln_f.bias", {C}, false, 0.f);
+    lnfw = add("ln_f.weight", {C}, kRep, 1, false, 0.f, 1.f);
+    lnfb = add("ln_f.bias", {C}, kRep, 1, false, 0.f);
   }
 }
 
-std::size_t ParamLayout::add(std::string name, std::vector<std::int64_t> shape, bool decay,
-                             float std, float value) {
+std::size_t ParamLayout::add(std::string name, std::vector<std::int64_t> full_shape, int shard_dim,
+                             int shard_blocks, bool decay, float std, float value) {
   ParamEntry e;
   e.name = std::move(name);
-  e.shape = std::move(shape);
+  e.full_shape = full_shape;
+  e.shape = std::move(full_shape);
+  e.shard_dim = shard_dim;
+  e.shard_blocks = shard_dim >= 0 ? shard_blocks : 1;
+  e.tp_rank = tp_.rank;
+  e.tp_size = tp_.size;
+  if (e.sharded()) {
+    const std::int64_t parts = static_cast<std::int64_t>(e.shard_blocks) * tp_.size;
+    if (e.shape[shard_dim] % parts != 0)
+      throw std::logic_error("ParamLayout: " + e.name + " cannot be split " + std::to_string(parts) +
+                             " ways");
+    e.shape[shard_dim] /= tp_.size;
+  }
   e.numel = 1;
   for (auto d : e.shape) e.numel *= static_cast<std::size_t>(d);
   e.offset = total_;
@@ -63,6 +93,74 @@ const ParamEntry* ParamLayout::find(const std::string& name) const {
   for (const auto& e : entries_)
     if (e.name == name) return &e;
   return nullptr;
+}
+
+namespace {
+// The tensor as [outer, dim, inner] around its shard dimension.
+struct Split {
+  std::size_t outer = 1, inner = 1, full_dim = 1, local_dim = 1, block = 1, piece = 1;
+};
+Split split_of(const ParamEntry& e) {
+  Split s;
+  const int d = e.shard_dim;
+  for (int i = 0; i < d; ++i) s.outer *= static_cast<std::size_t>(e.full_shape[i]);
+  for (std::size_t i = d + 1; i < e.full_shape.size(); ++i)
+    s.inner *= static_cast<std::size_t>(e.full_shape[i]);
+  s.full_dim = static_cast<std::size_t>(e.full_shape[d]);
+  s.local_dim = static_cast<std::size_t>(e.shape[d]);
+  s.block = s.full_dim / static_cast<std::size_t>(e.shard_blocks);
+  s.piece = s.block / static_cast<std::size_t>(e.tp_size);
+  return s;
+}
+}  // namespace
+
+std::size_t full_index_of(const ParamEntry& e, std::size_t local_index) {
+  if (!e.sharded()) return local_index;
+  const Split s = split_of(e);
+  const std::size_t inner = local_index % s.inner, rest = local_index / s.inner;
+  const std::size_t k = rest % s.local_dim, outer = rest / s.local_dim;
+  const std::size_t f = (k / s.piece) * s.block + static_cast<std::size_t>(e.tp_rank) * s.piece +
+                        k % s.piece;
+  return (outer * s.full_dim + f) * s.inner + inner;
+}
+
+std::size_t local_index_of(const ParamEntry& e, std::size_t full_index) {
+  if (!e.sharded()) return full_index;
+  const Split s = split_of(e);
+  const std::size_t inner = full_index % s.inner, rest = full_index / s.inner;
+  const std::size_t f = rest % s.full_dim, outer = rest / s.full_dim;
+  const std::size_t within = f % s.block;
+  if (within / s.piece != static_cast<std::size_t>(e.tp_rank)) return ParamLayout::npos;
+  const std::size_t k = (f / s.block) * s.piece + within % s.piece;
+  return (outer * s.local_dim + k) * s.inner + inner;
+}
+
+void slice_from_full(const ParamEntry& e, const float* full, float* shard) {
+  for (std::size_t i = 0; i < e.numel; ++i) shard[i] = full[full_index_of(e, i)];
+}
+
+void place_into_full(const ParamEntry& e, const float* shard, float* full) {
+  for (std::size_t i = 0; i < e.numel; ++i) full[full_index_of(e, i)] = shard[i];
+}
+
+void gather_full_tensor(const std::vector<const ParamEntry*>& entries,
+                        const std::vector<const float*>& shards, float* full) {
+  if (entries.empty() || entries.size() != shards.size())
+    throw std::invalid_argument("gather_full_tensor: one entry and one buffer per rank");
+  const ParamEntry& first = *entries[0];
+  if (static_cast<int>(entries.size()) != first.tp_size)
+    throw std::invalid_argument("gather_full_tensor: " + first.name + " needs all " +
+                                std::to_string(first.tp_size) + " ranks");
+  for (std::size_t r = 0; r < entries.size(); ++r)
+    if (entries[r]->name != first.name || entries[r]->tp_rank != static_cast<int>(r) ||
+        entries[r]->full_shape != first.full_shape)
+      throw std::invalid_argument("gather_full_tensor: entry " + std::to_string(r) + " is not " +
+                                  first.name + " of tp rank " + std::to_string(r));
+  if (!first.sharded()) {
+    for (std::size_t i = 0; i < first.numel; ++i) full[i] = shards[0][i];
+    return;
+  }
+  for (std::size_t r = 0; r < entries.size(); ++r) place_into_full(*entries[r], shards[r], full);
 }
 
 }  // namespace pipelane

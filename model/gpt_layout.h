@@ -2,6 +2,26 @@
 // table). Gradients and AdamW moments use the same layout. Names follow Hugging Face's GPT-2
 // ("h.3.attn.c_attn.weight") with global layer numbers, so a tensor has the same name on whichever
 // stage holds it.
+//
+// Tensor parallelism (model/tensor_parallel.h). A layout built for tp rank r of tp holds, per
+// name, a slice of the full model's tensor, recorded in its ParamEntry:
+//   full_shape    the full model's shape (== shape when replicated or tp == 1);
+//   shard_dim     -1: replicated, every rank holds the whole tensor; 0: rows split; 1: columns;
+//   shard_blocks  the full tensor's shard_dim is made of shard_blocks equal blocks that are split
+//                 separately: a rank's tensor is its 1/tp piece of block 0, then of block 1, ...
+// With F = full_shape[shard_dim], block length F/shard_blocks and piece b = F/(shard_blocks*tp),
+// local index k along shard_dim is full index (k / b) * (F / shard_blocks) + r * b + k % b.
+// The tensors, for C = d_model, Vp = padded_vocab_for_tp(tp):
+//   wte                  [Vp, C]    shard_dim 0, blocks 1 (vocab-parallel: rows [r*Vp/tp, ...))
+//   h.L.attn.c_attn.*    [3C, C]/[3C] shard_dim 0, blocks 3 (q, k and v rows of this rank's heads)
+//   h.L.mlp.c_fc.*       [4C, C]/[4C] shard_dim 0, blocks 1 (column-parallel)
+//   h.L.attn.c_proj.weight [C, C]   shard_dim 1 (row-parallel: the input columns of the heads)
+//   h.L.mlp.c_proj.weight  [C, 4C]  shard_dim 1 (row-parallel)
+//   everything else (wpe, LayerNorms, both c_proj biases) replicated.
+// shard_dim/shard_blocks are recorded at tp == 1 too (they say how the tensor would be split);
+// ParamEntry::sharded() is true only when tp > 1 actually cuts it. full_index_of / local_index_of
+// map indices, slice_from_full / place_into_full / gather_full_tensor move whole tensors, so a
+// checkpoint can store full tensors by name and load them at any tp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -15,11 +35,24 @@ namespace pipelane {
 struct ParamEntry {
   std::string name;
   std::size_t offset = 0;  // in floats
-  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> shape;  // what this rank holds
   std::size_t numel = 0;
   bool decay = false;  // AdamW weight decay applies to matrices and embeddings only
   float init_std = 0;  // 0: constant init (init_value)
   float init_value = 0;
+  // Tensor parallelism: see the top of this file.
+  std::vector<std::int64_t> full_shape;
+  int shard_dim = -1;
+  int shard_blocks = 1;
+  int tp_rank = 0, tp_size = 1;
+  bool sharded() const { return shard_dim >= 0 && tp_size > 1; }
+  std::size_t full_numel() const;
+};
+
+// Which member of a tensor-parallel group a layout is for. {0, 1}: no tensor parallelism.
+struct TensorParallelShard {
+  int rank = 0;
+  int size = 1;
 };
 
 struct LayerOffsets {
@@ -28,13 +61,25 @@ struct LayerOffsets {
 
 class ParamLayout {
  public:
-  ParamLayout(const GptConfig& cfg, StageRange range);
+  // Throws std::invalid_argument for an impossible config, range or tp (heads % tp != 0).
+  ParamLayout(const GptConfig& cfg, StageRange range, TensorParallelShard tp = {});
 
   const std::vector<ParamEntry>& entries() const { return entries_; }
   std::size_t total_floats() const { return total_; }
   const ParamEntry* find(const std::string& name) const;  // null when this stage lacks it
   const GptConfig& config() const { return cfg_; }
   const StageRange& range() const { return range_; }
+  const TensorParallelShard& tp() const { return tp_; }
+
+  // Vocabulary under tensor parallelism: the full padded size (cfg.padded_vocab_for_tp(tp)) and
+  // the rows [vocab_begin, vocab_begin + vocab_local) of wte this rank holds.
+  int padded_vocab() const { return vocab_padded_; }
+  int vocab_begin() const { return vocab_begin_; }
+  int vocab_local() const { return vocab_local_; }
+  // Per-rank sizes: heads, and the widths of q/k/v (C/tp) and of the MLP hidden layer (4C/tp).
+  int local_heads() const { return cfg_.heads / tp_.size; }
+  int local_attn_width() const { return cfg_.d_model / tp_.size; }
+  int local_mlp_width() const { return 4 * cfg_.d_model / tp_.size; }
 
   // Offsets for the hot path; npos where this stage does not hold the tensor.
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
@@ -42,12 +87,29 @@ class ParamLayout {
   std::vector<LayerOffsets> layers;  // index 0 is range.first_layer
 
  private:
-  std::size_t add(std::string name, std::vector<std::int64_t> shape, bool decay, float std,
-                  float value = 0.f);
+  std::size_t add(std::string name, std::vector<std::int64_t> full_shape, int shard_dim,
+                  int shard_blocks, bool decay, float std, float value = 0.f);
   GptConfig cfg_;
   StageRange range_;
+  TensorParallelShard tp_;
+  int vocab_padded_ = 0, vocab_begin_ = 0, vocab_local_ = 0;
   std::vector<ParamEntry> entries_;
   std::size_t total_ = 0;
 };
+
+// Index (row-major) in the full tensor of element `local_index` of this rank's tensor.
+std::size_t full_index_of(const ParamEntry& e, std::size_t local_index);
+// Index in this rank's tensor of element `full_index` of the full tensor; ParamLayout::npos when
+// that element lives on another rank.
+std::size_t local_index_of(const ParamEntry& e, std::size_t full_index);
+// shard[e.numel] = this rank's slice of full[e.full_numel()].
+void slice_from_full(const ParamEntry& e, const float* full, float* shard);
+// Writes this rank's slice into its place in full[e.full_numel()], leaving the rest untouched.
+void place_into_full(const ParamEntry& e, const float* shard, float* full);
+// Reassembles full[entries[0]->full_numel()] from the same-named entry of every rank of a tp
+// group: entries[r] and shards[r] (its data) from rank r. Replicated tensors are copied from rank
+// 0. Throws std::invalid_argument when the entries do not form one complete group.
+void gather_full_tensor(const std::vector<const ParamEntry*>& entries,
+                        const std::vector<const float*>& shards, float* full);
 
 }  // namespace pipelane

@@ -9,12 +9,88 @@
 
 namespace pipelane {
 
-GptStage::GptStage(const GptConfig& cfg, StageRange range) : layout_(cfg, range) {}
+namespace {
+
+TensorParallelShard shard_of(const TensorParallelComm* tp) {
+  return tp ? TensorParallelShard{tp->rank(), tp->size()} : TensorParallelShard{};
+}
+
+// out[n,:] += bias[:] (the row-parallel bias, added once after the all-reduce).
+void add_bias(float* out, const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] += bias[c];
+  }
+}
+
+// Vocab-parallel embedding lookup: out[n,:] = wte_local[tokens[n] - v0,:] for tokens this rank
+// holds, 0 for the others (the all-reduce then adds the one rank's row to exact zeros, so the sum
+// is bit-identical to an unsplit lookup).
+void embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
+                            int v0, int vcount) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+    const int local = tokens[n] - v0;
+    if (local >= 0 && local < vcount) {
+      const float* w = wte + static_cast<std::size_t>(local) * C;
+#pragma omp simd
+      for (int c = 0; c < C; ++c) o[c] = w[c];
+    } else {
+      for (int c = 0; c < C; ++c) o[c] = 0.f;
+    }
+  }
+}
+
+// out[b,t,:] += wpe[t,:]
+void add_positions(float* out, const float* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < B * T; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+    const float* p = wpe + static_cast<std::size_t>(n % T) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] += p[c];
+  }
+}
+
+// The vocab-parallel embedding's backward: dwpe for every position (replicated, the same dout on
+// every rank), dwte only for this rank's rows. Same channel-slice partition and row order as
+// cpu::embedding_backward, so the sums are the unsplit ones.
+void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
+                              const std::int32_t* tokens, int B, int T, int C, int v0, int vcount) {
+  constexpr int kSlice = 16;
+  const int slices = (C + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < slices; ++s) {
+    const int c0 = s * kSlice, c1 = c0 + kSlice < C ? c0 + kSlice : C;
+    for (int n = 0; n < B * T; ++n) {
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      float* p = dwpe + static_cast<std::size_t>(n % T) * C;
+      for (int c = c0; c < c1; ++c) p[c] += d[c];
+      const int local = tokens[n] - v0;
+      if (local < 0 || local >= vcount) continue;
+      float* w = dwte + static_cast<std::size_t>(local) * C;
+      for (int c = c0; c < c1; ++c) w[c] += d[c];
+    }
+  }
+}
+
+}  // namespace
+
+GptStage::GptStage(const GptConfig& cfg, StageRange range, TensorParallelComm* tp)
+    : layout_(cfg, range, shard_of(tp)), tp_(tp && tp->size() > 1 ? tp : nullptr) {}
+
+void GptStage::reduce_sum(float* data, std::size_t n) const {
+  if (tp_) tp_->all_reduce_sum(data, n);
+}
 
 template <typename Alloc>
 MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T) const {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = config().d_model;
-  const std::size_t NH = config().heads;
+  const std::size_t NH = layout_.local_heads();
+  const std::size_t CA = layout_.local_attn_width(), CM = layout_.local_mlp_width();
   MicrobatchActivations a;
   a.B = B;
   a.T = T;
@@ -24,15 +100,15 @@ MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T) co
     x.ln1 = alloc(N * C, "activations.ln1");
     x.ln1_mean = alloc(N, "activations.ln1_mean");
     x.ln1_rstd = alloc(N, "activations.ln1_rstd");
-    x.qkv = alloc(N * 3 * C, "activations.qkv");
+    x.qkv = alloc(N * 3 * CA, "activations.qkv");
     x.att = alloc(B * NH * T * T, "activations.att");
-    x.atty = alloc(N * C, "activations.atty");
+    x.atty = alloc(N * CA, "activations.atty");
     x.res_attn = alloc(N * C, "activations.res_attn");
     x.ln2 = alloc(N * C, "activations.ln2");
     x.ln2_mean = alloc(N, "activations.ln2_mean");
     x.ln2_rstd = alloc(N, "activations.ln2_rstd");
-    x.fch = alloc(N * 4 * C, "activations.fch");
-    x.fch_gelu = alloc(N * 4 * C, "activations.fch_gelu");
+    x.fch = alloc(N * CM, "activations.fch");
+    x.fch_gelu = alloc(N * CM, "activations.fch_gelu");
     x.res_out = alloc(N * C, "activations.res_out");
     a.layers.push_back(x);
   }
@@ -53,12 +129,19 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   s.proj = alloc(N * C, "scratch.proj");
   s.dres = alloc(N * C, "scratch.dres");
   s.dtmp = alloc(N * C, "scratch.dtmp");
-  s.dqkv = alloc(N * 3 * C, "scratch.dqkv");
-  s.d4c = alloc(N * 4 * C, "scratch.d4c");
+  s.dqkv = alloc(N * 3 * layout_.local_attn_width(), "scratch.dqkv");
+  s.d4c = alloc(N * layout_.local_mlp_width(), "scratch.d4c");
   if (range().has_head) {
-    const int Vp = config().padded_vocab();
-    s.logits = alloc(static_cast<std::size_t>(cpu::lm_head_chunk_rows(static_cast<int>(N), Vp)) * Vp,
-                     "scratch.logits");
+    if (tp_) {
+      s.logits = alloc(cpu::lm_head_vocab_parallel_scratch_floats(static_cast<int>(N),
+                                                                  layout_.vocab_local()),
+                       "scratch.logits");
+    } else {
+      const int Vp = config().padded_vocab();
+      s.logits =
+          alloc(static_cast<std::size_t>(cpu::lm_head_chunk_rows(static_cast<int>(N), Vp)) * Vp,
+                "scratch.logits");
+    }
   }
   return s;
 }
@@ -99,18 +182,26 @@ void GptStage::init_parameters(const ParamLayout& layout, float* params, std::ui
   const GptConfig& cfg = layout.config();
   for (const ParamEntry& e : layout.entries()) {
     float* p = params + e.offset;
-    std::size_t n = e.numel;
-    if (e.name == "wte") {
-      // Padded vocabulary rows stay zero: they never receive gradient, and zero keeps them inert.
-      std::memset(p, 0, n * sizeof(float));
-      n = static_cast<std::size_t>(cfg.vocab_size) * cfg.d_model;
-    }
     if (e.init_std == 0.f) {
-      for (std::size_t i = 0; i < n; ++i) p[i] = e.init_value;
+      for (std::size_t i = 0; i < e.numel; ++i) p[i] = e.init_value;
       continue;
     }
+    // Padded vocabulary rows stay zero: they never receive gradient, and zero keeps them inert.
+    std::size_t drawn = e.full_numel();
+    if (e.name == "wte") drawn = static_cast<std::size_t>(cfg.vocab_size) * cfg.d_model;
     NormalRng rng(seed, e.name);
-    for (std::size_t i = 0; i < n; ++i) p[i] = e.init_std * rng.next();
+    if (!e.sharded()) {
+      std::memset(p, 0, e.numel * sizeof(float));
+      for (std::size_t i = 0; i < drawn; ++i) p[i] = e.init_std * rng.next();
+      continue;
+    }
+    // A shard: walk the full tensor's stream in order and keep this rank's elements.
+    std::memset(p, 0, e.numel * sizeof(float));
+    for (std::size_t i = 0; i < drawn; ++i) {
+      const float value = e.init_std * rng.next();
+      const std::size_t local = local_index_of(e, i);
+      if (local != ParamLayout::npos) p[local] = value;
+    }
   }
 }
 
@@ -119,36 +210,69 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
                          const std::int32_t* targets, float loss_scale) const {
   const GptConfig& cfg = config();
   const ParamLayout& L = layout_;
-  const int B = a.B, T = a.T, C = cfg.d_model, NH = cfg.heads;
+  const int B = a.B, T = a.T, C = cfg.d_model;
+  // This rank's heads, q/k/v width and MLP width (the whole model's when tp == 1).
+  const int NH = L.local_heads(), CA = L.local_attn_width(), CM = L.local_mlp_width();
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   if (T > cfg.max_seq_len) throw std::invalid_argument("GptStage::forward: T exceeds max_seq_len");
 
-  if (range().has_embedding)
-    cpu::embedding_forward(a.input, tokens, params + L.wte, params + L.wpe, B, T, C);
-  else
+  if (range().has_embedding) {
+    if (tp_) {
+      embedding_lookup_local(a.input, tokens, params + L.wte, N, C, L.vocab_begin(),
+                             L.vocab_local());
+      reduce_sum(a.input, NC);
+      add_positions(a.input, params + L.wpe, B, T, C);
+    } else {
+      cpu::embedding_forward(a.input, tokens, params + L.wte, params + L.wpe, B, T, C);
+    }
+  } else {
     std::memcpy(a.input, input, NC * sizeof(float));
+  }
 
+  // Row-parallel layers: partial products, all-reduced, then the (replicated) bias added once.
+  // With tp == 1 the bias stays fused into the matmul, exactly as before tensor parallelism.
   const float* x = a.input;
   for (std::size_t l = 0; l < a.layers.size(); ++l) {
     const LayerOffsets& o = L.layers[l];
     LayerActivations& h = a.layers[l];
     cpu::layernorm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params + o.ln1w, params + o.ln1b, N, C);
-    cpu::matmul_forward(h.qkv, h.ln1, params + o.qkvw, params + o.qkvb, N, C, 3 * C);
-    cpu::attention_forward(h.atty, h.att, h.qkv, B, T, C, NH);
-    cpu::matmul_forward(s.proj, h.atty, params + o.attprojw, params + o.attprojb, N, C, C);
+    // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
+    cpu::matmul_forward(h.qkv, h.ln1, params + o.qkvw, params + o.qkvb, N, C, 3 * CA);
+    cpu::attention_forward(h.atty, h.att, h.qkv, B, T, CA, NH);
+    cpu::matmul_forward(s.proj, h.atty, params + o.attprojw, tp_ ? nullptr : params + o.attprojb,
+                        N, CA, C);
+    if (tp_) {
+      reduce_sum(s.proj, NC);
+      add_bias(s.proj, params + o.attprojb, N, C);
+    }
     cpu::add_forward(h.res_attn, x, s.proj, NC);
     cpu::layernorm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params + o.ln2w,
                            params + o.ln2b, N, C);
-    cpu::matmul_forward(h.fch, h.ln2, params + o.fcw, params + o.fcb, N, C, 4 * C);
-    cpu::gelu_forward(h.fch_gelu, h.fch, NC * 4);
-    cpu::matmul_forward(s.proj, h.fch_gelu, params + o.fcprojw, params + o.fcprojb, N, 4 * C, C);
+    cpu::matmul_forward(h.fch, h.ln2, params + o.fcw, params + o.fcb, N, C, CM);
+    cpu::gelu_forward(h.fch_gelu, h.fch, static_cast<std::size_t>(N) * CM);
+    cpu::matmul_forward(s.proj, h.fch_gelu, params + o.fcprojw, tp_ ? nullptr : params + o.fcprojb,
+                        N, CM, C);
+    if (tp_) {
+      reduce_sum(s.proj, NC);
+      add_bias(s.proj, params + o.fcprojb, N, C);
+    }
     cpu::add_forward(h.res_out, h.res_attn, s.proj, NC);
     x = h.res_out;
   }
   if (!range().has_head) return 0.0;
   cpu::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params + L.lnfw, params + L.lnfb, N, C);
   a.head_grad_ready = grads != nullptr;
+  if (tp_) {
+    TensorParallelComm* comm = tp_;
+    const cpu::GroupReduce reduce{
+        [comm](float* d, std::size_t n) { comm->all_reduce_sum(d, n); },
+        [comm](float* d, std::size_t n) { comm->all_reduce_max(d, n); }};
+    return cpu::lm_head_cross_entropy_vocab_parallel(
+        a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.wte : nullptr, a.lnf, params + L.wte,
+        targets, N, C, cfg.vocab_size, L.vocab_begin(), L.vocab_local(), loss_scale, s.logits,
+        reduce);
+  }
   return cpu::lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr,
                                     grads ? grads + L.wte : nullptr, a.lnf, params + L.wte, targets,
                                     N, C, cfg.vocab_size, cfg.padded_vocab(), loss_scale, s.logits);
@@ -159,11 +283,16 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
                         float* grad_input) const {
   const GptConfig& cfg = config();
   const ParamLayout& L = layout_;
-  const int B = a.B, T = a.T, C = cfg.d_model, NH = cfg.heads;
+  const int B = a.B, T = a.T, C = cfg.d_model;
+  const int NH = L.local_heads(), CA = L.local_attn_width(), CM = L.local_mlp_width();
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   const float* stage_out = a.output();
 
+  // Under tensor parallelism s.dres (the residual stream's gradient) is identical on every rank:
+  // it starts from the all-reduced head gradient (or the same grad_output), and every update to
+  // it is a replicated op on all-reduced inputs. That is why the replicated tensors' gradients
+  // (LayerNorms, c_proj biases, wpe) come out identical on every rank without a reduce.
   if (range().has_head) {
     if (!a.head_grad_ready)
       throw std::logic_error("GptStage::backward: forward ran without gradients (grads == null)");
@@ -179,34 +308,42 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     const LayerOffsets& o = L.layers[l];
     LayerActivations& h = a.layers[l];
     const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
+    const std::size_t NM = static_cast<std::size_t>(N) * CM;
     // MLP: res_out = res_attn + fcproj(gelu(fc(ln2(res_attn))))
     cpu::matmul_backward(s.d4c, grads + o.fcprojw, grads + o.fcprojb, s.dres, h.fch_gelu,
-                         params + o.fcprojw, N, 4 * C, C);
-    cpu::gelu_backward(s.d4c, h.fch, s.d4c, NC * 4);
+                         params + o.fcprojw, N, CM, C);
+    cpu::gelu_backward(s.d4c, h.fch, s.d4c, NM);
     cpu::matmul_backward(s.dtmp, grads + o.fcw, grads + o.fcb, s.d4c, h.ln2, params + o.fcw, N, C,
-                         4 * C);
+                         CM);
+    reduce_sum(s.dtmp, NC);  // backward of column-parallel c_fc's input ("f")
     cpu::layernorm_backward(s.dres, grads + o.ln2w, grads + o.ln2b, s.dtmp, h.res_attn,
                             params + o.ln2w, h.ln2_mean, h.ln2_rstd, N, C);
     // Attention: res_attn = x + attproj(attention(qkv(ln1(x))))
     cpu::matmul_backward(s.dtmp, grads + o.attprojw, grads + o.attprojb, s.dres, h.atty,
-                         params + o.attprojw, N, C, C);
-    cpu::attention_backward(s.dqkv, s.dtmp, h.qkv, h.att, B, T, C, NH);
+                         params + o.attprojw, N, CA, C);  // s.dtmp holds [N, CA] here
+    cpu::attention_backward(s.dqkv, s.dtmp, h.qkv, h.att, B, T, CA, NH);
     cpu::matmul_backward(s.dtmp, grads + o.qkvw, grads + o.qkvb, s.dqkv, h.ln1, params + o.qkvw, N,
-                         C, 3 * C);
+                         C, 3 * CA);
+    reduce_sum(s.dtmp, NC);  // backward of column-parallel c_attn's input ("f")
     cpu::layernorm_backward(s.dres, grads + o.ln1w, grads + o.ln1b, s.dtmp, x, params + o.ln1w,
                             h.ln1_mean, h.ln1_rstd, N, C);
   }
 
-  if (range().has_embedding)
-    cpu::embedding_backward(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C);
-  else
+  if (range().has_embedding) {
+    if (tp_)
+      embedding_backward_local(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C,
+                               L.vocab_begin(), L.vocab_local());
+    else
+      cpu::embedding_backward(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C);
+  } else {
     std::memcpy(grad_input, s.dres, NC * sizeof(float));
+  }
 }
 
 void GptStage::logits(const float* params, const MicrobatchActivations& a, float* out) const {
   if (!range().has_head) throw std::logic_error("GptStage::logits: this stage has no head");
   cpu::lm_head_logits(out, a.lnf, params + layout_.wte, a.B * a.T, config().d_model,
-                      config().padded_vocab());
+                      layout_.vocab_local());
 }
 
 }  // namespace pipelane

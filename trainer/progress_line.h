@@ -8,7 +8,8 @@ namespace pipelane {
 
 class ProgressLine {
  public:
-  ProgressLine(std::FILE* out, int total_steps, int log_every);
+  // allow_live = false forces plain lines (e.g. under mpirun, which hands ranks a pty).
+  ProgressLine(std::FILE* out, int total_steps, int log_every, bool allow_live = true);
   // Shown live on a terminal; printed as a line every log_every steps (and the last) otherwise.
   void update(int step, double loss, double lr, double tokens_per_s, double eta_s);
   // A line that stays (evaluation results, notes): clears the live line first.

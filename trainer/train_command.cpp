@@ -1,13 +1,24 @@
 #include "trainer/train_command.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
 
 #include "datasets/data_error.h"
 #include "datasets/token_store.h"
 #include "datasets/unigram.h"
+#include "parallel/mpi_communicator.h"
+#include "runtime/device.h"
 #include "runtime/ops.h"
+#include "trainer/parallel_trainer.h"
 #include "trainer/single_process_trainer.h"
 #include "trainer/train_options.h"
 
@@ -35,6 +46,37 @@ void check_data_fits_model(const TrainOptions& o, const TokenStore& data) {
                       " (set [train] eval_every = 0 to train without validation)");
 }
 
+// The grid from the config and the world size; one line naming the keys when impossible.
+ParallelDims resolve_dims(const TrainOptions& o, int world) {
+  const ParallelOptions& p = o.parallel;
+  ParallelDims d{p.tp, p.dp, p.pp};
+  const int model_parallel = p.tp * p.pp;
+  if (world == 1 && d.world() > 1)
+    throw ConfigError("[parallel] tp x dp x pp = " + std::to_string(d.world()) + " ranks: run under mpirun -np " +
+                      std::to_string(d.world()));
+  if (d.dp == 0) {
+    if (world % model_parallel != 0)
+      throw ConfigError("world size " + std::to_string(world) + " is not a multiple of [parallel] tp x pp = " +
+                        std::to_string(model_parallel));
+    d.dp = world / model_parallel;
+  }
+  if (d.world() != world)
+    throw ConfigError("world size " + std::to_string(world) + " is not [parallel] tp x dp x pp = " +
+                      std::to_string(d.tp) + " x " + std::to_string(d.dp) + " x " + std::to_string(d.pp) +
+                      " = " + std::to_string(d.world()) +
+                      (world == 1 ? " (run under mpirun -np " + std::to_string(d.world()) + ")" : ""));
+  const int per_replica = o.train.micro_batch * d.dp;
+  if (o.train.global_batch % per_replica != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(o.train.global_batch) +
+                      " is not a multiple of micro_batch x dp = " + std::to_string(per_replica));
+  const int m = o.train.global_batch / per_replica;
+  if (p.schedule == "interleaved" && (p.pp < 2 || m % p.pp != 0))
+    throw ConfigError("[parallel] schedule = interleaved needs pp >= 2 and microbatches per replica (" +
+                      std::to_string(m) + " = global_batch / (micro_batch x dp)) a multiple of pp = " +
+                      std::to_string(p.pp));
+  return d;
+}
+
 std::string human_bytes(double b) {
   char buf[32];
   if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1 << 30));
@@ -42,65 +84,137 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+// Test hook for fault handling: PIPELANE_FAULT_KILL="RANK:STEP" makes that rank SIGKILL itself
+// at that step, as a crashed node would.
+void maybe_inject_fault(int rank) {
+  const char* spec = std::getenv("PIPELANE_FAULT_KILL");
+  if (!spec) return;
+  int r = -1, delay_ms = 0;
+  if (std::sscanf(spec, "%d:%d", &r, &delay_ms) == 2 && r == rank) {
+    std::thread([delay_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      std::raise(SIGKILL);
+    }).detach();
+  }
+}
+
+void print_summary(const TrainOptions& opts, const nlohmann::json& summary, double unigram) {
+  std::printf("\nSummary\n");
+  std::printf("  trained      %d steps, %.2fM tokens in %.1f s: %.0f tokens/s, MFU %.1f%%\n",
+              opts.train.steps, summary["tokens"].get<double>() / 1e6,
+              summary["train_seconds"].get<double>(), summary["tokens_per_s"].get<double>(),
+              100.0 * summary["mfu"].get<double>());
+  const auto& par = summary["parallel"];
+  if (par["pp"].get<int>() * par["tp"].get<int>() * par["dp"].get<int>() > 1 || par["pp"].get<int>() > 1)
+    std::printf("  parallel     tp %d x dp %d x pp %d, %s, %d microbatches: bubble %.1f%% measured, %.1f%% theoretical\n",
+                par["tp"].get<int>(), par["dp"].get<int>(), par["pp"].get<int>(),
+                par["schedule"].get<std::string>().c_str(), par["microbatches"].get<int>(),
+                100 * summary["bubble_fraction_measured"].get<double>(),
+                100 * summary["bubble_fraction_theoretical"].get<double>());
+  std::printf("  train loss   %.4f (final step)\n", summary["final_loss"].get<double>());
+  if (!summary["final_val_loss"].is_null()) {
+    const double val = summary["final_val_loss"].get<double>();
+    std::printf("  val loss     %.4f nats/token vs unigram baseline %.4f: %s\n", val, unigram,
+                val < unigram ? "the model beats the unigram model" : "NOT below the unigram model");
+  }
+  std::printf("  run dir      %s (config.ini, metrics.jsonl, trace.json, summary.json)\n",
+              opts.run.dir.c_str());
+}
+
 }  // namespace
 
 int train_command(int argc, char** argv) {
+  std::unique_ptr<MpiSession> mpi;
+  if (launched_by_mpi_launcher()) {
+    try {
+      mpi = std::make_unique<MpiSession>(nullptr, nullptr);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pipelane train: %s\n", e.what());
+      return 1;
+    }
+  }
+  const int rank = mpi ? mpi->world_rank() : 0;
+  const int world = mpi ? mpi->world_size() : 1;
+  const bool leader = rank == 0;
+
+  // Set-up: every rank checks everything before the first collective, then all agree; a rank
+  // that failed makes every rank stop with the lowest failing rank's message, printed once.
+  TrainOptions opts;
+  std::optional<TokenStore> data;
+  ParallelDims dims;
+  std::string error;
+  int code = 0;
   try {
-    const TrainOptions opts = parse_train_options(argc, argv);
+    opts = parse_train_options(argc, argv);
     if (opts.help_requested) {
-      std::cout << train_options_help();
+      if (leader) std::cout << train_options_help();
       return 0;
     }
-    // Everything that can be checked before anything is written is checked first, so a bad
-    // config or missing data never leaves a run directory behind.
-    const TokenStore data = TokenStore::open(opts.data.path);
-    check_data_fits_model(opts, data);
+    dims = resolve_dims(opts, world);
+    data.emplace(TokenStore::open(opts.data.path));
+    check_data_fits_model(opts, *data);
+  } catch (const ConfigError& e) {
+    error = e.what();
+    code = 2;
+  } catch (const std::exception& e) {
+    error = e.what();
+    code = 1;
+  }
+  if (mpi) {
+    const RankFailure f = first_failure(error);
+    if (f.rank >= 0) {
+      if (leader)
+        std::fprintf(stderr, "pipelane train: %s%s\n",
+                     f.rank == 0 ? "" : ("rank " + std::to_string(f.rank) + ": ").c_str(),
+                     f.message.c_str());
+      return code ? code : 1;
+    }
+  } else if (!error.empty()) {
+    std::fprintf(stderr, "pipelane train: %s\n", error.c_str());
+    return code;
+  }
 
-    auto device = make_cpu_device(opts.train.threads);
+  try {
+    Topology topo = mpi ? Topology::from_mpi_world(dims) : Topology::single_process();
+    const int threads = opts.train.threads > 0
+                            ? opts.train.threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                              ranks_on_this_host());
+    auto device = make_cpu_device(threads);
     const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
                                                    : cpu::measure_sgemm_gflops(1536, 4);
-    SingleProcessTrainer trainer(opts, data, *device, peak);
+    ParallelTrainer trainer(opts, *data, topo, peak);
     const GptConfig cfg = gpt_config_from(opts.model);
-    std::printf("pipelane train: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): "
-                "%.2fM parameters\n",
-                cfg.layers, cfg.d_model, cfg.heads, cfg.max_seq_len, cfg.vocab_size,
-                cfg.padded_vocab(), (cfg.non_embedding_params() +
-                                     double(cfg.padded_vocab() + cfg.max_seq_len) * cfg.d_model) / 1e6);
-    std::printf("  data %s: %zu train / %zu validation tokens (%s tokenizer)\n", opts.data.path.c_str(),
-                data.train().tokens.size(), data.valid().tokens.size(), data.meta().tokenizer.c_str());
-    std::printf("  %s, sgemm peak %.0f GFLOP/s%s, training arena %s\n", device->name().c_str(), peak,
-                opts.train.peak_gflops > 0 ? " (from config)" : " (measured)",
-                human_bytes(static_cast<double>(trainer.arena_bytes())).c_str());
-    std::fflush(stdout);
-
-    RunDirectory run(opts.run.dir, opts.to_ini());
-    nlohmann::json summary = trainer.run(run, stdout);
-    const double unigram = unigram_cross_entropy(data.train(), data.valid(), data.meta().vocab_size);
-    summary["unigram_val_loss"] = unigram;
-    summary["config"] = opts.config_path;
-    run.write_summary(summary);
-
-    std::printf("\nSummary\n");
-    std::printf("  trained      %d steps, %.2fM tokens in %.1f s: %.0f tokens/s, MFU %.1f%%\n",
-                opts.train.steps, summary["tokens"].get<double>() / 1e6,
-                summary["train_seconds"].get<double>(), summary["tokens_per_s"].get<double>(),
-                100.0 * summary["mfu"].get<double>());
-    std::printf("  train loss   %.4f (final step)\n", summary["final_loss"].get<double>());
-    if (!summary["final_val_loss"].is_null()) {
-      const double val = summary["final_val_loss"].get<double>();
-      std::printf("  val loss     %.4f nats/token vs unigram baseline %.4f: %s\n", val, unigram,
-                  val < unigram ? "the model beats the unigram model" : "NOT below the unigram model");
+    if (leader) {
+      std::printf("pipelane train: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): "
+                  "%.2fM parameters\n",
+                  cfg.layers, cfg.d_model, cfg.heads, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab(),
+                  (cfg.non_embedding_params() + double(cfg.padded_vocab() + cfg.max_seq_len) * cfg.d_model) / 1e6);
+      std::printf("  data %s: %zu train / %zu validation tokens (%s tokenizer)\n", opts.data.path.c_str(),
+                  data->train().tokens.size(), data->valid().tokens.size(), data->meta().tokenizer.c_str());
+      std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, sgemm peak %.0f GFLOP/s%s, "
+                  "training arena %s\n",
+                  world, dims.tp, dims.dp, dims.pp, device->name().c_str(), peak,
+                  opts.train.peak_gflops > 0 ? " (from config)" : " (measured)",
+                  human_bytes(static_cast<double>(trainer.arena_bytes())).c_str());
+      std::fflush(stdout);
     }
-    std::printf("  run dir      %s (config.ini, metrics.jsonl, summary.json)\n", opts.run.dir.c_str());
+    std::unique_ptr<RunDirectory> run;
+    if (leader) run = std::make_unique<RunDirectory>(opts.run.dir, opts.to_ini());
+    maybe_inject_fault(rank);
+    nlohmann::json summary = trainer.run(run.get(), stdout);
+    if (leader) {
+      const double unigram = unigram_cross_entropy(data->train(), data->valid(), data->meta().vocab_size);
+      summary["unigram_val_loss"] = unigram;
+      summary["config"] = opts.config_path;
+      run->write_summary(summary);
+      print_summary(opts, summary, unigram);
+    }
     return 0;
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "pipelane train: %s\n", e.what());
-    return 2;
-  } catch (const DataError& e) {
-    std::fprintf(stderr, "pipelane train: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "pipelane train: %s\n", e.what());
+    // Past set-up the other ranks may be inside a collective: end the whole job.
+    std::fprintf(stderr, "pipelane train: rank %d: %s\n", rank, e.what());
+    if (mpi) mpi->abort(1);
     return 1;
   }
 }

@@ -202,6 +202,16 @@ std::vector<OptionKey> train_option_keys() {
   SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
       .text("path", &DataOptions::path, {}, "training data file (HDF5)")
       .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized");
+  SectionKeys<ParallelOptions>(keys, "parallel", &TrainOptions::parallel)
+      .integer("tp", &ParallelOptions::tp, 1, "tensor-parallel ranks (heads, MLP and vocabulary split)")
+      .integer("pp", &ParallelOptions::pp, 1, "pipeline stages")
+      .integer("dp", &ParallelOptions::dp, 0, "data-parallel replicas; 0: world size / (tp * pp)")
+      .text("schedule", &ParallelOptions::schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"},
+            "pipeline schedule")
+      .integer("virtual_stages", &ParallelOptions::virtual_stages, 1,
+               "model chunks per stage (interleaved only; microbatches must be a multiple of pp)")
+      .text("layers_per_stage", &ParallelOptions::layers_per_stage, {},
+            "layers of each virtual stage, comma-separated; empty splits evenly");
   SectionKeys<RunOptions>(keys, "run", &TrainOptions::run)
       .text("dir", &RunOptions::dir, {}, "directory for logs, checkpoints and the resolved config")
       .integer("log_every", &RunOptions::log_every, 1, "steps between log lines");
@@ -332,7 +342,7 @@ po::options_description command_line_description(const std::vector<OptionKey>& k
       const std::string default_text = key.format(defaults);
       group.add_options()(
           key.full_name().c_str(),
-          po::value<std::string>()->value_name(key.value_name)->default_value(default_text, default_text),
+          po::value<std::string>()->value_name(key.value_name)->default_value(default_text, default_text.empty() ? "\"\"" : default_text),
           key.description.c_str());
     }
     all.add(group);
@@ -416,6 +426,21 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
   if (train.min_lr > train.lr) {
     throw ConfigError(location_of(settings, "train.min_lr", "train.lr") + ": [train] min_lr = " +
                       format_number(train.min_lr) + " is greater than lr = " + format_number(train.lr));
+  }
+  const ParallelOptions& par = options.parallel;
+  if (model.heads % par.tp != 0) {
+    throw ConfigError(location_of(settings, "parallel.tp", "model.heads") + ": [parallel] tp = " +
+                      std::to_string(par.tp) + " does not divide [model] heads = " + std::to_string(model.heads));
+  }
+  if ((par.schedule == "interleaved") != (par.virtual_stages > 1)) {
+    throw ConfigError(location_of(settings, "parallel.virtual_stages", "parallel.schedule") +
+                      ": [parallel] virtual_stages = " + std::to_string(par.virtual_stages) +
+                      " needs schedule = interleaved (and interleaved needs virtual_stages >= 2)");
+  }
+  if (par.layers_per_stage.empty() && model.layers % (par.pp * par.virtual_stages) != 0) {
+    throw ConfigError(location_of(settings, "parallel.pp", "model.layers") + ": [model] layers = " +
+                      std::to_string(model.layers) + " cannot be split evenly over pp * virtual_stages = " +
+                      std::to_string(par.pp * par.virtual_stages) + " (set [parallel] layers_per_stage)");
   }
   if (train.warmup_steps > train.steps) {
     throw ConfigError(location_of(settings, "train.warmup_steps", "train.steps") + ": [train] warmup_steps = " +

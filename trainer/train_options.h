@@ -47,6 +47,16 @@ struct DataOptions {
   friend bool operator==(const DataOptions&, const DataOptions&) = default;
 };
 
+struct ParallelOptions {
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0: world size / (tp * pp)
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1
+  int virtual_stages = 1;         // model chunks per pipeline stage (interleaved only)
+  std::string layers_per_stage;   // "" splits evenly; else one count per virtual stage, e.g. "3,1"
+  friend bool operator==(const ParallelOptions&, const ParallelOptions&) = default;
+};
+
 struct RunOptions {
   std::string dir = "runs/latest";
   int log_every = 10;
@@ -57,6 +67,7 @@ struct TrainOptions {
   ModelOptions model;
   TrainLoopOptions train;
   DataOptions data;
+  ParallelOptions parallel;
   RunOptions run;
   std::string config_path;      // "" when none given
   bool help_requested = false;  // --help was given; train_options_help() has the text

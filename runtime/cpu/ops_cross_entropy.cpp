@@ -66,4 +66,80 @@ double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float*
   return total;
 }
 
+std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) {
+  const std::size_t R = static_cast<std::size_t>(lm_head_chunk_rows(N, vocab_count));
+  return R * static_cast<std::size_t>(vocab_count) + 3 * R;
+}
+
+double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                            const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count,
+                                            float grad_scale, float* scratch,
+                                            const GroupReduce& reduce) {
+  const int Vl = vocab_count;
+  // Columns of this block that are real tokens: [0, valid).
+  const int valid = std::max(0, std::min(Vl, V - vocab_begin));
+  const int R = lm_head_chunk_rows(N, Vl);
+  float* rowmax = scratch + static_cast<std::size_t>(R) * Vl;  // [R]
+  float* rowsum = rowmax + R;                                  // [R] then target logits [R]
+  float* rowtgt = rowsum + R;
+  for (int r0 = 0; r0 < N; r0 += R) {
+    const int rows = std::min(R, N - r0);
+    const float* xc = x + static_cast<std::size_t>(r0) * C;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Vl, C, 1.0f, xc, C, wte, C, 0.0f,
+                scratch, Vl);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const float* z = scratch + static_cast<std::size_t>(r) * Vl;
+      float maxv = -INFINITY;
+      for (int v = 0; v < valid; ++v) maxv = std::max(maxv, z[v]);
+      rowmax[r] = maxv;
+    }
+    reduce.max(rowmax, static_cast<std::size_t>(rows));
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      float* z = scratch + static_cast<std::size_t>(r) * Vl;
+      const float maxv = rowmax[r];
+      const int local_target = targets[r0 + r] - vocab_begin;
+      // The target logit relative to the max, from the one rank that holds it (0 elsewhere, so
+      // the sum over ranks is exact).
+      rowtgt[r] = local_target >= 0 && local_target < valid ? z[local_target] - maxv : 0.f;
+      double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+      for (int v = 0; v < valid; ++v) {
+        z[v] = exp_approx(z[v] - maxv);
+        sum += z[v];
+      }
+      rowsum[r] = static_cast<float>(sum);
+    }
+    // rowsum and rowtgt are adjacent: one collective for both.
+    reduce.sum(rowsum, 2 * static_cast<std::size_t>(rows));
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const double sum = rowsum[r];
+      losses[r0 + r] = static_cast<float>(std::log(sum)) - rowtgt[r];
+      if (dx) {
+        float* z = scratch + static_cast<std::size_t>(r) * Vl;
+        const float inv = static_cast<float>(1.0 / sum);
+#pragma omp simd
+        for (int v = 0; v < valid; ++v) z[v] = z[v] * inv * grad_scale;
+        const int local_target = targets[r0 + r] - vocab_begin;
+        if (local_target >= 0 && local_target < valid) z[local_target] -= grad_scale;
+        for (int v = valid; v < Vl; ++v) z[v] = 0.f;
+      }
+    }
+    if (dx) {
+      float* dxc = dx + static_cast<std::size_t>(r0) * C;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, Vl, 1.0f, scratch, Vl, wte,
+                  C, 0.0f, dxc, C);
+      reduce.sum(dxc, static_cast<std::size_t>(rows) * C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vl, C, rows, 1.0f, scratch, Vl, xc, C,
+                  1.0f, dwte, C);
+    }
+  }
+  double total = 0.0;
+  for (int n = 0; n < N; ++n) total += losses[n];
+  return total;
+}
+
 }  // namespace pipelane::cpu

@@ -309,8 +309,11 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"train", "grad_clip", "1"},       {"train", "beta1", "0.9"},         {"train", "beta2", "0.95"},
     {"train", "eps", "1e-08"},         {"train", "seed", "1337"},         {"train", "eval_every", "50"},
     {"train", "eval_batches", "8"},    {"train", "threads", "0"},         {"train", "peak_gflops", "0"},
-    {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},    {"run", "dir", "runs/latest"},
-    {"run", "log_every", "10"},
+    {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},
+    {"parallel", "tp", "1"},           {"parallel", "pp", "1"},           {"parallel", "dp", "0"},
+    {"parallel", "schedule", "1f1b"},  {"parallel", "virtual_stages", "1"},
+    {"parallel", "layers_per_stage", ""},
+    {"run", "dir", "runs/latest"},     {"run", "log_every", "10"},
 };
 
 TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {
@@ -346,7 +349,8 @@ TEST_F(TrainOptionsTest, HelpListsEveryKeyWithDefaultGroupedBySection) {
     ASSERT_NE(key_at, std::string::npos) << option;
     EXPECT_GT(key_at, section_at) << option << " listed before its section header";
     const std::string line = help.substr(key_at, help.find('\n', key_at) - key_at);
-    EXPECT_NE(line.find("(=" + default_text + ")"), std::string::npos) << line;
+    const std::string shown = default_text.empty() ? "\"\"" : default_text;  // empty shows as ""
+    EXPECT_NE(line.find("(=" + shown + ")"), std::string::npos) << line;
     // A description follows the default on the same line.
     EXPECT_GT(line.size(), line.find(')') + 3) << line;
   }

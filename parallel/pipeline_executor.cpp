@@ -1,0 +1,368 @@
+#include "parallel/pipeline_executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "runtime/arena.h"
+
+namespace pipelane {
+
+std::vector<StageRange> split_layers(int layers, int pp, int virtual_stages,
+                                     const std::string& explicit_counts) {
+  const int parts = pp * virtual_stages;
+  std::vector<int> counts;
+  if (explicit_counts.empty()) {
+    if (layers % parts != 0)
+      throw std::invalid_argument(std::to_string(layers) + " layers cannot be split evenly over " +
+                                  std::to_string(parts) + " virtual stages");
+    counts.assign(parts, layers / parts);
+  } else {
+    std::stringstream in(explicit_counts);
+    for (std::string item; std::getline(in, item, ',');) {
+      try {
+        std::size_t used = 0;
+        const int n = std::stoi(item, &used);
+        if (used != item.size() || n < 1) throw std::invalid_argument(item);
+        counts.push_back(n);
+      } catch (const std::exception&) {
+        throw std::invalid_argument("layers_per_stage: '" + item + "' is not a positive integer");
+      }
+    }
+    int total = 0;
+    for (int n : counts) total += n;
+    if (static_cast<int>(counts.size()) != parts || total != layers)
+      throw std::invalid_argument("layers_per_stage = " + explicit_counts + ": expected " +
+                                  std::to_string(parts) + " counts summing to " + std::to_string(layers));
+  }
+  std::vector<StageRange> out;
+  int first = 0;
+  for (int k = 0; k < parts; ++k) {
+    out.push_back({first, first + counts[k], k == 0, k == parts - 1});
+    first += counts[k];
+  }
+  return out;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One in-flight microbatch's memory for one chunk.
+struct Slot {
+  MicrobatchActivations acts;
+  float* recv_input = nullptr;   // activation received from upstream
+  float* recv_grad = nullptr;    // gradient received from downstream
+  float* send_grad = nullptr;    // gradient for upstream
+  std::vector<std::unique_ptr<CommRequest>> pending;  // sends reading this slot's buffers
+  bool busy = false;
+  void settle() {
+    for (auto& r : pending) r->wait();
+    pending.clear();
+  }
+};
+
+struct Chunk {
+  std::unique_ptr<GptStage> model;
+  int virtual_stage = 0;
+  float *params = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
+  StageScratch scratch;
+  std::vector<Slot> slots;
+  std::map<int, int> slot_of;  // microbatch -> slot index
+  bool first() const { return model->range().has_embedding; }
+  bool last() const { return model->range().has_head; }
+};
+
+enum Direction { kForward = 0, kBackward = 1, kEvalForward = 2 };
+
+}  // namespace
+
+struct PipelineExecutor::Impl {
+  ExecutorOptions opts;
+  Topology& topo;
+  int pp, v, stage, m;
+  std::size_t act_floats;  // B*T*C
+  std::vector<Instr> instrs;
+  std::vector<Chunk> chunks;
+  std::unique_ptr<Arena> arena;
+  Clock::time_point origin;
+
+  Impl(const ExecutorOptions& o, Topology& t)
+      : opts(o), topo(t), pp(o.schedule.pp), v(o.schedule.virtual_stages), stage(t.me.pp),
+        m(o.schedule.microbatches) {
+    if (pp != t.grid.dims().pp)
+      throw std::invalid_argument("schedule pp does not match the topology's pp");
+    instrs = build_schedule(o.schedule, stage);
+    const auto ranges = split_layers(o.model.layers, pp, v, o.layers_per_stage);
+    const int B = o.micro_batch, T = o.seq_len;
+    act_floats = static_cast<std::size_t>(B) * T * o.model.d_model;
+
+    // In-flight microbatches per chunk, from the schedule itself.
+    std::vector<int> inflight(v, 0), peak(v, 1);
+    const bool split_backward = o.schedule.kind == ScheduleKind::ZeroBubbleH1;
+    for (const Instr& in : instrs) {
+      if (in.op == Op::Fwd) peak[in.chunk] = std::max(peak[in.chunk], ++inflight[in.chunk]);
+      if ((in.op == Op::Bwd && !split_backward) || in.op == Op::BwdWeight) --inflight[in.chunk];
+    }
+
+    std::size_t bytes = 0;
+    const std::size_t buf = align_up(act_floats * sizeof(float), Arena::kDefaultAlignment);
+    for (int c = 0; c < v; ++c) {
+      Chunk ch;
+      ch.virtual_stage = c * pp + stage;
+      ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage]);
+      const std::size_t P = align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
+      bytes += 4 * P + ch.model->scratch_bytes(B, T) +
+               peak[c] * (ch.model->activation_bytes(B, T) + 3 * buf);
+      ch.slots.resize(peak[c]);
+      chunks.push_back(std::move(ch));
+    }
+    arena = std::make_unique<Arena>("training (stage " + std::to_string(stage) + ")", bytes);
+    for (Chunk& ch : chunks) {
+      const std::size_t n = ch.model->layout().total_floats();
+      ch.params = arena->allocate_n<float>(n, "parameters");
+      ch.grads = arena->allocate_n<float>(n, "gradients");
+      ch.m = arena->allocate_n<float>(n, "adamw.m");
+      ch.v = arena->allocate_n<float>(n, "adamw.v");
+      ch.scratch = ch.model->allocate_scratch(*arena, B, T);
+      for (Slot& s : ch.slots) {
+        s.acts = ch.model->allocate_activations(*arena, B, T);
+        s.recv_input = arena->allocate_n<float>(act_floats, "p2p.recv_input");
+        s.recv_grad = arena->allocate_n<float>(act_floats, "p2p.recv_grad");
+        s.send_grad = arena->allocate_n<float>(act_floats, "p2p.send_grad");
+      }
+      GptStage::init_parameters(ch.model->layout(), ch.params, o.seed);
+    }
+    topo.world->barrier();
+    origin = Clock::now();
+  }
+
+  double now() const { return std::chrono::duration<double>(Clock::now() - origin).count(); }
+
+  int tag(Direction dir, int recv_chunk, int mb) const { return (dir * v + recv_chunk) * m + mb; }
+  // Where a forward message from (stage, chunk) goes, and which chunk receives it there.
+  int next_stage() const { return (stage + 1) % pp; }
+  int prev_stage() const { return (stage - 1 + pp) % pp; }
+  int chunk_after(int c) const { return stage == pp - 1 ? c + 1 : c; }   // receiver of my forward
+  int chunk_before(int c) const { return stage == 0 ? c - 1 : c; }       // receiver of my backward
+
+  Slot& acquire(Chunk& ch, int mb) {
+    auto it = ch.slot_of.find(mb);
+    if (it != ch.slot_of.end()) return ch.slots[it->second];
+    for (std::size_t i = 0; i < ch.slots.size(); ++i) {
+      if (ch.slots[i].busy) continue;
+      ch.slots[i].settle();
+      ch.slots[i].busy = true;
+      ch.slot_of[mb] = static_cast<int>(i);
+      return ch.slots[i];
+    }
+    throw std::logic_error("PipelineExecutor: more microbatches in flight than the schedule's bound");
+  }
+  void release(Chunk& ch, int mb) {
+    auto it = ch.slot_of.find(mb);
+    ch.slots[it->second].busy = false;
+    ch.slot_of.erase(it);
+  }
+
+  // Blocks on a receive, returning the seconds spent waiting.
+  static double wait_for(CommRequest& r) {
+    if (r.test()) return 0.0;
+    const auto t0 = Clock::now();
+    r.wait();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  const std::int32_t* rows(const std::int32_t* base, int mb) const {
+    return base ? base + static_cast<std::size_t>(mb) * opts.micro_batch * opts.seq_len : nullptr;
+  }
+
+  double sync_gradients() {
+    const auto t0 = Clock::now();
+    for (Chunk& ch : chunks)
+      for (Slot& s : ch.slots) s.settle();
+    // The tied embedding: the first virtual stage's lookup and the last one's head each hold a
+    // copy of wte; their gradients are summed so both copies take the same step.
+    if (pp * v > 1) {
+      Chunk* emb = nullptr;
+      Chunk* head = nullptr;
+      for (Chunk& ch : chunks) {
+        if (ch.first()) emb = &ch;
+        if (ch.last()) head = &ch;
+      }
+      const std::size_t n = static_cast<std::size_t>(opts.model.padded_vocab()) * opts.model.d_model;
+      if (emb && head) {  // both ends on this rank (pp == 1 with several chunks)
+        float* a = emb->grads + emb->model->layout().wte;
+        const float* b = head->grads + head->model->layout().wte;
+        for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
+        std::memcpy(head->grads + head->model->layout().wte, a, n * sizeof(float));
+      } else if (Chunk* end = emb ? emb : head; end && topo.embedding) {
+        topo.embedding->all_reduce_sum(end->grads + end->model->layout().wte, n);
+      }
+    }
+    // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
+    if (topo.dp->size() > 1)
+      for (Chunk& ch : chunks) topo.dp->all_reduce_sum(ch.grads, ch.model->layout().total_floats());
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  double global_grad_norm() {
+    double local = 0.0;
+    for (const Chunk& ch : chunks) {
+      double s = grad_sum_squares(ch.model->layout(), ch.grads);
+      // The head's copy of the tied embedding is the same tensor as the first stage's: count once.
+      if (ch.last() && !ch.first() && pp * v > 1) {
+        const std::size_t n = static_cast<std::size_t>(opts.model.padded_vocab()) * opts.model.d_model;
+        s -= grad_sum_squares_range(ch.grads + ch.model->layout().wte, n);
+      }
+      local += s;
+    }
+    // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
+    topo.world->all_reduce_sum(&local, 1);
+    return std::sqrt(local / topo.grid.dims().dp);
+  }
+
+  static double grad_sum_squares_range(const float* g, std::size_t n) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
+    return s;
+  }
+};
+
+PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo)
+    : impl_(std::make_unique<Impl>(opts, topo)) {}
+PipelineExecutor::~PipelineExecutor() = default;
+
+std::size_t PipelineExecutor::arena_bytes() const { return impl_->arena->capacity(); }
+const std::vector<Instr>& PipelineExecutor::instructions() const { return impl_->instrs; }
+double PipelineExecutor::now_s() const { return impl_->now(); }
+std::size_t PipelineExecutor::parameter_count() const {
+  std::size_t n = 0;
+  for (const Chunk& ch : impl_->chunks)
+    for (const ParamEntry& e : ch.model->layout().entries()) n += e.numel;
+  return n;
+}
+
+StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t* targets,
+                                 float loss_scale, float lr, int step_number) {
+  Impl& s = *impl_;
+  StepStats stats;
+  stats.start_s = s.now();
+  for (Chunk& ch : s.chunks) std::memset(ch.grads, 0, ch.model->layout().total_floats() * sizeof(float));
+  std::unique_ptr<CommRequest> recv;
+  double loss_sum = 0.0;
+  const std::size_t bytes = s.act_floats * sizeof(float);
+
+  for (const Instr& in : s.instrs) {
+    InstrRecord rec{in, s.now(), 0, 0};
+    switch (in.op) {
+      case Op::RecvFwd: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        recv = s.topo.pp->irecv(slot.recv_input, bytes, s.prev_stage(), s.tag(kForward, in.chunk, in.microbatch));
+        rec.wait_s = Impl::wait_for(*recv);
+        break;
+      }
+      case Op::Fwd: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
+                                      ch.first() ? s.rows(tokens, in.microbatch) : nullptr,
+                                      ch.first() ? nullptr : slot.recv_input,
+                                      ch.last() ? s.rows(targets, in.microbatch) : nullptr, loss_scale);
+        break;
+      }
+      case Op::SendFwd: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        slot.pending.push_back(s.topo.pp->isend(slot.acts.output(), bytes, s.next_stage(),
+                                                s.tag(kForward, s.chunk_after(in.chunk), in.microbatch)));
+        break;
+      }
+      case Op::RecvBwd: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        recv = s.topo.pp->irecv(slot.recv_grad, bytes, s.next_stage(), s.tag(kBackward, in.chunk, in.microbatch));
+        rec.wait_s = Impl::wait_for(*recv);
+        break;
+      }
+      case Op::Bwd: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        if (s.opts.schedule.kind == ScheduleKind::ZeroBubbleH1)
+          throw std::logic_error("zb-h1 needs the split backward (input / weight), not yet in the model");
+        ch.model->backward(ch.params, ch.grads, slot.acts, ch.scratch,
+                           ch.first() ? s.rows(tokens, in.microbatch) : nullptr,
+                           ch.last() ? nullptr : slot.recv_grad, ch.first() ? nullptr : slot.send_grad);
+        if (ch.first()) s.release(ch, in.microbatch);
+        break;
+      }
+      case Op::BwdWeight:
+        throw std::logic_error("zb-h1 needs the split backward (input / weight), not yet in the model");
+      case Op::SendBwd: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        slot.pending.push_back(s.topo.pp->isend(slot.send_grad, bytes, s.prev_stage(),
+                                                s.tag(kBackward, s.chunk_before(in.chunk), in.microbatch)));
+        s.release(ch, in.microbatch);
+        break;
+      }
+      case Op::GradSync: {
+        rec.wait_s = s.sync_gradients();
+        stats.grad_norm = s.global_grad_norm();
+        break;
+      }
+      case Op::OptimizerStep: {
+        const float scale = clip_scale(stats.grad_norm, s.opts.grad_clip);
+        for (Chunk& ch : s.chunks)
+          adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, s.opts.adamw, lr,
+                     step_number, scale);
+        break;
+      }
+    }
+    rec.end_s = s.now();
+    stats.records.push_back(rec);
+  }
+  // Every tensor-parallel rank computes the same loss: count tp rank 0's only.
+  if (s.topo.me.tp != 0) loss_sum = 0.0;
+  s.topo.world->all_reduce_sum(&loss_sum, 1);
+  stats.loss_sum = loss_sum;
+  stats.end_s = s.now();
+  return stats;
+}
+
+double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets,
+                                      int batches) {
+  Impl& s = *impl_;
+  const std::size_t bytes = s.act_floats * sizeof(float);
+  double loss_sum = 0.0;
+  // Forward only, microbatch by microbatch through every chunk in pipeline order.
+  for (int mb = 0; mb < batches; ++mb) {
+    const int tagged = mb % s.m;
+    for (int c = 0; c < s.v; ++c) {
+      Chunk& ch = s.chunks[c];
+      Slot& slot = ch.slots[0];
+      slot.settle();
+      if (!ch.first()) {
+        auto r = s.topo.pp->irecv(slot.recv_input, bytes, s.prev_stage(), s.tag(kEvalForward, c, tagged));
+        r->wait();
+      }
+      loss_sum += ch.model->forward(ch.params, nullptr, slot.acts, ch.scratch,
+                                    ch.first() ? s.rows(tokens, mb) : nullptr,
+                                    ch.first() ? nullptr : slot.recv_input,
+                                    ch.last() ? s.rows(targets, mb) : nullptr, 1.0f);
+      if (!ch.last())
+        slot.pending.push_back(s.topo.pp->isend(slot.acts.output(), bytes, s.next_stage(),
+                                                s.tag(kEvalForward, s.chunk_after(c), tagged)));
+    }
+  }
+  for (Chunk& ch : s.chunks) ch.slots[0].settle();
+  if (s.topo.me.tp != 0) loss_sum = 0.0;
+  s.topo.world->all_reduce_sum(&loss_sum, 1);
+  // Every dp replica evaluated the same batches: count them once.
+  return loss_sum / s.topo.grid.dims().dp;
+}
+
+}  // namespace pipelane

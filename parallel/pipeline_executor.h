@@ -1,0 +1,70 @@
+// Runs one pipeline stage's instruction list (parallel/schedule) with its model chunks and the
+// stage's communicators: activations and gradients travel as contiguous buffers, every
+// instruction is timed, and every wait is recorded with its kind. It owns all of the stage's
+// training memory in one arena sized up front from the model's size tables.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/adamw.h"
+#include "model/gpt_model.h"
+#include "parallel/schedule.h"
+#include "parallel/topology.h"
+
+namespace pipelane {
+
+// Layers of every virtual stage (pp * v of them, in pipeline order). `explicit_counts` is "" to
+// split evenly, or comma-separated counts. Throws std::invalid_argument with one line.
+std::vector<StageRange> split_layers(int layers, int pp, int virtual_stages,
+                                     const std::string& explicit_counts);
+
+struct ExecutorOptions {
+  GptConfig model;
+  ScheduleSpec schedule;
+  int micro_batch = 1;
+  int seq_len = 1;
+  std::string layers_per_stage;  // see split_layers
+  std::uint64_t seed = 0;
+  AdamWConfig adamw;
+  float grad_clip = 1.0f;
+};
+
+struct InstrRecord {
+  Instr instr;
+  double start_s = 0, end_s = 0;  // since the executor's clock origin
+  double wait_s = 0;              // part of [start, end] spent waiting on a transfer or a sync
+};
+
+struct StepStats {
+  double loss_sum = 0;   // summed over the whole global batch (every dp replica), all ranks agree
+  double grad_norm = 0;  // global, before clipping
+  double start_s = 0, end_s = 0;
+  std::vector<InstrRecord> records;
+};
+
+class PipelineExecutor {
+ public:
+  PipelineExecutor(const ExecutorOptions& opts, Topology& topo);
+  ~PipelineExecutor();
+
+  // One optimizer step. tokens/targets hold this dp replica's microbatches back to back
+  // ([microbatches][micro_batch * seq_len]); loss_scale is 1 / (tokens in the global batch).
+  StepStats step(const std::int32_t* tokens, const std::int32_t* targets, float loss_scale,
+                 float lr, int step_number);
+  // Forward only over `batches` microbatches; returns the loss sum (all ranks agree).
+  double evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets, int batches);
+
+  std::size_t arena_bytes() const;
+  std::size_t parameter_count() const;  // this rank's parameters
+  const std::vector<Instr>& instructions() const;
+  double now_s() const;  // on the executor's clock
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pipelane

@@ -1,0 +1,198 @@
+#include "parallel/schedule_sim.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+namespace pipelane {
+namespace {
+
+// A message's tag, as seen by its receiver: (direction, receiving stage, microbatch, chunk there).
+using Tag = std::tuple<int, int, int, int>;
+constexpr int kFwd = 0, kBwd = 1;
+
+Tag send_tag(const ScheduleSpec& spec, int stage, const Instr& instr) {
+  if (instr.op == Op::SendFwd) {
+    const StageChunk to = next_virtual_stage(spec, stage, instr.chunk);
+    return {kFwd, to.stage, instr.microbatch, to.chunk};
+  }
+  const StageChunk to = prev_virtual_stage(spec, stage, instr.chunk);
+  return {kBwd, to.stage, instr.microbatch, to.chunk};
+}
+
+Tag recv_tag(int stage, const Instr& instr) {
+  return {instr.op == Op::RecvFwd ? kFwd : kBwd, stage, instr.microbatch, instr.chunk};
+}
+
+bool list_has_weight_pass(const std::vector<Instr>& list) {
+  return std::any_of(list.begin(), list.end(), [](const Instr& i) { return i.op == Op::BwdWeight; });
+}
+
+}  // namespace
+
+void validate_sim_costs(const SimCosts& c, ScheduleKind kind) {
+  if (c.t_f < 0 || c.t_b < 0 || c.t_w < 0 || c.t_sync < 0 || c.t_opt < 0)
+    throw std::invalid_argument("costs must be >= 0");
+  if (kind == ScheduleKind::ZeroBubbleH1 && c.t_w > c.t_b)
+    throw std::invalid_argument("zb-h1 needs t_w <= t_b (t_b is the full backward, B = t_b - t_w)");
+}
+
+double instr_cost(const Instr& instr, ScheduleKind kind, const SimCosts& c) {
+  switch (instr.op) {
+    case Op::Fwd: return c.t_f;
+    case Op::Bwd: return kind == ScheduleKind::ZeroBubbleH1 ? c.t_b - c.t_w : c.t_b;
+    case Op::BwdWeight: return c.t_w;
+    case Op::GradSync: return c.t_sync;
+    case Op::OptimizerStep: return c.t_opt;
+    default: return 0;
+  }
+}
+
+int max_in_flight(const std::vector<Instr>& list) {
+  const bool split = list_has_weight_pass(list);
+  std::set<std::pair<int, int>> held;
+  int most = 0;
+  for (const Instr& i : list) {
+    if (i.op == Op::Fwd) {
+      held.insert({i.microbatch, i.chunk});
+      most = std::max(most, static_cast<int>(held.size()));
+    } else if ((i.op == Op::Bwd && !split) || i.op == Op::BwdWeight) {
+      held.erase({i.microbatch, i.chunk});
+    }
+  }
+  return most;
+}
+
+SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
+                            const SimCosts& costs) {
+  validate_schedule_spec(spec);
+  validate_sim_costs(costs, spec.kind);
+  const int p = spec.pp;
+  if (static_cast<int>(lists.size()) != p)
+    throw std::invalid_argument("simulate_schedule: " + std::to_string(lists.size()) +
+                                " instruction lists for pp=" + std::to_string(p));
+
+  SimResult result;
+  result.stages.resize(p);
+  std::vector<std::size_t> pc(p, 0);
+  std::vector<double> clock(p, 0.0);
+  std::map<Tag, double> mailbox;  // sent, not yet received: arrival time
+  std::set<Tag> delivered;
+
+  const auto add_idle = [&](int s, double from, double to, int index, WaitKind kind) {
+    if (to > from) result.stages[s].idle.push_back({from, to, index, kind});
+  };
+
+  bool all_done = false;
+  while (!all_done) {
+    bool progress = false;
+    for (int s = 0; s < p; ++s) {
+      const std::vector<Instr>& list = lists[s];
+      while (pc[s] < list.size()) {
+        const Instr& instr = list[pc[s]];
+        const int index = static_cast<int>(pc[s]);
+        StageTimeline& tl = result.stages[s];
+        if (instr.op == Op::RecvFwd || instr.op == Op::RecvBwd) {
+          const Tag tag = recv_tag(s, instr);
+          const auto it = mailbox.find(tag);
+          if (it == mailbox.end()) {
+            if (delivered.count(tag))
+              throw std::invalid_argument("stage " + std::to_string(s) + " receives twice: " +
+                                          instr_to_string(instr));
+            break;  // blocks until a neighbour sends it
+          }
+          const double ready = std::max(clock[s], it->second);
+          add_idle(s, clock[s], ready, index, instr.wait);
+          tl.events.push_back({clock[s], ready, index, instr});
+          clock[s] = ready;
+          mailbox.erase(it);
+          delivered.insert(tag);
+        } else if (instr.op == Op::SendFwd || instr.op == Op::SendBwd) {
+          const Tag tag = send_tag(spec, s, instr);
+          if (!mailbox.emplace(tag, clock[s]).second || delivered.count(tag))
+            throw std::invalid_argument("stage " + std::to_string(s) + " sends twice: " +
+                                        instr_to_string(instr));
+          tl.events.push_back({clock[s], clock[s], index, instr});
+        } else if (instr.op == Op::GradSync) {
+          // A barrier over all stages (the gradient-norm all-reduce spans the model-parallel
+          // group): resolved below once every stage stands here.
+          break;
+        } else {
+          const double cost = instr_cost(instr, spec.kind, costs);
+          tl.events.push_back({clock[s], clock[s] + cost, index, instr});
+          clock[s] += cost;
+          tl.busy += cost;
+        }
+        ++pc[s];
+        progress = true;
+      }
+    }
+    // The barrier: every stage unfinished stands at a GradSync.
+    bool at_sync = true, any_left = false;
+    for (int s = 0; s < p; ++s) {
+      if (pc[s] >= lists[s].size()) continue;
+      any_left = true;
+      if (lists[s][pc[s]].op != Op::GradSync) at_sync = false;
+    }
+    all_done = !any_left;
+    if (any_left && at_sync) {
+      double t = 0;
+      for (int s = 0; s < p; ++s)
+        if (pc[s] < lists[s].size()) t = std::max(t, clock[s]);
+      for (int s = 0; s < p; ++s) {
+        if (pc[s] >= lists[s].size()) continue;
+        const Instr& instr = lists[s][pc[s]];
+        const int index = static_cast<int>(pc[s]);
+        add_idle(s, clock[s], t, index, instr.wait);
+        result.stages[s].events.push_back({clock[s], t + costs.t_sync, index, instr});
+        clock[s] = t + costs.t_sync;
+        result.stages[s].busy += costs.t_sync;
+        ++pc[s];
+      }
+      progress = true;
+    }
+    if (!all_done && !progress) {
+      std::ostringstream msg;
+      msg << "schedule " << schedule_kind_name(spec.kind) << " deadlocks:";
+      for (int s = 0; s < p; ++s) {
+        if (pc[s] >= lists[s].size()) continue;
+        msg << " stage " << s << " stuck at #" << pc[s] << " " << instr_to_string(lists[s][pc[s]])
+            << ";";
+      }
+      throw ScheduleDeadlock(msg.str());
+    }
+  }
+  if (!mailbox.empty()) {
+    const auto& [dir, stage, mb, chunk] = mailbox.begin()->first;
+    throw std::invalid_argument(std::string("unmatched send: ") + (dir == kFwd ? "SendFwd" : "SendBwd") +
+                                " to stage " + std::to_string(stage) + " mb=" + std::to_string(mb) +
+                                " chunk=" + std::to_string(chunk) + " is never received");
+  }
+
+  for (int s = 0; s < p; ++s) result.makespan = std::max(result.makespan, clock[s]);
+  double idle_sum = 0;
+  for (int s = 0; s < p; ++s) {
+    StageTimeline& tl = result.stages[s];
+    // A stage that finished early idles until the last one is done: the iteration's end.
+    if (!lists[s].empty()) add_idle(s, clock[s], result.makespan, static_cast<int>(lists[s].size()) - 1,
+                                    WaitKind::SyncWait);
+    for (const SimIdle& i : tl.idle) {
+      tl.idle_total += i.end - i.start;
+      tl.idle_by_kind[static_cast<int>(i.kind)] += i.end - i.start;
+    }
+    idle_sum += tl.idle_total;
+    result.max_in_flight.push_back(max_in_flight(lists[s]));
+  }
+  result.bubble_fraction = result.makespan > 0 ? idle_sum / (p * result.makespan) : 0.0;
+  return result;
+}
+
+SimResult simulate_schedule(const ScheduleSpec& spec, const SimCosts& costs) {
+  std::vector<std::vector<Instr>> lists;
+  for (int s = 0; s < spec.pp; ++s) lists.push_back(build_schedule(spec, s));
+  return simulate_schedule(spec, lists, costs);
+}
+
+}  // namespace pipelane

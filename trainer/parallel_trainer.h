@@ -1,0 +1,30 @@
+// The training loop over a pipeline executor: any tp x dp x pp grid, any schedule, and the
+// single process as the grid of one. Rank 0 writes metrics, trace.json and the summary.
+#pragma once
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/token_store.h"
+#include "parallel/topology.h"
+#include "trainer/run_directory.h"
+#include "trainer/train_options.h"
+
+namespace pipelane {
+
+class ParallelTrainer {
+ public:
+  ParallelTrainer(const TrainOptions& opts, const TokenStore& data, Topology& topo,
+                  double peak_gflops);
+  ~ParallelTrainer();
+  // Every rank calls this; `run` and `console` are used on rank 0 only (may be null elsewhere).
+  nlohmann::json run(RunDirectory* run, std::FILE* console);
+  std::size_t arena_bytes() const;  // this rank's training arena
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace pipelane
