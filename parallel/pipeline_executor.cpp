@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "parallel/tensor_parallel_adapter.h"
 #include "runtime/arena.h"
 
 namespace pipelane {
@@ -88,11 +89,12 @@ struct PipelineExecutor::Impl {
   std::vector<Instr> instrs;
   std::vector<Chunk> chunks;
   std::unique_ptr<Arena> arena;
+  CommunicatorTensorParallel tp_comm;
   Clock::time_point origin;
 
   Impl(const ExecutorOptions& o, Topology& t)
       : opts(o), topo(t), pp(o.schedule.pp), v(o.schedule.virtual_stages), stage(t.me.pp),
-        m(o.schedule.microbatches) {
+        m(o.schedule.microbatches), tp_comm(*t.tp) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     instrs = build_schedule(o.schedule, stage);
@@ -113,7 +115,8 @@ struct PipelineExecutor::Impl {
     for (int c = 0; c < v; ++c) {
       Chunk ch;
       ch.virtual_stage = c * pp + stage;
-      ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage]);
+      ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage],
+                                            t.tp->size() > 1 ? &tp_comm : nullptr);
       const std::size_t P = align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
       bytes += 4 * P + ch.model->scratch_bytes(B, T) +
                peak[c] * (ch.model->activation_bytes(B, T) + 3 * buf);
@@ -192,7 +195,7 @@ struct PipelineExecutor::Impl {
         if (ch.first()) emb = &ch;
         if (ch.last()) head = &ch;
       }
-      const std::size_t n = static_cast<std::size_t>(opts.model.padded_vocab()) * opts.model.d_model;
+      const std::size_t n = (emb ? emb : head) ? ((emb ? emb : head)->model->layout().find("wte")->numel) : 0;
       if (emb && head) {  // both ends on this rank (pp == 1 with several chunks)
         float* a = emb->grads + emb->model->layout().wte;
         const float* b = head->grads + head->model->layout().wte;
@@ -211,12 +214,12 @@ struct PipelineExecutor::Impl {
   double global_grad_norm() {
     double local = 0.0;
     for (const Chunk& ch : chunks) {
-      double s = grad_sum_squares(ch.model->layout(), ch.grads);
+      // Sharded tensors count on every tp rank, replicated ones on tp rank 0 only.
+      double s = grad_sum_squares_for_global_norm(ch.model->layout(), ch.grads);
       // The head's copy of the tied embedding is the same tensor as the first stage's: count once.
-      if (ch.last() && !ch.first() && pp * v > 1) {
-        const std::size_t n = static_cast<std::size_t>(opts.model.padded_vocab()) * opts.model.d_model;
-        s -= grad_sum_squares_range(ch.grads + ch.model->layout().wte, n);
-      }
+      if (ch.last() && !ch.first() && pp * v > 1)
+        s -= grad_sum_squares_range(ch.grads + ch.model->layout().wte,
+                                    ch.model->layout().find("wte")->numel);
       local += s;
     }
     // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
