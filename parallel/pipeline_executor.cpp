@@ -239,6 +239,12 @@ PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo)
 PipelineExecutor::~PipelineExecutor() = default;
 
 std::size_t PipelineExecutor::arena_bytes() const { return impl_->arena->capacity(); }
+std::vector<ChunkState> PipelineExecutor::chunk_states() {
+  std::vector<ChunkState> out;
+  for (Chunk& ch : impl_->chunks)
+    out.push_back({&ch.model->layout(), ch.virtual_stage, ch.params, ch.grads, ch.m, ch.v});
+  return out;
+}
 const std::vector<Instr>& PipelineExecutor::instructions() const { return impl_->instrs; }
 double PipelineExecutor::now_s() const { return impl_->now(); }
 std::size_t PipelineExecutor::parameter_count() const {

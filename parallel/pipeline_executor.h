@@ -45,6 +45,17 @@ struct StepStats {
   std::vector<InstrRecord> records;
 };
 
+// One model chunk's training state, for checkpoints: the layout names every tensor (with its
+// tensor-parallel slicing) and the four flat buffers share it.
+struct ChunkState {
+  const ParamLayout* layout;
+  int virtual_stage;
+  float* params;
+  float* grads;
+  float* adam_m;
+  float* adam_v;
+};
+
 class PipelineExecutor {
  public:
   PipelineExecutor(const ExecutorOptions& opts, Topology& topo);
@@ -58,6 +69,7 @@ class PipelineExecutor {
   double evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets, int batches);
 
   std::size_t arena_bytes() const;
+  std::vector<ChunkState> chunk_states();
   std::size_t parameter_count() const;  // this rank's parameters
   const std::vector<Instr>& instructions() const;
   double now_s() const;  // on the executor's clock
