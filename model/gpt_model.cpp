@@ -87,7 +87,8 @@ void GptStage::reduce_sum(float* data, std::size_t n) const {
 }
 
 template <typename Alloc>
-MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T) const {
+MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T,
+                                                 bool split_backward) const {
   const std::size_t N = static_cast<std::size_t>(B) * T, C = config().d_model;
   const std::size_t NH = layout_.local_heads();
   const std::size_t CA = layout_.local_attn_width(), CM = layout_.local_mlp_width();
@@ -110,6 +111,14 @@ MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T) co
     x.fch = alloc(N * CM, "activations.fch");
     x.fch_gelu = alloc(N * CM, "activations.fch_gelu");
     x.res_out = alloc(N * C, "activations.res_out");
+    if (split_backward) {
+      x.d_res_out = alloc(N * C, "activations.d_res_out");
+      x.d_fch = alloc(N * CM, "activations.d_fch");
+      x.d_ln2 = alloc(N * C, "activations.d_ln2");
+      x.d_res_attn = alloc(N * C, "activations.d_res_attn");
+      x.d_qkv = alloc(N * 3 * CA, "activations.d_qkv");
+      x.d_ln1 = alloc(N * C, "activations.d_ln1");
+    }
     a.layers.push_back(x);
   }
   if (range().has_head) {
@@ -119,6 +128,8 @@ MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T) co
     a.losses = alloc(N, "activations.losses");
     a.dlnf = alloc(N * C, "activations.dlnf");
   }
+  a.split_backward = split_backward;
+  if (split_backward && range().has_embedding) a.d_input = alloc(N * C, "activations.d_input");
   return a;
 }
 
@@ -146,14 +157,14 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   return s;
 }
 
-std::size_t GptStage::activation_bytes(int B, int T) const {
+std::size_t GptStage::activation_bytes(int B, int T, bool split_backward) const {
   std::size_t total = 0;
   plan_activations(
       [&](std::size_t n, const char*) -> float* {
         total += align_up(n * sizeof(float), Arena::kDefaultAlignment);
         return nullptr;
       },
-      B, T);
+      B, T, split_backward);
   return total;
 }
 
@@ -168,9 +179,10 @@ std::size_t GptStage::scratch_bytes(int B, int T) const {
   return total;
 }
 
-MicrobatchActivations GptStage::allocate_activations(Arena& arena, int B, int T) const {
+MicrobatchActivations GptStage::allocate_activations(Arena& arena, int B, int T,
+                                                     bool split_backward) const {
   return plan_activations([&](std::size_t n, const char* what) { return arena.allocate_n<float>(n, what); },
-                          B, T);
+                          B, T, split_backward);
 }
 
 StageScratch GptStage::allocate_scratch(Arena& arena, int B, int T) const {
@@ -216,6 +228,9 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   if (T > cfg.max_seq_len) throw std::invalid_argument("GptStage::forward: T exceeds max_seq_len");
+  if (a.weight_grad_pending)
+    throw std::logic_error(
+        "GptStage::forward: these activations still wait for their backward_weight");
 
   if (range().has_embedding) {
     if (tp_) {
@@ -338,6 +353,118 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
   } else {
     std::memcpy(grad_input, s.dres, NC * sizeof(float));
   }
+}
+
+// backward() split for zero-bubble schedules. backward_input runs backward()'s input-gradient ops
+// in the same order on the same values, but keeps every gradient that a weight gradient consumes
+// in acts (the layer's d_* buffers) instead of the shared scratch: the residual gradient is
+// accumulated in d_res_out[l] -> (copy) d_res_attn[l] -> (copy) d_res_out[l-1] rather than in
+// place in s.dres, which gives the same bits. backward_weight then makes exactly backward()'s
+// weight-gradient calls on those buffers; each gradient tensor receives one += per microbatch
+// either way, so the results are bit-identical.
+void GptStage::backward_input(const float* params, float* grads, MicrobatchActivations& a,
+                              StageScratch& s, const std::int32_t* tokens,
+                              const float* grad_output, float* grad_input) const {
+  (void)grads;   // all of this stage's parameter gradients are W's (or, for the head, forward's)
+  (void)tokens;  // only the embedding's backward (W) needs them
+  if (!a.split_backward)
+    throw std::logic_error(
+        "GptStage::backward_input: activations were allocated without split_backward");
+  if (a.weight_grad_pending)
+    throw std::logic_error(
+        "GptStage::backward_input: the previous backward_input on these activations still waits "
+        "for its backward_weight");
+  const GptConfig& cfg = config();
+  const ParamLayout& L = layout_;
+  const int B = a.B, T = a.T, C = cfg.d_model;
+  const int NH = L.local_heads(), CA = L.local_attn_width(), CM = L.local_mlp_width();
+  const int N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  const std::size_t NM = static_cast<std::size_t>(N) * CM;
+  const int nl = static_cast<int>(a.layers.size());
+  // Where the gradient of layer l's input goes: layer l-1's d_res_out, or for l == 0 the stage's
+  // input gradient (kept for the embedding's W on the first stage, else the caller's grad_input).
+  auto grad_of_layer_input = [&](int l) -> float* {
+    if (l > 0) return a.layers[l - 1].d_res_out;
+    return range().has_embedding ? a.d_input : grad_input;
+  };
+
+  float* dtop = grad_of_layer_input(nl);  // gradient of the stage's output
+  if (range().has_head) {
+    if (!a.head_grad_ready)
+      throw std::logic_error(
+          "GptStage::backward_input: forward ran without gradients (grads == null)");
+    a.head_grad_ready = false;
+    std::memset(dtop, 0, NC * sizeof(float));
+    cpu::layernorm_backward_input(dtop, a.dlnf, a.output(), params + L.lnfw, a.lnf_mean,
+                                  a.lnf_rstd, N, C);
+  } else if (dtop != grad_output) {
+    std::memcpy(dtop, grad_output, NC * sizeof(float));
+  }
+
+  for (int l = nl - 1; l >= 0; --l) {
+    const LayerOffsets& o = L.layers[l];
+    LayerActivations& h = a.layers[l];
+    const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
+    cpu::matmul_backward_input(h.d_fch, h.d_res_out, params + o.fcprojw, N, CM, C);
+    cpu::gelu_backward(h.d_fch, h.fch, h.d_fch, NM);
+    cpu::matmul_backward_input(h.d_ln2, h.d_fch, params + o.fcw, N, C, CM);
+    reduce_sum(h.d_ln2, NC);  // backward of column-parallel c_fc's input ("f")
+    std::memcpy(h.d_res_attn, h.d_res_out, NC * sizeof(float));
+    cpu::layernorm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params + o.ln2w, h.ln2_mean,
+                                  h.ln2_rstd, N, C);
+    cpu::matmul_backward_input(s.dtmp, h.d_res_attn, params + o.attprojw, N, CA, C);  // [N, CA]
+    cpu::attention_backward(h.d_qkv, s.dtmp, h.qkv, h.att, B, T, CA, NH);
+    cpu::matmul_backward_input(h.d_ln1, h.d_qkv, params + o.qkvw, N, C, 3 * CA);
+    reduce_sum(h.d_ln1, NC);  // backward of column-parallel c_attn's input ("f")
+    float* dx = grad_of_layer_input(l);
+    std::memcpy(dx, h.d_res_attn, NC * sizeof(float));
+    cpu::layernorm_backward_input(dx, h.d_ln1, x, params + o.ln1w, h.ln1_mean, h.ln1_rstd, N, C);
+  }
+  a.weight_grad_pending = true;
+}
+
+void GptStage::backward_weight(const float* params, float* grads, MicrobatchActivations& a,
+                               StageScratch& s, const std::int32_t* tokens) const {
+  (void)s;
+  if (!a.split_backward)
+    throw std::logic_error(
+        "GptStage::backward_weight: activations were allocated without split_backward");
+  if (!a.weight_grad_pending)
+    throw std::logic_error("GptStage::backward_weight: no backward_input ran on these activations");
+  const ParamLayout& L = layout_;
+  const int B = a.B, T = a.T, C = config().d_model;
+  const int CA = L.local_attn_width(), CM = L.local_mlp_width();
+  const int N = B * T;
+
+  if (range().has_head)
+    cpu::layernorm_backward_params(grads + L.lnfw, grads + L.lnfb, a.dlnf, a.output(), a.lnf_mean,
+                                   a.lnf_rstd, N, C);
+  for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
+    const LayerOffsets& o = L.layers[l];
+    const LayerActivations& h = a.layers[l];
+    const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
+    cpu::matmul_backward(nullptr, grads + o.fcprojw, grads + o.fcprojb, h.d_res_out, h.fch_gelu,
+                         params + o.fcprojw, N, CM, C);
+    cpu::matmul_backward(nullptr, grads + o.fcw, grads + o.fcb, h.d_fch, h.ln2, params + o.fcw, N,
+                         C, CM);
+    cpu::layernorm_backward_params(grads + o.ln2w, grads + o.ln2b, h.d_ln2, h.res_attn,
+                                   h.ln2_mean, h.ln2_rstd, N, C);
+    cpu::matmul_backward(nullptr, grads + o.attprojw, grads + o.attprojb, h.d_res_attn, h.atty,
+                         params + o.attprojw, N, CA, C);
+    cpu::matmul_backward(nullptr, grads + o.qkvw, grads + o.qkvb, h.d_qkv, h.ln1, params + o.qkvw,
+                         N, C, 3 * CA);
+    cpu::layernorm_backward_params(grads + o.ln1w, grads + o.ln1b, h.d_ln1, x, h.ln1_mean,
+                                   h.ln1_rstd, N, C);
+  }
+  if (range().has_embedding) {
+    if (tp_)
+      embedding_backward_local(grads + L.wte, grads + L.wpe, a.d_input, tokens, B, T, C,
+                               L.vocab_begin(), L.vocab_local());
+    else
+      cpu::embedding_backward(grads + L.wte, grads + L.wpe, a.d_input, tokens, B, T, C);
+  }
+  a.weight_grad_pending = false;
 }
 
 void GptStage::logits(const float* params, const MicrobatchActivations& a, float* out) const {

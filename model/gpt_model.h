@@ -16,6 +16,15 @@ namespace pipelane {
 struct LayerActivations {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res_attn;
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res_out;
+  // Split backward only (null otherwise): the gradients flowing into this layer's matmuls and
+  // layernorms, written by backward_input and consumed by backward_weight. In backward order:
+  //   d_res_out  [N,C]     of res_out (mlp.c_proj's output)
+  //   d_fch      [N,CM]    of fch (c_fc's output), CM = 4C/tp
+  //   d_ln2      [N,C]     of ln2 (all-reduced under tp)
+  //   d_res_attn [N,C]     of res_attn (attn.c_proj's output)
+  //   d_qkv      [N,3CA]   of qkv (c_attn's output), CA = C/tp
+  //   d_ln1      [N,C]     of ln1 (all-reduced under tp)
+  float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1;
 };
 
 // Everything forward keeps for backward, for one microbatch of B x T tokens. Under tensor
@@ -28,6 +37,10 @@ struct MicrobatchActivations {
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
   float* dlnf = nullptr;            // [B,T,C] head gradient, computed during forward (see below)
   bool head_grad_ready = false;
+  // Split backward (zero-bubble B/W): set by allocate_activations(..., split_backward = true).
+  bool split_backward = false;
+  float* d_input = nullptr;          // [B,T,C] first stage, split only: the embedding's gradient
+  bool weight_grad_pending = false;  // backward_input ran, backward_weight has not yet
   const float* output() const { return layers.empty() ? input : layers.back().res_out; }
 };
 
@@ -54,9 +67,13 @@ class GptStage {
   const StageRange& range() const { return layout_.range(); }
 
   // Bytes for one microbatch's activations / for the shared scratch (arena alignment included).
-  std::size_t activation_bytes(int B, int T) const;
+  // split_backward: also room for what backward_weight needs after backward_input (per layer
+  // 4*N*C + 7*N*C/tp floats, plus N*C on the first stage; see LayerActivations). Stages that only
+  // ever call backward() leave it false and pay nothing.
+  std::size_t activation_bytes(int B, int T, bool split_backward = false) const;
   std::size_t scratch_bytes(int B, int T) const;
-  MicrobatchActivations allocate_activations(Arena& arena, int B, int T) const;
+  MicrobatchActivations allocate_activations(Arena& arena, int B, int T,
+                                             bool split_backward = false) const;
   StageScratch allocate_scratch(Arena& arena, int B, int T) const;
 
   // GPT-2 initialisation. Each tensor's values depend only on (seed, tensor name), so a stage
@@ -81,6 +98,24 @@ class GptStage {
                 StageScratch& scratch, const std::int32_t* tokens, const float* grad_output,
                 float* grad_input) const;
 
+  // The same backward split in two for zero-bubble schedules (ZB-H1), on activations allocated
+  // with split_backward = true (std::logic_error otherwise). backward_input followed, any time
+  // later, by backward_weight gives bit-identical gradients and grad_input to backward().
+  // B: the input-gradient half. Same arguments as backward(); writes grad_input (non-first
+  // stages) and keeps in `acts` the gradients flowing into each matmul/layernorm. Under tensor
+  // parallelism all of the backward's collectives (the column-parallel input-gradient
+  // all-reduces) happen here.
+  void backward_input(const float* params, float* grads, MicrobatchActivations& acts,
+                      StageScratch& scratch, const std::int32_t* tokens, const float* grad_output,
+                      float* grad_input) const;
+  // W: the weight-gradient half of the same microbatch: every matmul dW/db, every LayerNorm's
+  // weight/bias, ln_f, and on the first stage wte/wpe (the head's wte share was already added in
+  // forward). No communication. Must follow that microbatch's backward_input (std::logic_error
+  // otherwise); other microbatches' forwards and backward_inputs may run in between, but `acts`
+  // stay this microbatch's until it ran (forward on them throws until then).
+  void backward_weight(const float* params, float* grads, MicrobatchActivations& acts,
+                       StageScratch& scratch, const std::int32_t* tokens) const;
+
   // Logits [B*T, Vp] of the last forward (head stage only; for tests and inference). Under tensor
   // parallelism: this rank's columns [B*T, layout().vocab_local()], global columns starting at
   // layout().vocab_begin().
@@ -88,7 +123,7 @@ class GptStage {
 
  private:
   template <typename Alloc>
-  MicrobatchActivations plan_activations(Alloc&& alloc, int B, int T) const;
+  MicrobatchActivations plan_activations(Alloc&& alloc, int B, int T, bool split_backward) const;
   template <typename Alloc>
   StageScratch plan_scratch(Alloc&& alloc, int B, int T) const;
 

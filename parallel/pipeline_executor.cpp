@@ -90,11 +90,14 @@ struct PipelineExecutor::Impl {
   std::vector<Chunk> chunks;
   std::unique_ptr<Arena> arena;
   CommunicatorTensorParallel tp_comm;
+  bool split_backward;  // zero-bubble: backward as B (input gradient) and W (weight gradient)
   Clock::time_point origin;
+  UpdateGate update_gate;
 
   Impl(const ExecutorOptions& o, Topology& t)
       : opts(o), topo(t), pp(o.schedule.pp), v(o.schedule.virtual_stages), stage(t.me.pp),
-        m(o.schedule.microbatches), tp_comm(*t.tp) {
+        m(o.schedule.microbatches), tp_comm(*t.tp),
+        split_backward(o.schedule.kind == ScheduleKind::ZeroBubbleH1) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     instrs = build_schedule(o.schedule, stage);
@@ -104,7 +107,6 @@ struct PipelineExecutor::Impl {
 
     // In-flight microbatches per chunk, from the schedule itself.
     std::vector<int> inflight(v, 0), peak(v, 1);
-    const bool split_backward = o.schedule.kind == ScheduleKind::ZeroBubbleH1;
     for (const Instr& in : instrs) {
       if (in.op == Op::Fwd) peak[in.chunk] = std::max(peak[in.chunk], ++inflight[in.chunk]);
       if ((in.op == Op::Bwd && !split_backward) || in.op == Op::BwdWeight) --inflight[in.chunk];
@@ -119,7 +121,7 @@ struct PipelineExecutor::Impl {
                                             t.tp->size() > 1 ? &tp_comm : nullptr);
       const std::size_t P = align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
       bytes += 4 * P + ch.model->scratch_bytes(B, T) +
-               peak[c] * (ch.model->activation_bytes(B, T) + 3 * buf);
+               peak[c] * (ch.model->activation_bytes(B, T, split_backward) + 3 * buf);
       ch.slots.resize(peak[c]);
       chunks.push_back(std::move(ch));
     }
@@ -132,7 +134,7 @@ struct PipelineExecutor::Impl {
       ch.v = arena->allocate_n<float>(n, "adamw.v");
       ch.scratch = ch.model->allocate_scratch(*arena, B, T);
       for (Slot& s : ch.slots) {
-        s.acts = ch.model->allocate_activations(*arena, B, T);
+        s.acts = ch.model->allocate_activations(*arena, B, T, split_backward);
         s.recv_input = arena->allocate_n<float>(act_floats, "p2p.recv_input");
         s.recv_grad = arena->allocate_n<float>(act_floats, "p2p.recv_grad");
         s.send_grad = arena->allocate_n<float>(act_floats, "p2p.send_grad");
@@ -245,6 +247,7 @@ std::vector<ChunkState> PipelineExecutor::chunk_states() {
     out.push_back({&ch.model->layout(), ch.virtual_stage, ch.params, ch.grads, ch.m, ch.v});
   return out;
 }
+void PipelineExecutor::set_update_gate(UpdateGate gate) { impl_->update_gate = std::move(gate); }
 const std::vector<Instr>& PipelineExecutor::instructions() const { return impl_->instrs; }
 double PipelineExecutor::now_s() const { return impl_->now(); }
 std::size_t PipelineExecutor::parameter_count() const {
@@ -300,22 +303,32 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::Bwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        if (s.opts.schedule.kind == ScheduleKind::ZeroBubbleH1)
-          throw std::logic_error("zb-h1 needs the split backward (input / weight), not yet in the model");
-        ch.model->backward(ch.params, ch.grads, slot.acts, ch.scratch,
-                           ch.first() ? s.rows(tokens, in.microbatch) : nullptr,
-                           ch.last() ? nullptr : slot.recv_grad, ch.first() ? nullptr : slot.send_grad);
-        if (ch.first()) s.release(ch, in.microbatch);
+        const std::int32_t* tok = ch.first() ? s.rows(tokens, in.microbatch) : nullptr;
+        const float* grad_out = ch.last() ? nullptr : slot.recv_grad;
+        float* grad_in = ch.first() ? nullptr : slot.send_grad;
+        if (s.split_backward) {
+          ch.model->backward_input(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
+        } else {
+          ch.model->backward(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
+          if (ch.first()) s.release(ch, in.microbatch);
+        }
         break;
       }
-      case Op::BwdWeight:
-        throw std::logic_error("zb-h1 needs the split backward (input / weight), not yet in the model");
+      case Op::BwdWeight: {
+        Chunk& ch = s.chunks[in.chunk];
+        Slot& slot = s.acquire(ch, in.microbatch);
+        ch.model->backward_weight(ch.params, ch.grads, slot.acts, ch.scratch,
+                                  ch.first() ? s.rows(tokens, in.microbatch) : nullptr);
+        s.release(ch, in.microbatch);
+        break;
+      }
       case Op::SendBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
         slot.pending.push_back(s.topo.pp->isend(slot.send_grad, bytes, s.prev_stage(),
                                                 s.tag(kBackward, s.chunk_before(in.chunk), in.microbatch)));
-        s.release(ch, in.microbatch);
+        // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
+        if (!s.split_backward) s.release(ch, in.microbatch);
         break;
       }
       case Op::GradSync: {
@@ -324,6 +337,14 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
         break;
       }
       case Op::OptimizerStep: {
+        if (s.update_gate) {
+          double global_loss = s.topo.me.tp == 0 ? loss_sum : 0.0;
+          s.topo.world->all_reduce_sum(&global_loss, 1);
+          if (!s.update_gate(global_loss, stats.grad_norm)) {
+            stats.skipped = true;
+            break;
+          }
+        }
         const float scale = clip_scale(stats.grad_norm, s.opts.grad_clip);
         for (Chunk& ch : s.chunks)
           adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, s.opts.adamw, lr,

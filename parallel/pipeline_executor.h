@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,8 +43,14 @@ struct StepStats {
   double loss_sum = 0;   // summed over the whole global batch (every dp replica), all ranks agree
   double grad_norm = 0;  // global, before clipping
   double start_s = 0, end_s = 0;
+  bool skipped = false;  // the update gate declined this step: AdamW was not applied
   std::vector<InstrRecord> records;
 };
+
+// Asked at OptimizerStep on every rank, with the global loss sum and grad norm (all ranks see the
+// same values): true applies the update, false skips it (numerical faults). Every rank must
+// return the same answer; the gate may run collectives on the world communicator.
+using UpdateGate = std::function<bool(double loss_sum, double grad_norm)>;
 
 // One model chunk's training state, for checkpoints: the layout names every tensor (with its
 // tensor-parallel slicing) and the four flat buffers share it.
@@ -70,6 +77,8 @@ class PipelineExecutor {
 
   std::size_t arena_bytes() const;
   std::vector<ChunkState> chunk_states();
+  // Null (the default): every step is applied, with no extra communication.
+  void set_update_gate(UpdateGate gate);
   std::size_t parameter_count() const;  // this rank's parameters
   const std::vector<Instr>& instructions() const;
   double now_s() const;  // on the executor's clock

@@ -28,6 +28,14 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
+// layernorm_backward split in two for the zero-bubble split backward (input gradient now, weight
+// gradient later). Each runs exactly the corresponding loop of layernorm_backward, so the pair
+// gives bit-identical results to it. dinp (+=, as above); dweight, dbias (+=).
+void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int N,
+                              int C);
+void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C);
 
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
@@ -35,6 +43,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dinp (=, may be null), dweight (+=), dbias (+=, may be null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
+// Only the input gradient: dinp (=), the same sgemm as matmul_backward's (bit-identical). The
+// weight half is matmul_backward with dinp == null.
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+                           int OC);
 
 // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v], heads contiguous.
 // att[B,NH,T,T] keeps the softmax probabilities for backward (zero above the diagonal).

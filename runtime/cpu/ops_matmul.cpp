@@ -40,6 +40,13 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   }
 }
 
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+                           int OC) {
+  // dinp[N,C] = dout[N,OC] @ weight[OC,C], exactly matmul_backward's call
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C,
+              0.0f, dinp, C);
+}
+
 void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp) {
   matmul_forward(logits, x, wte, nullptr, N, C, Vp);
 }
