@@ -27,6 +27,9 @@ class Communicator {
   virtual void all_reduce_max(float* data, std::size_t n) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // A barrier that can be polled: lets a stage that reached the step's gradient sync early fill
+  // the wait for the slowest stage with other work.
+  virtual std::unique_ptr<CommRequest> ibarrier() = 0;
 };
 
 // A group of one: collectives are identities, point-to-point is an error.

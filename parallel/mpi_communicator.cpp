@@ -79,6 +79,11 @@ class MpiCommunicator final : public Communicator {
     if (size_ > 1) check(MPI_Bcast(data, count_of(bytes), MPI_BYTE, root, comm_), "MPI_Bcast");
   }
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  std::unique_ptr<CommRequest> ibarrier() override {
+    auto r = std::make_unique<MpiRequest>();
+    check(MPI_Ibarrier(comm_, r->handle()), "MPI_Ibarrier");
+    return r;
+  }
 
  private:
   void reduce(void* data, std::size_t n, MPI_Datatype type, MPI_Op op) {

@@ -91,6 +91,7 @@ struct PipelineExecutor::Impl {
   std::unique_ptr<Arena> arena;
   CommunicatorTensorParallel tp_comm;
   bool split_backward;  // zero-bubble: backward as B (input gradient) and W (weight gradient)
+  GapFiller* filler = nullptr;
   Clock::time_point origin;
   UpdateGate update_gate;
 
@@ -172,10 +173,12 @@ struct PipelineExecutor::Impl {
     ch.slot_of.erase(it);
   }
 
-  // Blocks on a receive, returning the seconds spent waiting.
-  static double wait_for(CommRequest& r) {
+  // Waits for a transfer, handing the wait to the gap filler (lanes) when there is one; returns
+  // the seconds from the first poll to completion.
+  double wait_for(CommRequest& r, int iteration, int gap_id, WaitKind kind) {
     if (r.test()) return 0.0;
     const auto t0 = Clock::now();
+    if (filler) filler->fill(iteration, gap_id, kind, [&r] { return r.test(); });
     r.wait();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -241,6 +244,9 @@ PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo)
 PipelineExecutor::~PipelineExecutor() = default;
 
 std::size_t PipelineExecutor::arena_bytes() const { return impl_->arena->capacity(); }
+void PipelineExecutor::set_gap_filler(GapFiller* filler) { impl_->filler = filler; }
+std::chrono::steady_clock::time_point PipelineExecutor::clock_origin() const { return impl_->origin; }
+
 std::vector<ChunkState> PipelineExecutor::chunk_states() {
   std::vector<ChunkState> out;
   for (Chunk& ch : impl_->chunks)
@@ -267,14 +273,16 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
   double loss_sum = 0.0;
   const std::size_t bytes = s.act_floats * sizeof(float);
 
-  for (const Instr& in : s.instrs) {
+  for (std::size_t index = 0; index < s.instrs.size(); ++index) {
+    const Instr& in = s.instrs[index];
+    const int gap = static_cast<int>(index);
     InstrRecord rec{in, s.now(), 0, 0};
     switch (in.op) {
       case Op::RecvFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
         recv = s.topo.pp->irecv(slot.recv_input, bytes, s.prev_stage(), s.tag(kForward, in.chunk, in.microbatch));
-        rec.wait_s = Impl::wait_for(*recv);
+        rec.wait_s = s.wait_for(*recv, step_number, gap, in.wait);
         break;
       }
       case Op::Fwd: {
@@ -297,7 +305,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
         recv = s.topo.pp->irecv(slot.recv_grad, bytes, s.next_stage(), s.tag(kBackward, in.chunk, in.microbatch));
-        rec.wait_s = Impl::wait_for(*recv);
+        rec.wait_s = s.wait_for(*recv, step_number, gap, in.wait);
         break;
       }
       case Op::Bwd: {
@@ -332,7 +340,10 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
         break;
       }
       case Op::GradSync: {
-        rec.wait_s = s.sync_gradients();
+        // With lanes, the wait for the slowest stage is a pollable barrier the lanes can fill;
+        // the collectives after it then find every rank ready.
+        if (s.filler) rec.wait_s = s.wait_for(*s.topo.world->ibarrier(), step_number, gap, in.wait);
+        rec.wait_s += s.sync_gradients();
         stats.grad_norm = s.global_grad_norm();
         break;
       }
@@ -359,6 +370,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
   if (s.topo.me.tp != 0) loss_sum = 0.0;
   s.topo.world->all_reduce_sum(&loss_sum, 1);
   stats.loss_sum = loss_sum;
+  if (s.filler) s.filler->end_iteration(step_number);
   stats.end_s = s.now();
   return stats;
 }

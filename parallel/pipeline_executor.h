@@ -12,6 +12,7 @@
 
 #include "model/adamw.h"
 #include "model/gpt_model.h"
+#include "parallel/gap_filler.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
 
@@ -77,6 +78,10 @@ class PipelineExecutor {
 
   std::size_t arena_bytes() const;
   std::vector<ChunkState> chunk_states();
+  // Waits on transfers and on the gradient sync go to `filler` (null: plain blocking waits).
+  // The filler must outlive the executor's steps.
+  void set_gap_filler(GapFiller* filler);
+  std::chrono::steady_clock::time_point clock_origin() const;  // what now_s() counts from
   // Null (the default): every step is applied, with no extra communication.
   void set_update_gate(UpdateGate gate);
   std::size_t parameter_count() const;  // this rank's parameters
