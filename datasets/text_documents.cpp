@@ -86,3 +86,47 @@ std::vector<std::string> split_documents(std::string_view text, DocumentSplit sp
 }
 
 }  // namespace pipelane
+
+#include <nlohmann/json.hpp>
+
+namespace pipelane {
+
+bool is_jsonl_path(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.size() > 3 && name.ends_with(".gz")) name.resize(name.size() - 3);
+  return name.ends_with(".jsonl") || name.ends_with(".ndjson") || name.ends_with(".json");
+}
+
+std::vector<std::string> read_jsonl_documents(const std::string& path, const std::string& field,
+                                              InvalidUtf8 policy) {
+  const std::string text = read_text_file(path);
+  std::vector<std::string> documents;
+  std::size_t pos = 0, line_number = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view raw(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (is_blank(raw)) continue;
+    const std::string where = path + ":" + std::to_string(line_number);
+    const std::string line = repair_utf8(raw, policy, where);
+    nlohmann::json object;
+    try {
+      object = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(where + ": invalid JSON, expected one object per line (" + e.what() + ")");
+    }
+    if (!object.is_object()) throw DataError(where + ": expected a JSON object, got " + object.type_name());
+    const auto it = object.find(field);
+    if (it == object.end())
+      throw DataError(where + ": no field \"" + field + "\" (set the field name with --jsonl-field)");
+    if (!it->is_string())
+      throw DataError(where + ": field \"" + field + "\" is " + it->type_name() + ", expected a string");
+    std::string document = it->get<std::string>();
+    if (!document.empty()) documents.push_back(std::move(document));
+  }
+  return documents;
+}
+
+}  // namespace pipelane

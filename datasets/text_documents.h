@@ -4,6 +4,8 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/utf8.h"
+
 namespace pipelane {
 
 enum class DocumentSplit {
@@ -23,5 +25,19 @@ std::string read_text_file(const std::string& path);
 // documents concatenated give back the text minus its blank lines. Empty documents are dropped:
 // they carry no tokens and would only make empty entries in doc_offsets.
 std::vector<std::string> split_documents(std::string_view text, DocumentSplit split);
+
+}  // namespace pipelane
+
+namespace pipelane {
+
+// Documents of a JSON Lines file (plain or gzip): one JSON object per non-blank line, the document
+// being the string in `field`. DataError "<path>:<line>: ..." for invalid JSON, a line that is not an
+// object, a missing or non-string field. Invalid UTF-8 in a line is repaired or refused per `policy`
+// before parsing. Empty documents are dropped.
+std::vector<std::string> read_jsonl_documents(const std::string& path, const std::string& field,
+                                              InvalidUtf8 policy);
+
+// True for .jsonl / .jsonl.gz / .json.gz / .ndjson names.
+bool is_jsonl_path(const std::string& path);
 
 }  // namespace pipelane

@@ -2,12 +2,15 @@
 
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <utility>
 
 #include "datasets/data_error.h"
+#include "datasets/importers.h"
 
 namespace pipelane {
 namespace {
@@ -260,6 +263,7 @@ void write_token_store(const std::string& path, const TokenStoreMeta& meta,
     write_number_attribute(file.get(), "vocab_size", H5T_STD_U32LE, H5T_NATIVE_UINT32,
                            &meta.vocab_size);
     write_string_attribute(file.get(), "sources", join_lines(meta.sources));
+    write_string_attribute(file.get(), "checksum", token_store_checksum(train, valid));
     write_split(file.get(), "train", train, token_type);
     write_split(file.get(), "valid", valid, token_type);
     file.close_checked("cannot finish writing " + partial.string());
@@ -280,10 +284,44 @@ void write_token_store(const std::string& path, const TokenStoreMeta& meta,
   }
 }
 
+std::string token_store_checksum(const TokenSplit& train, const TokenSplit& valid) {
+  // Little-endian words hashed through a small buffer, so the value is the same on every host.
+  uLong crc = crc32(0L, Z_NULL, 0);
+  unsigned char buffer[8 * 1024];
+  std::size_t used = 0;
+  auto put = [&](std::uint64_t value, int bytes) {
+    if (used + 8 > sizeof buffer) {
+      crc = crc32(crc, buffer, static_cast<uInt>(used));
+      used = 0;
+    }
+    for (int i = 0; i < bytes; ++i) buffer[used++] = static_cast<unsigned char>(value >> (8 * i));
+  };
+  for (const TokenSplit* split : {&train, &valid}) {
+    for (std::uint32_t t : split->tokens) put(t, 4);
+    for (std::uint64_t o : split->doc_offsets) put(o, 8);
+  }
+  crc = crc32(crc, buffer, static_cast<uInt>(used));
+  char text[16];
+  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
+  return std::string("crc32:") + text;
+}
+
+TokenStore TokenStore::from_splits(TokenStoreMeta meta, TokenSplit train, TokenSplit valid,
+                                   const std::string& where) {
+  check_token_split(train, meta.vocab_size, where + " (train)");
+  check_token_split(valid, meta.vocab_size, where + " (valid)");
+  TokenStore store;
+  store.meta_ = std::move(meta);
+  store.train_ = std::move(train);
+  store.valid_ = std::move(valid);
+  return store;
+}
+
 TokenStore TokenStore::open(const std::string& path) {
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
+  if (!std::filesystem::exists(path, ec) && !is_imported_format(path))
     throw DataError(path + ": no such file (run 'pipelane prepare-data' first)");
+  if (is_imported_format(path)) return import_token_file(path);
   if (!std::filesystem::is_regular_file(path, ec))
     throw DataError(path + ": not a regular file, expected an HDF5 token file");
   silence_hdf5_error_printing();
@@ -313,6 +351,7 @@ TokenStore TokenStore::open(const std::string& path) {
                           " is out of range (expected 1..2^32-1)");
     store.meta_.vocab_size = static_cast<std::uint32_t>(vocab_size);
     store.meta_.sources = split_lines(read_string_attribute(root, "sources"));
+    if (H5Aexists(root, "checksum") > 0) store.meta_.checksum = read_string_attribute(root, "checksum");
     store.train_ = read_split(root, "/train");
     store.valid_ = read_split(root, "/valid");
   } catch (const Hdf5Failure& failure) {
@@ -324,6 +363,12 @@ TokenStore TokenStore::open(const std::string& path) {
   }
   check_token_split(store.train_, store.meta_.vocab_size, path + " /train");
   check_token_split(store.valid_, store.meta_.vocab_size, path + " /valid");
+  if (!store.meta_.checksum.empty()) {
+    const std::string actual = token_store_checksum(store.train_, store.valid_);
+    if (actual != store.meta_.checksum)
+      throw DataError(path + ": checksum is " + actual + ", the file records " + store.meta_.checksum +
+                      " (corrupt file)");
+  }
   return store;
 }
 

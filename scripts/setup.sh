@@ -10,6 +10,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libopenblas-openmp-dev   # sgemm on the OpenMP runtime our kernels use (see cmake/Dependencies.cmake)
   libhdf5-dev zlib1g-dev
+  libpng-dev               # imageproc lane (PNG via libpng)
   libboost-program-options-dev nlohmann-json3-dev libgtest-dev
   openmpi-bin libopenmpi-dev  # multi-rank training (mpirun)
   jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz

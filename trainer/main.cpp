@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "trainer/export_command.h"
 #include "trainer/prepare_data_command.h"
 #include "trainer/schedule_command.h"
 #include "trainer/train_command.h"
@@ -20,6 +21,7 @@ void print_usage(std::FILE* out) {
                "  train          train a GPT from a config file (pipelane train --help)\n"
                "  prepare-data   tokenize text into an HDF5 token file (pipelane prepare-data --help)\n"
                "  schedule       print a pipeline schedule and its bubbles (pipelane schedule --help)\n"
+               "  export         a checkpoint as a Hugging Face GPT-2 model (pipelane export --help)\n"
                "  devices        list the compute devices this build can use\n"
                "  --version      print the version\n");
 }
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   if (cmd == "train") return pipelane::train_command(argc - 1, argv + 1);
   if (cmd == "prepare-data") return pipelane::prepare_data_command(argc - 1, argv + 1);
   if (cmd == "schedule") return pipelane::schedule_command(argc - 1, argv + 1);
+  if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
   if (cmd == "devices") return devices_command();
   if (cmd == "--version") {
     std::printf("pipelane 0.1.0\n");

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <sstream>
 #include <vector>
 
 #include "datasets/window_sampler.h"
 #include "model/lr_schedule.h"
 #include "parallel/pipeline_executor.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_numerics.h"
 #include "trainer/chrome_trace.h"
 #include "trainer/progress_line.h"
 #include "trainer/single_process_trainer.h"
@@ -42,6 +46,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Test hooks for checkpoints and fault handling. PIPELANE_STOP_AFTER_STEP=K ends the loop after
+// step K (as a preempted job would, after that step's checkpoint); PIPELANE_FAULT_NAN_STEPS=3,4
+// makes those 1-based steps see a NaN gradient norm, as an overflowing gradient would.
+int stop_after_step() {
+  const char* v = std::getenv("PIPELANE_STOP_AFTER_STEP");
+  return v ? std::atoi(v) : 0;
+}
+std::vector<int> injected_nan_steps() {
+  std::vector<int> out;
+  const char* v = std::getenv("PIPELANE_FAULT_NAN_STEPS");
+  if (!v) return out;
+  std::stringstream in(v);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(std::atoi(item.c_str()));
+  return out;
+}
+
+// The sampler's position. WindowSampler's state is its seed plus the windows drawn since, so it is
+// restored by fast-forwarding; a sampler with state()/restore() replaces these two functions.
+constexpr const char* kWindowSamplerKind = "window_sampler_fast_forward_v1";
+
 constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
 
 }  // namespace
@@ -55,6 +80,9 @@ struct ParallelTrainer::State {
   ExecutorOptions exec_opts;
   PipelineExecutor exec;
   WindowSampler sampler;
+  std::uint64_t windows_drawn = 0;
+  int start_step = 0;
+  StepGuard guard;
   std::vector<std::int32_t> all_tokens, all_targets, eval_tokens, eval_targets;
 
   State(const TrainOptions& o, const TokenStore& d, Topology& t, double peak)
@@ -62,7 +90,8 @@ struct ParallelTrainer::State {
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
         exec_opts(executor_options(o, dp)), exec(exec_opts, t),
-        sampler(d.train(), o.model.seq_len, o.train.seed) {
+        sampler(d.train(), o.model.seq_len, o.train.seed),
+        guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     all_tokens.resize(rows * micro_total);
     all_targets.resize(rows * micro_total);
@@ -76,6 +105,37 @@ struct ParallelTrainer::State {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     for (int k = 0; k < micro_total; ++k)
       sampler.next_batch(B, all_tokens.data() + k * rows, all_targets.data() + k * rows);
+    windows_drawn += static_cast<std::uint64_t>(micro_total) * B;
+  }
+  SamplerState sampler_state() const { return {kWindowSamplerKind, {opts.train.seed, windows_drawn}}; }
+  void restore_sampler(const SamplerState& st) {
+    if (st.kind != kWindowSamplerKind || st.words.size() != 2)
+      throw CheckpointError("the checkpoint's sampler state is '" + st.kind + "', which this sampler cannot restore");
+    sampler = WindowSampler(data.train(), T, st.words[0]);
+    windows_drawn = 0;
+    while (windows_drawn < st.words[1]) {
+      sampler.next_batch(B, all_tokens.data(), all_targets.data());
+      windows_drawn += B;
+    }
+  }
+  TrainingProgress progress(int step, const LrSchedule& schedule) const {
+    TrainingProgress p;
+    p.step = step;
+    const TrainLoopOptions& t = opts.train;
+    p.lr_schedule = {{"lr", t.lr}, {"min_lr", t.min_lr}, {"warmup_steps", t.warmup_steps},
+                     {"steps", t.steps}, {"next_lr", schedule.at(step)}};
+    p.sampler = sampler_state();
+    p.guard = guard.state;
+    return p;
+  }
+  void save(int step, const LrSchedule& schedule) {
+    const ParallelDims d = topo.grid.dims();
+    const nlohmann::json topology = {{"tp", d.tp}, {"pp", d.pp}, {"dp", d.dp},
+                                     {"schedule", opts.parallel.schedule},
+                                     {"virtual_stages", opts.parallel.virtual_stages},
+                                     {"layers_per_stage", opts.parallel.layers_per_stage}};
+    save_checkpoint(opts.run.dir + "/checkpoints", step, exec, topo, progress(step, schedule),
+                    exec_opts.model, topology, opts.to_ini(), opts.run.keep_last);
   }
   const std::int32_t* mine(const std::vector<std::int32_t>& v) const {
     return v.data() + static_cast<std::size_t>(topo.me.dp) * micro_mine * B * T;
@@ -96,6 +156,21 @@ ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TokenStore& dat
 ParallelTrainer::~ParallelTrainer() = default;
 std::size_t ParallelTrainer::arena_bytes() const { return s_->exec.arena_bytes(); }
 
+int ParallelTrainer::restore(const std::string& checkpoint_dir) {
+  State& s = *s_;
+  CheckpointReader reader(checkpoint_dir);
+  reader.check_model(s.exec_opts.model);
+  const TrainingProgress p = reader.progress();
+  if (p.step > s.opts.train.steps)
+    throw CheckpointError("checkpoint " + checkpoint_dir + " is at step " + std::to_string(p.step) +
+                          ", beyond [train] steps = " + std::to_string(s.opts.train.steps));
+  for (const ChunkState& c : s.exec.chunk_states()) reader.load_into(*c.layout, c.params, c.adam_m, c.adam_v);
+  s.restore_sampler(p.sampler);
+  s.guard.state = p.guard;
+  s.start_step = p.step;
+  return p.step;
+}
+
 nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   State& s = *s_;
   const TrainLoopOptions& t = s.opts.train;
@@ -110,9 +185,28 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   std::vector<StepStats> traced;
   std::vector<double> step_seconds;
   double busy = 0, window = 0, train_seconds = 0, last_loss = 0, last_val = NAN;
+  // Seconds and counts of Fwd, Bwd, BwdWeight: the measured costs the theoretical bubble uses.
+  double op_time[6] = {0, 0, 0, 0, 0, 0};
   nlohmann::json evals = nlohmann::json::array();
 
-  for (int step = 0; step < t.steps; ++step) {
+  // Numerical faults: the executor asks before every AdamW update.
+  const std::vector<int> nan_steps = injected_nan_steps();
+  int current = 0;
+  StepVerdict verdict = StepVerdict::Apply;
+  s.exec.set_update_gate([&](double loss_sum, double grad_norm) {
+    if (std::find(nan_steps.begin(), nan_steps.end(), current + 1) != nan_steps.end()) grad_norm = NAN;
+    verdict = s.guard.judge(loss_sum / tokens_per_step, grad_norm);
+    float code = static_cast<float>(verdict);  // every rank judged the same values; make sure
+    s.topo.world->all_reduce_max(&code, 1);
+    verdict = static_cast<StepVerdict>(static_cast<int>(code));
+    return verdict == StepVerdict::Apply;
+  });
+  const int every = s.opts.run.checkpoint_every;
+  const int stop_after = stop_after_step();
+  int last_saved = -1;
+
+  for (int step = s.start_step; step < t.steps; ++step) {
+    current = step;
     s.draw_batch();
     const double lr = schedule.at(step);
     StepStats st = s.exec.step(s.mine(s.all_tokens), s.mine(s.all_targets), loss_scale,
@@ -125,6 +219,11 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
       if (is_compute(r.instr.op)) {
         my_busy += r.end_s - r.start_s;
         last_compute = std::max(last_compute, static_cast<float>(r.end_s));
+        if (step > s.start_step || t.steps == 1) {
+          const int k = r.instr.op == Op::Fwd ? 0 : r.instr.op == Op::Bwd ? 1 : 2;
+          op_time[2 * k] += r.end_s - r.start_s;
+          op_time[2 * k + 1] += 1;
+        }
       }
     s.topo.world->all_reduce_max(&last_compute, 1);
     if (step > 0 || t.steps == 1) {  // the first step pages memory in: not representative
@@ -141,9 +240,17 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
     const double tps = tokens_per_step / secs;
     if (leader) {
       const double mfu = s.peak_gflops > 0 ? tps * flops_per_token / (s.peak_gflops * 1e9 * s.topo.grid.dims().world()) : 0.0;
-      run->append_metrics({{"step", step + 1}, {"loss", last_loss}, {"lr", lr},
-                           {"grad_norm", grad_norm},
-                           {"tokens_per_s", tps}, {"step_ms", secs * 1e3}, {"mfu", mfu}});
+      nlohmann::json row = {{"step", step + 1}, {"loss", last_loss}, {"lr", lr},
+                            {"grad_norm", grad_norm},
+                            {"tokens_per_s", tps}, {"step_ms", secs * 1e3}, {"mfu", mfu}};
+      if (verdict != StepVerdict::Apply) row["skipped"] = verdict_name(verdict);
+      run->append_metrics(row);
+      if (verdict != StepVerdict::Apply) {
+        char line[96];
+        std::snprintf(line, sizeof line, "step %d skipped (%s loss/gradient)", step + 1,
+                      verdict == StepVerdict::SkipSpike ? "spiking" : "non-finite");
+        progress.note(line);
+      }
       progress.update(step, last_loss, lr, tps, train_seconds / (step + 1) * (t.steps - step - 1));
     }
     const bool last = step + 1 == t.steps;
@@ -157,7 +264,16 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
         progress.note(line);
       }
     }
+    s.guard.check_stop(step + 1);
+    if (every > 0 && ((step + 1) % every == 0 || last)) {
+      s.save(step + 1, schedule);
+      last_saved = step + 1;
+    }
+    if (stop_after > 0 && step + 1 == stop_after) break;
   }
+  // A resumed run with nothing left to do still leaves its final state in its own run directory.
+  if (every > 0 && last_saved < 0 && s.start_step == t.steps) s.save(t.steps, schedule);
+  s.exec.set_update_gate(nullptr);
   if (leader) progress.finish();
 
   // Per-rank busy/idle and trace events, gathered on rank 0.
@@ -166,6 +282,9 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   per_rank[2 * s.topo.world_rank] = busy;
   per_rank[2 * s.topo.world_rank + 1] = window;
   s.topo.world->all_reduce_sum(per_rank.data(), per_rank.size());
+  s.topo.world->all_reduce_sum(op_time, 6);
+  const auto mean = [&](int k) { return op_time[2 * k + 1] > 0 ? op_time[2 * k] / op_time[2 * k + 1] : 0.0; };
+  const double t_f = mean(0), t_w = mean(2), t_b = mean(1) + t_w;
 
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
   const std::string mine = trace_events(traced, s.topo.world_rank, track).dump();
@@ -227,8 +346,14 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
                     {"microbatches", s.exec_opts.schedule.microbatches}}},
       {"stages", stages},
       {"bubble_fraction_measured", bubble_sum / dims.pp},
-      {"bubble_fraction_theoretical", theoretical_bubble_fraction(s.exec_opts.schedule)},
+      {"bubble_fraction_theoretical",
+       t_f > 0 && t_b > 0 ? theoretical_bubble_fraction(s.exec_opts.schedule, t_f, t_b, t_w)
+                          : theoretical_bubble_fraction(s.exec_opts.schedule)},
+      {"measured_op_ms", {{"forward", t_f * 1e3}, {"backward", t_b * 1e3}, {"backward_weight", t_w * 1e3}}},
       {"training_arena_bytes_rank0", s.exec.arena_bytes()},
+      {"resumed_from_step", s.start_step},
+      {"skipped_steps", {{"nonfinite", s.guard.state.skipped_nonfinite},
+                         {"spike", s.guard.state.skipped_spike}}},
   };
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,10 @@ class ParallelTrainer {
   ~ParallelTrainer();
   // Every rank calls this; `run` and `console` are used on rank 0 only (may be null elsewhere).
   nlohmann::json run(RunDirectory* run, std::FILE* console);
+  // Every rank, before run(): loads parameters, AdamW moments, sampler position and fault
+  // counters from a checkpoint directory saved at any (pp, tp). Returns the step it resumes at.
+  // Throws CheckpointError (trainer/checkpoint.h) with one line.
+  int restore(const std::string& checkpoint_dir);
   std::size_t arena_bytes() const;  // this rank's training arena
 
  private:

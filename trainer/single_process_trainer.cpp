@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "datasets/sharded_sampler.h"
 #include "datasets/window_sampler.h"
 #include "model/adamw.h"
 #include "model/lr_schedule.h"
@@ -35,7 +36,7 @@ struct SingleProcessTrainer::State {
   std::int32_t *inputs, *targets;
   MicrobatchActivations acts;
   StageScratch scratch;
-  WindowSampler sampler;
+  ShardedSampler sampler;  // state()/restore() for checkpoints; single process is dp rank 0 of 1
 
   State(const TrainOptions& o, const TokenStore& d, double peak)
       : opts(o),
@@ -45,7 +46,8 @@ struct SingleProcessTrainer::State {
         B(o.train.micro_batch),
         T(o.model.seq_len),
         accum(o.train.global_batch / o.train.micro_batch),
-        sampler(d.train(), o.model.seq_len, o.train.seed) {
+        sampler(d.train(), SamplerOptions{o.model.seq_len, o.train.seed,
+                                          parse_sample_mode(o.data.sample_mode), 0, 1}) {
     const std::size_t P = model.layout().total_floats() * sizeof(float);
     const std::size_t tok = static_cast<std::size_t>(B) * T * sizeof(std::int32_t);
     const std::size_t bytes = arena_bytes_for({P, P, P, P, tok, tok}) +

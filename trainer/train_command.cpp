@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -18,6 +20,8 @@
 #include "parallel/mpi_communicator.h"
 #include "runtime/device.h"
 #include "runtime/ops.h"
+#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
 #include "trainer/single_process_trainer.h"
 #include "trainer/train_options.h"
@@ -184,6 +188,30 @@ int train_command(int argc, char** argv) {
     const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
                                                    : cpu::measure_sgemm_gflops(1536, 4);
     ParallelTrainer trainer(opts, *data, topo, peak);
+    // Resume: every rank loads its slice; any rank's failure stops all of them with one message.
+    int resumed_at = 0;
+    std::optional<std::string> resume_dir;
+    {
+      std::string resume_error;
+      try {
+        resume_dir = resolve_resume(opts.run.resume, opts.run.dir + "/checkpoints");
+        if (resume_dir) resumed_at = trainer.restore(*resume_dir);
+      } catch (const std::exception& e) {
+        resume_error = e.what();
+      }
+      if (mpi) {
+        const RankFailure f = first_failure(resume_error);
+        if (f.rank >= 0) {
+          if (leader)
+            std::fprintf(stderr, "pipelane train: %s%s\n",
+                         f.rank == 0 ? "" : ("rank " + std::to_string(f.rank) + ": ").c_str(), f.message.c_str());
+          return 1;
+        }
+      } else if (!resume_error.empty()) {
+        std::fprintf(stderr, "pipelane train: %s\n", resume_error.c_str());
+        return 1;
+      }
+    }
     const GptConfig cfg = gpt_config_from(opts.model);
     if (leader) {
       std::printf("pipelane train: %d layers, d_model %d, %d heads, seq_len %d, vocab %d (padded %d): "
@@ -200,7 +228,35 @@ int train_command(int argc, char** argv) {
       std::fflush(stdout);
     }
     std::unique_ptr<RunDirectory> run;
-    if (leader) run = std::make_unique<RunDirectory>(opts.run.dir, opts.to_ini());
+    if (leader) {
+      // A resumed run keeps the metrics of the steps it resumes after (not those of lost work).
+      // RunDirectory truncates metrics.jsonl, so the kept rows sit in metrics.jsonl.resume until
+      // they are back: a crash in between leaves them there for the next start.
+      std::vector<nlohmann::json> kept;
+      const std::string metrics = opts.run.dir + "/metrics.jsonl", saved = metrics + ".resume";
+      if (resume_dir) {
+        std::ifstream old(std::filesystem::exists(saved) ? saved : metrics);
+        std::string text;
+        for (std::string line; std::getline(old, line);) {
+          try {
+            auto row = nlohmann::json::parse(line);
+            if (row.value("step", 0) > resumed_at) continue;
+            text += row.dump() + "\n";
+            kept.push_back(std::move(row));
+          } catch (const std::exception&) {  // a line cut short by a crash
+          }
+        }
+        std::error_code made;
+        std::filesystem::create_directories(opts.run.dir, made);
+        write_file_durably(saved, text);
+        std::printf("  resuming from %s (step %d)\n", resume_dir->c_str(), resumed_at);
+        std::fflush(stdout);
+      }
+      run = std::make_unique<RunDirectory>(opts.run.dir, opts.to_ini());
+      for (const auto& row : kept) run->append_metrics(row);
+      std::error_code ignored;
+      std::filesystem::remove(saved, ignored);
+    }
     maybe_inject_fault(rank);
     nlohmann::json summary = trainer.run(run.get(), stdout);
     if (leader) {
@@ -211,6 +267,10 @@ int train_command(int argc, char** argv) {
       print_summary(opts, summary, unigram);
     }
     return 0;
+  } catch (const NumericalFaultError& e) {
+    // Every rank judged the same values and stops at the same step: no abort needed.
+    if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());
+    return 3;
   } catch (const std::exception& e) {
     // Past set-up the other ranks may be inside a collective: end the whole job.
     std::fprintf(stderr, "pipelane train: rank %d: %s\n", rank, e.what());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -138,6 +139,20 @@ class SectionKeys {
     return *this;
   }
 
+  // true/false (also on/off, 1/0); written back as true/false.
+  SectionKeys& boolean(std::string name, bool Section::*field, std::string description) {
+    const auto member = member_;
+    add(std::move(name), "true|false", std::move(description),
+        [member, field](const TrainOptions& options) { return std::string(options.*member.*field ? "true" : "false"); },
+        [member, field](TrainOptions& options, std::string_view text) -> std::optional<std::string> {
+          if (text == "true" || text == "on" || text == "1") options.*member.*field = true;
+          else if (text == "false" || text == "off" || text == "0") options.*member.*field = false;
+          else return "expected true or false";
+          return std::nullopt;
+        });
+    return *this;
+  }
+
   // choices empty: any text is accepted.
   SectionKeys& text(std::string name, std::string Section::*field, std::vector<std::string> choices,
                     std::string description) {
@@ -198,10 +213,16 @@ std::vector<OptionKey> train_option_keys() {
       .integer("eval_batches", &TrainLoopOptions::eval_batches, 1, "batches per evaluation")
       .integer("threads", &TrainLoopOptions::threads, 0, "CPU threads; 0 uses all cores")
       .number("peak_gflops", &TrainLoopOptions::peak_gflops, at_least(0),
-              "peak GFLOP/s for MFU; 0 measures it with an sgemm at start");
+              "peak GFLOP/s for MFU; 0 measures it with an sgemm at start")
+      .integer("max_bad_steps", &TrainLoopOptions::max_bad_steps, 1,
+               "NaN/Inf (or loss-spike) steps in a row that are skipped before the run stops")
+      .number("loss_spike_zscore", &TrainLoopOptions::loss_spike_zscore, at_least(0),
+              "skip a step whose loss z-score against recent steps exceeds this; 0 turns it off");
   SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
-      .text("path", &DataOptions::path, {}, "training data file (HDF5)")
-      .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized");
+      .text("path", &DataOptions::path, {}, "training data: HDF5 token store, Megatron X.bin/X.idx or llm.c .bin shard")
+      .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized")
+      .text("sample_mode", &DataOptions::sample_mode, {"cross-documents", "within-documents"},
+            "training samples of seq_len+1 tokens span document boundaries (Megatron) or stay inside one");
   SectionKeys<ParallelOptions>(keys, "parallel", &TrainOptions::parallel)
       .integer("tp", &ParallelOptions::tp, 1, "tensor-parallel ranks (heads, MLP and vocabulary split)")
       .integer("pp", &ParallelOptions::pp, 1, "pipeline stages")
@@ -214,7 +235,21 @@ std::vector<OptionKey> train_option_keys() {
             "layers of each virtual stage, comma-separated; empty splits evenly");
   SectionKeys<RunOptions>(keys, "run", &TrainOptions::run)
       .text("dir", &RunOptions::dir, {}, "directory for logs, checkpoints and the resolved config")
-      .integer("log_every", &RunOptions::log_every, 1, "steps between log lines");
+      .integer("log_every", &RunOptions::log_every, 1, "steps between log lines")
+      .integer("checkpoint_every", &RunOptions::checkpoint_every, 0,
+               "steps between checkpoints in <dir>/checkpoints; 0 turns them off")
+      .integer("keep_last", &RunOptions::keep_last, 1, "complete checkpoints to keep")
+      .text("resume", &RunOptions::resume, {},
+            "auto: newest complete checkpoint in <dir>/checkpoints; none; or a checkpoint directory");
+  SectionKeys<LanesOptions>(keys, "lanes", &TrainOptions::lanes)
+      .text("enabled", &LanesOptions::enabled, {}, "lanes run in pipeline bubbles, comma-separated; empty: off")
+      .integer("memory_mb", &LanesOptions::memory_mb, 1, "arena quota of each lane (MiB)")
+      .integer("stage_memory_mb", &LanesOptions::stage_memory_mb, 1, "cap on all lanes of one stage (MiB)")
+      .number("margin", &LanesOptions::margin, {0, false, 1, true}, "share of a predicted gap lane steps may fill")
+      .boolean("deterministic", &LanesOptions::deterministic, "freeze the lane steps of each gap after profiling")
+      .integer("profile_iterations", &LanesOptions::profile_iterations, 1, "first iterations only measure gaps")
+      .text("stages", &LanesOptions::stages, {}, "pipeline stages that run lanes: all, or a list such as 0,2")
+      .text("plugins", &LanesOptions::plugins, {}, "lane plugins (.so paths), comma-separated");
   return keys;
 }
 
@@ -274,6 +309,37 @@ std::string value_error(const OptionKey& key, const Setting& setting, const std:
   return setting.location + ": [" + key.section + "] " + key.name + " = '" + setting.value + "': " + reason;
 }
 
+// [lane.NAME] sections are not in the key table: their keys belong to lane NAME. They travel in
+// Settings as "lane.NAME.key", plus a "lane.NAME" marker locating the section header.
+constexpr std::string_view kLaneSectionPrefix = "lane.";
+
+bool is_lane_section(std::string_view section) { return section.substr(0, kLaneSectionPrefix.size()) == kLaneSectionPrefix; }
+
+bool valid_lane_name(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+std::string trim(std::string_view text) {
+  const std::size_t begin = text.find_first_not_of(" \t");
+  if (begin == std::string_view::npos) return "";
+  return std::string(text.substr(begin, text.find_last_not_of(" \t") - begin + 1));
+}
+
+// "a, b,c" -> {"a", "b", "c"}; "" -> {}; an empty item ("a,,b") is kept as "" for the caller to reject.
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  if (trim(text).empty()) return items;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(trim(text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) return items;
+    start = comma + 1;
+  }
+}
+
 Settings read_config_file(const std::string& path, const std::vector<OptionKey>& keys) {
   std::error_code filesystem_error;
   if (!std::filesystem::exists(path, filesystem_error)) throw ConfigError(path + ": no such config file");
@@ -291,16 +357,32 @@ Settings read_config_file(const std::string& path, const std::vector<OptionKey>&
   const auto location = [&path](int line) { return path + ":" + std::to_string(line); };
 
   const std::vector<std::string> known_sections = section_names(keys);
+  Settings settings;
   for (const IniSectionHeader& header : scan.sections) {
     if (std::find(known_sections.begin(), known_sections.end(), header.name) != known_sections.end()) continue;
+    if (is_lane_section(header.name)) {
+      if (!valid_lane_name(std::string_view(header.name).substr(kLaneSectionPrefix.size())))
+        throw ConfigError(location(header.line) + ": [" + header.name +
+                          "]: a lane name is letters, digits, '_' and '-', e.g. [lane.pagerank]");
+      settings.emplace(header.name, Setting{"", location(header.line), false});  // first header wins
+      continue;
+    }
     std::string message = location(header.line) + ": unknown section [" + header.name + "]";
     if (const auto suggestion = closest(header.name, known_sections)) message += " (did you mean [" + *suggestion + "]?)";
     throw ConfigError(message);
   }
 
-  Settings settings;
   std::map<std::string, int> line_of_key;
   for (const IniEntry& entry : scan.entries) {
+    if (is_lane_section(entry.section)) {  // any key: the lane validates its own
+      const std::string full_name = entry.section + "." + entry.key;
+      if (const auto previous = line_of_key.find(full_name); previous != line_of_key.end())
+        throw ConfigError(location(entry.line) + ": [" + entry.section + "] " + entry.key +
+                          " given twice (first at line " + std::to_string(previous->second) + ")");
+      line_of_key[full_name] = entry.line;
+      settings[full_name] = {entry.value, location(entry.line), false};
+      continue;
+    }
     std::vector<std::string> section_keys;
     for (const OptionKey& key : keys) {
       if (key.section == entry.section) section_keys.push_back(key.name);
@@ -324,7 +406,7 @@ Settings read_config_file(const std::string& path, const std::vector<OptionKey>&
 // ---------------------------------------------------------------------------------------
 // Command line, through Boost.Program_options: it handles --key=value and --key value.
 
-constexpr unsigned kHelpLineLength = 100;
+constexpr unsigned kHelpLineLength = 120;
 
 po::options_description command_line_description(const std::vector<OptionKey>& keys) {
   const TrainOptions defaults;
@@ -357,6 +439,35 @@ struct CommandLine {
 };
 
 CommandLine read_command_line(int argc, const char* const* argv, const std::vector<OptionKey>& keys) {
+  Settings lane_settings;
+  std::vector<const char*> rest(argv, argv + std::min(argc, 1));
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view argument = argv[i];
+    if (argument.substr(0, 2 + kLaneSectionPrefix.size()) != "--lane.") {
+      rest.push_back(argv[i]);
+      continue;
+    }
+    const std::size_t equals = argument.find('=');
+    const std::string name(argument.substr(2, equals == std::string_view::npos ? std::string_view::npos : equals - 2));
+    const std::size_t dot = name.find('.', kLaneSectionPrefix.size());
+    if (dot == std::string::npos || dot + 1 == name.size() ||
+        !valid_lane_name(std::string_view(name).substr(kLaneSectionPrefix.size(), dot - kLaneSectionPrefix.size())))
+      throw ConfigError("command line: --" + name + ": expected --lane.NAME.key=value");
+    std::string value;
+    if (equals != std::string_view::npos) {
+      value = std::string(argument.substr(equals + 1));
+    } else if (i + 1 < argc && std::string_view(argv[i + 1]).substr(0, 2) != "--") {
+      value = argv[++i];
+    } else {
+      throw ConfigError("command line: --" + name + ": missing value");
+    }
+    if (lane_settings.count(name)) throw ConfigError("command line: --" + name + " given twice");
+    lane_settings[name] = {value, "command line", true};
+    lane_settings.emplace(name.substr(0, dot), Setting{"", "command line", true});  // the section marker
+  }
+  argc = static_cast<int>(rest.size());
+  argv = rest.data();
+
   po::parsed_options parsed(nullptr);
   try {
     // Without guessing, --train.l is an error instead of silently meaning --train.lr.
@@ -397,6 +508,7 @@ CommandLine read_command_line(int argc, const char* const* argv, const std::vect
     }
     command_line.settings[option.string_key] = {option.value.at(0), "command line", true};
   }
+  command_line.settings.merge(lane_settings);
   return command_line;
 }
 
@@ -448,7 +560,65 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
   }
 }
 
+// [lanes] and [lane.NAME]: values the key table cannot check on their own.
+void check_lanes(const TrainOptions& options, const Settings& settings) {
+  const LanesOptions& lanes = options.lanes;
+  const auto where = [&settings](const std::string& key) {
+    const auto found = settings.find(key);
+    return found == settings.end() ? std::string("defaults") : found->second.location;
+  };
+  const std::vector<std::string> enabled = lanes.enabled_lanes();
+  for (std::size_t i = 0; i < enabled.size(); ++i) {
+    if (!valid_lane_name(enabled[i]))
+      throw ConfigError(where("lanes.enabled") + ": [lanes] enabled = '" + lanes.enabled +
+                        "': lane names are letters, digits, '_' and '-', separated by commas");
+    if (std::find(enabled.begin(), enabled.begin() + static_cast<std::ptrdiff_t>(i), enabled[i]) !=
+        enabled.begin() + static_cast<std::ptrdiff_t>(i))
+      throw ConfigError(where("lanes.enabled") + ": [lanes] enabled = '" + lanes.enabled + "': '" + enabled[i] +
+                        "' given twice");
+  }
+  for (const auto& [name, values] : lanes.lane_sections) {
+    if (std::find(enabled.begin(), enabled.end(), name) == enabled.end())
+      throw ConfigError(where("lane." + name) + ": [lane." + name + "] given but '" + name +
+                        "' is not in [lanes] enabled");
+  }
+  if (static_cast<long long>(enabled.size()) * lanes.memory_mb > lanes.stage_memory_mb)
+    throw ConfigError((settings.count("lanes.memory_mb") || settings.count("lanes.stage_memory_mb")
+                           ? location_of(settings, "lanes.memory_mb", "lanes.stage_memory_mb")
+                           : where("lanes.enabled")) +
+                      ": [lanes] memory_mb = " +
+                      std::to_string(lanes.memory_mb) + " x " + std::to_string(enabled.size()) +
+                      " enabled lanes exceeds stage_memory_mb = " + std::to_string(lanes.stage_memory_mb));
+  if (lanes.stages != "all") {
+    const std::vector<std::string> stages = split_list(lanes.stages);
+    std::vector<int> seen;
+    for (const std::string& item : stages) {
+      const std::optional<int> stage = parse_integer<int>(item);
+      if (!stage || *stage < 0 || *stage >= options.parallel.pp || std::count(seen.begin(), seen.end(), *stage))
+        throw ConfigError(where("lanes.stages") + ": [lanes] stages = '" + lanes.stages +
+                          "': expected all, or distinct stage numbers in [0, " +
+                          std::to_string(options.parallel.pp - 1) + "] separated by commas");
+      seen.push_back(*stage);
+    }
+    if (stages.empty())
+      throw ConfigError(where("lanes.stages") + ": [lanes] stages = '': expected all, or stage numbers");
+  }
+  for (const std::string& path : lanes.plugin_paths()) {
+    if (path.empty())
+      throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + lanes.plugins + "': an empty path");
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> LanesOptions::enabled_lanes() const { return split_list(enabled); }
+std::vector<std::string> LanesOptions::plugin_paths() const { return split_list(plugins); }
+bool LanesOptions::runs_on_stage(int stage) const {
+  if (stages == "all") return true;
+  for (const std::string& item : split_list(stages))
+    if (parse_integer<int>(item) == stage) return true;
+  return false;
+}
 
 TrainOptions parse_train_options(int argc, const char* const* argv) {
   const std::vector<OptionKey> keys = train_option_keys();
@@ -472,6 +642,15 @@ TrainOptions parse_train_options(int argc, const char* const* argv) {
     }
   }
   check_combinations(options, settings);
+  for (const auto& [name, setting] : settings) {  // "lane.NAME" markers and "lane.NAME.key" values
+    if (!is_lane_section(name)) continue;
+    const std::string rest = name.substr(kLaneSectionPrefix.size());
+    const std::size_t dot = rest.find('.');
+    std::map<std::string, std::string>& section = options.lanes.lane_sections[rest.substr(0, dot)];
+    if (dot != std::string::npos) section[rest.substr(dot + 1)] = setting.value;
+  }
+  options.lanes.lane_sections_source = command_line.config_path.value_or("command line");
+  check_lanes(options, settings);
   return options;
 }
 
@@ -485,6 +664,10 @@ std::string TrainOptions::to_ini() const {
       if (key.section == section) ini << key.name << " = " << key.format(*this) << "\n";
     }
   }
+  for (const auto& [name, values] : lanes.lane_sections) {
+    ini << "\n[lane." << name << "]\n";
+    for (const auto& [key, value] : values) ini << key << " = " << value << "\n";
+  }
   return ini.str();
 }
 
@@ -493,6 +676,7 @@ std::string train_options_help() {
   help << "usage: pipelane train --config FILE [--section.key=value ...]\n"
           "Keys go in the config file as 'key = value' under [section], or on the command line as\n"
           "--section.key=value or --section.key value; the command line overrides the file.\n"
+          "A [lane.NAME] section (or --lane.NAME.key=value) passes its keys to lane NAME (see lanes.enabled).\n"
        << command_line_description(train_option_keys());
   return help.str();
 }

@@ -7,8 +7,10 @@
 // train_options.cpp, so adding a key is one line there plus the field here.
 
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace pipelane {
 
@@ -38,12 +40,15 @@ struct TrainLoopOptions {
   int eval_batches = 8;
   int threads = 0;         // 0: all cores
   double peak_gflops = 0;  // 0: measure with a short sgemm at start
+  int max_bad_steps = 5;          // consecutive NaN/Inf (or spike) steps skipped before stopping
+  double loss_spike_zscore = 0;   // skip a step whose loss z-score exceeds this; 0: off
   friend bool operator==(const TrainLoopOptions&, const TrainLoopOptions&) = default;
 };
 
 struct DataOptions {
   std::string path = "data/jargon.h5";
   std::string tokenizer = "byte";  // "byte" or "gpt2"
+  std::string sample_mode = "cross-documents";  // or "within-documents" (datasets/sharded_sampler.h)
   friend bool operator==(const DataOptions&, const DataOptions&) = default;
 };
 
@@ -60,7 +65,36 @@ struct ParallelOptions {
 struct RunOptions {
   std::string dir = "runs/latest";
   int log_every = 10;
+  int checkpoint_every = 0;     // steps between checkpoints; 0: off
+  int keep_last = 3;            // complete checkpoints kept
+  std::string resume = "auto";  // auto | none | PATH of a checkpoint directory
   friend bool operator==(const RunOptions&, const RunOptions&) = default;
+};
+
+// [lanes]: side-task lanes run in pipeline bubbles (lanes/README.md). Each [lane.NAME] section (or
+// --lane.NAME.key=value) holds keys handed unparsed to lane NAME, which validates them itself.
+struct LanesOptions {
+  std::string enabled;         // comma-separated lane names; "" turns lanes off
+  int memory_mb = 256;         // arena quota of each lane
+  int stage_memory_mb = 1024;  // cap on all lanes of one pipeline stage
+  double margin = 0.9;         // share of a predicted gap lane steps may fill
+  bool deterministic = false;  // freeze the lane steps of each gap after profiling
+  int profile_iterations = 2;  // iterations that only measure gaps
+  std::string stages = "all";  // pipeline stages that run lanes: "all" or a list such as "0,2"
+  std::string plugins;         // comma-separated paths of lane plugins (.so)
+  std::map<std::string, std::map<std::string, std::string>> lane_sections;  // NAME -> key -> value
+  std::string lane_sections_source;  // the config file (or "command line"), for the lanes' messages
+
+  std::vector<std::string> enabled_lanes() const;  // `enabled` split and trimmed
+  std::vector<std::string> plugin_paths() const;   // `plugins` split and trimmed
+  bool runs_on_stage(int stage) const;             // per `stages`
+  // Everything but lane_sections_source (where the keys came from is not what they are).
+  friend bool operator==(const LanesOptions& a, const LanesOptions& b) {
+    return a.enabled == b.enabled && a.memory_mb == b.memory_mb && a.stage_memory_mb == b.stage_memory_mb &&
+           a.margin == b.margin && a.deterministic == b.deterministic &&
+           a.profile_iterations == b.profile_iterations && a.stages == b.stages && a.plugins == b.plugins &&
+           a.lane_sections == b.lane_sections;
+  }
 };
 
 struct TrainOptions {
@@ -69,6 +103,7 @@ struct TrainOptions {
   DataOptions data;
   ParallelOptions parallel;
   RunOptions run;
+  LanesOptions lanes;
   std::string config_path;      // "" when none given
   bool help_requested = false;  // --help was given; train_options_help() has the text
   // The resolved configuration as an INI file (all keys, all sections); parsing it

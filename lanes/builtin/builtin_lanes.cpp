@@ -1,4 +1,9 @@
 #include "lanes/builtin/builtin_lanes.h"
+#include "lanes/builtin/command_lane.h"
+#include "lanes/builtin/imageproc_lane.h"
+#include "lanes/builtin/pagerank_lane.h"
+#include "lanes/builtin/prefill_lane.h"
+#include "lanes/builtin/smalltrain_lane.h"
 
 // Each built-in declares its factory in its own header; one line each below.
 
@@ -7,6 +12,11 @@ namespace pipelane {
 std::map<std::string, LaneFactory> builtin_lane_factories() {
   std::map<std::string, LaneFactory> f;
   // BUILTIN LANES (one line each): f["name"] = [] { return make_xxx_lane(); };
+  f["smalltrain"] = [] { return make_smalltrain_lane(); };
+  f["prefill"] = [] { return make_prefill_lane(); };
+  f["pagerank"] = [] { return make_pagerank_lane(); };
+  f["imageproc"] = [] { return make_imageproc_lane(); };
+  f["command"] = [] { return make_command_lane(); };
   return f;
 }
 

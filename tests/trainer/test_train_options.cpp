@@ -309,11 +309,17 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"train", "grad_clip", "1"},       {"train", "beta1", "0.9"},         {"train", "beta2", "0.95"},
     {"train", "eps", "1e-08"},         {"train", "seed", "1337"},         {"train", "eval_every", "50"},
     {"train", "eval_batches", "8"},    {"train", "threads", "0"},         {"train", "peak_gflops", "0"},
+    {"train", "max_bad_steps", "5"},   {"train", "loss_spike_zscore", "0"},
     {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},
+    {"data", "sample_mode", "cross-documents"},
     {"parallel", "tp", "1"},           {"parallel", "pp", "1"},           {"parallel", "dp", "0"},
     {"parallel", "schedule", "1f1b"},  {"parallel", "virtual_stages", "1"},
     {"parallel", "layers_per_stage", ""},
     {"run", "dir", "runs/latest"},     {"run", "log_every", "10"},
+    {"run", "checkpoint_every", "0"},  {"run", "keep_last", "3"},       {"run", "resume", "auto"},
+    {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
+    {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
+    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},
 };
 
 TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {
@@ -355,6 +361,91 @@ TEST_F(TrainOptionsTest, HelpListsEveryKeyWithDefaultGroupedBySection) {
     EXPECT_GT(line.size(), line.find(')') + 3) << line;
   }
   EXPECT_NE(help.find("--config"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------
+// [lanes] and [lane.NAME]
+
+TEST_F(TrainOptionsTest, LanesSectionAndLaneSectionsAreRead) {
+  const std::string path = write_config(
+      "[lanes]\nenabled = pagerank, imageproc\nmemory_mb = 128\nstage_memory_mb = 512\nmargin = 0.8\n"
+      "deterministic = true\nprofile_iterations = 3\nstages = 0,1\nplugins = a.so, /x/b.so\n"
+      "[parallel]\npp = 2\n[lane.pagerank]\ndamping = 0.85\ngraph = data/g.txt\n[lane.imageproc]\n");
+  const TrainOptions options = parse({"--config", path});
+  const LanesOptions& lanes = options.lanes;
+  EXPECT_EQ(lanes.enabled_lanes(), (std::vector<std::string>{"pagerank", "imageproc"}));
+  EXPECT_EQ(lanes.memory_mb, 128);
+  EXPECT_EQ(lanes.stage_memory_mb, 512);
+  EXPECT_EQ(lanes.margin, 0.8);
+  EXPECT_TRUE(lanes.deterministic);
+  EXPECT_EQ(lanes.profile_iterations, 3);
+  EXPECT_TRUE(lanes.runs_on_stage(1));
+  EXPECT_FALSE(lanes.runs_on_stage(2));
+  EXPECT_EQ(lanes.plugin_paths(), (std::vector<std::string>{"a.so", "/x/b.so"}));
+  const std::map<std::string, std::map<std::string, std::string>> sections = {
+      {"pagerank", {{"damping", "0.85"}, {"graph", "data/g.txt"}}}, {"imageproc", {}}};
+  EXPECT_EQ(lanes.lane_sections, sections);
+  EXPECT_EQ(lanes.lane_sections_source, path);
+}
+
+TEST_F(TrainOptionsTest, LanesAreOffByDefault) {
+  const LanesOptions lanes = parse({}).lanes;
+  EXPECT_TRUE(lanes.enabled_lanes().empty());
+  EXPECT_TRUE(lanes.lane_sections.empty());
+  EXPECT_TRUE(lanes.runs_on_stage(7));
+  EXPECT_EQ(lanes.lane_sections_source, "command line");
+}
+
+TEST_F(TrainOptionsTest, LaneKeysOnTheCommandLineOverrideTheFile) {
+  const std::string path = write_config("[lanes]\nenabled = pagerank,word_count\n[lane.pagerank]\ndamping = 0.85\n");
+  const TrainOptions options = parse({"--config", path, "--lane.pagerank.damping=0.9", "--lane.word_count.input",
+                                      "data/t.txt", "--lanes.margin", "0.5", "--lanes.deterministic=on"});
+  EXPECT_EQ(options.lanes.lane_sections.at("pagerank").at("damping"), "0.9");
+  EXPECT_EQ(options.lanes.lane_sections.at("word_count").at("input"), "data/t.txt");
+  EXPECT_EQ(options.lanes.margin, 0.5);
+  EXPECT_TRUE(options.lanes.deterministic);
+}
+
+TEST_F(TrainOptionsTest, LaneSectionOfALaneNotEnabledIsAnError) {
+  const std::string path = write_config("[lanes]\nenabled = pagerank\n\n[lane.x]\nk = 1\n");
+  EXPECT_EQ(parse_error({"--config", path}), path + ":4: [lane.x] given but 'x' is not in [lanes] enabled");
+  EXPECT_EQ(parse_error({"--lane.x.k=1"}), "command line: [lane.x] given but 'x' is not in [lanes] enabled");
+  const std::string empty = write_config("[lane.pagerank]\n", "empty.ini");  // even without keys
+  EXPECT_EQ(parse_error({"--config", empty}), empty + ":1: [lane.pagerank] given but 'pagerank' is not in [lanes] enabled");
+}
+
+TEST_F(TrainOptionsTest, LanesMistakes) {
+  EXPECT_EQ(parse_error({"--lanes.enabled=a,,b"}),
+            "command line: [lanes] enabled = 'a,,b': lane names are letters, digits, '_' and '-', separated by commas");
+  EXPECT_EQ(parse_error({"--lanes.enabled=a,b,a"}), "command line: [lanes] enabled = 'a,b,a': 'a' given twice");
+  EXPECT_EQ(parse_error({"--lanes.enabled=a,b,c,d,e"}),
+            "command line: [lanes] memory_mb = 256 x 5 enabled lanes exceeds stage_memory_mb = 1024");
+  EXPECT_EQ(parse_error({"--lanes.stages=0,1"}),
+            "command line: [lanes] stages = '0,1': expected all, or distinct stage numbers in [0, 0] separated by commas");
+  EXPECT_EQ(parse_error({"--lanes.margin=0"}), "command line: --lanes.margin=0: expected a number in (0, 1]");
+  EXPECT_EQ(parse_error({"--lanes.deterministic=yes"}), "command line: --lanes.deterministic=yes: expected true or false");
+  EXPECT_EQ(parse_error({"--lanes.profile_iterations=0"}),
+            "command line: --lanes.profile_iterations=0: expected an integer >= 1");
+  EXPECT_EQ(parse_error({"--lane.x"}), "command line: --lane.x: expected --lane.NAME.key=value");
+  EXPECT_EQ(parse_error({"--lane.x.k"}), "command line: --lane.x.k: missing value");
+  EXPECT_EQ(parse_error({"--lane.x.k=1", "--lane.x.k=2"}), "command line: --lane.x.k given twice");
+  const std::string twice = write_config("[lanes]\nenabled = x\n[lane.x]\nk = 1\nk = 2\n");
+  EXPECT_EQ(parse_error({"--config", twice}), twice + ":5: [lane.x] k given twice (first at line 4)");
+  const std::string bad_name = write_config("[lane.a b]\n", "bad.ini");
+  EXPECT_EQ(parse_error({"--config", bad_name}),
+            bad_name + ":1: [lane.a b]: a lane name is letters, digits, '_' and '-', e.g. [lane.pagerank]");
+}
+
+TEST_F(TrainOptionsTest, ToIniRoundTripsLanes) {
+  const TrainOptions original =
+      parse({"--parallel.pp=2", "--lanes.enabled=pagerank,word_count", "--lanes.stages=1", "--lanes.deterministic=true",
+             "--lanes.plugins=build/lanes/examples/libpipelane_example_lane.so", "--lane.pagerank.damping=0.85",
+             "--lane.word_count.input=data/t.txt", "--lane.word_count.chunk_bytes=4096"});
+  const std::string ini = original.to_ini();
+  EXPECT_NE(ini.find("[lane.word_count]\nchunk_bytes = 4096\ninput = data/t.txt\n"), std::string::npos) << ini;
+  const TrainOptions reread = parse({"--config", write_config(ini, "resolved.ini")});
+  EXPECT_EQ(reread.lanes, original.lanes);
+  EXPECT_EQ(reread.to_ini(), ini);
 }
 
 TEST(IniScanTest, RecordsSectionsEntriesAndLines) {

@@ -1,0 +1,238 @@
+#include "datasets/gpt2_tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "datasets/data_error.h"
+
+namespace pipelane {
+
+struct Gpt2Vocab {
+  std::vector<std::string> token_bytes;      // id -> raw bytes
+  std::uint32_t byte_id[256] = {};           // raw byte -> id of its one-byte token
+  // (left id << 32 | right id) -> (rank, merged id): BPE on ids instead of strings.
+  struct Merge {
+    std::uint32_t rank, merged;
+  };
+  std::unordered_map<std::uint64_t, Merge> merges;
+};
+
+namespace {
+
+std::string read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open (run scripts/fetch_gpt2_tokenizer.sh to obtain it)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void append_utf8(std::string& out, char32_t c) {
+  if (c < 0x80) out += static_cast<char>(c);
+  else if (c < 0x800) {
+    out += static_cast<char>(0xc0 | (c >> 6));
+    out += static_cast<char>(0x80 | (c & 0x3f));
+  } else {
+    out += static_cast<char>(0xe0 | (c >> 12));
+    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (c & 0x3f));
+  }
+}
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other 68 are shifted to
+// U+0100.. so every token is printable text in encoder.json. Returns the inverse (UTF-8 of the
+// stand-in character -> raw byte).
+std::unordered_map<std::string, unsigned char> unicode_to_byte() {
+  std::unordered_map<std::string, unsigned char> inverse;
+  int shifted = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    std::string key;
+    append_utf8(key, printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + shifted++));
+    inverse[key] = static_cast<unsigned char>(b);
+  }
+  return inverse;
+}
+
+// Raw bytes of a token written in the stand-in alphabet; false if a character is not in it.
+bool to_raw_bytes(const std::string& symbol, const std::unordered_map<std::string, unsigned char>& inverse,
+                  std::string& raw) {
+  raw.clear();
+  std::size_t pos = 0, len = 0;
+  if (find_invalid_utf8(symbol) != std::string::npos) return false;
+  while (pos < symbol.size()) {
+    decode_utf8_at(symbol, pos, len);
+    const auto it = inverse.find(symbol.substr(pos, len));
+    if (it == inverse.end()) return false;
+    raw += static_cast<char>(it->second);
+    pos += len;
+  }
+  return true;
+}
+
+}  // namespace
+
+Gpt2Tokenizer::Gpt2Tokenizer(std::shared_ptr<const Gpt2Vocab> vocab) : vocab_(std::move(vocab)) {}
+
+Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::string& vocab_bpe) {
+  auto vocab = std::make_shared<Gpt2Vocab>();
+  const auto inverse = unicode_to_byte();
+
+  nlohmann::json encoder;
+  try {
+    encoder = nlohmann::json::parse(read_whole_file(encoder_json));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(encoder_json + ": not valid JSON, expected GPT-2's encoder.json (" + e.what() + ")");
+  }
+  if (!encoder.is_object() || encoder.empty())
+    throw DataError(encoder_json + ": expected a JSON object mapping token strings to ids");
+  std::unordered_map<std::string, std::uint32_t> id_of;  // stand-in symbol -> id
+  vocab->token_bytes.resize(encoder.size());
+  std::vector<bool> seen(encoder.size(), false);
+  std::string raw;
+  for (const auto& [symbol, value] : encoder.items()) {
+    if (!value.is_number_unsigned() || value.get<std::uint64_t>() >= encoder.size())
+      throw DataError(encoder_json + ": id of '" + symbol + "' must be an integer in [0, " +
+                      std::to_string(encoder.size()) + ")");
+    const auto id = value.get<std::uint32_t>();
+    if (seen[id]) throw DataError(encoder_json + ": id " + std::to_string(id) + " is used twice");
+    seen[id] = true;
+    if (symbol == "<|endoftext|>") raw = symbol;  // the one special token: its bytes are its name
+    else if (!to_raw_bytes(symbol, inverse, raw))
+      throw DataError(encoder_json + ": token '" + symbol + "' is not in GPT-2's byte alphabet");
+    vocab->token_bytes[id] = raw;
+    id_of[symbol] = id;
+  }
+  for (const auto& [symbol, byte] : inverse) {
+    const auto it = id_of.find(symbol);
+    if (it == id_of.end())
+      throw DataError(encoder_json + ": no token for byte " + std::to_string(byte) + " (expected all 256)");
+    vocab->byte_id[byte] = it->second;
+  }
+
+  const std::string merges = read_whole_file(vocab_bpe);
+  std::size_t pos = 0, line_number = 0;
+  std::uint32_t rank = 0;
+  while (pos < merges.size()) {
+    std::size_t end = merges.find('\n', pos);
+    if (end == std::string::npos) end = merges.size();
+    std::string line = merges.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line_number == 1 && line.rfind("#version", 0) == 0) continue;
+    if (line.empty()) continue;
+    const std::size_t space = line.find(' ');
+    if (space == std::string::npos || space == 0 || line.find(' ', space + 1) != std::string::npos)
+      throw DataError(vocab_bpe + ":" + std::to_string(line_number) +
+                      ": expected a merge 'LEFT RIGHT', got '" + line + "'");
+    const std::string left = line.substr(0, space), right = line.substr(space + 1);
+    const auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
+    if (l == id_of.end() || r == id_of.end() || m == id_of.end())
+      throw DataError(vocab_bpe + ":" + std::to_string(line_number) + ": merge '" + line +
+                      "' uses a token missing from " + encoder_json + " (files from different releases?)");
+    const std::uint64_t key = (std::uint64_t{l->second} << 32) | r->second;
+    vocab->merges.emplace(key, Gpt2Vocab::Merge{rank++, m->second});  // first occurrence wins
+  }
+  if (vocab->merges.empty()) throw DataError(vocab_bpe + ": no merges, expected GPT-2's vocab.bpe");
+
+  Gpt2Tokenizer tokenizer(std::move(vocab));
+  const auto eot = id_of.find("<|endoftext|>");
+  tokenizer.end_of_text_ = eot != id_of.end() ? eot->second : tokenizer.vocab_size() - 1;
+  return tokenizer;
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::load_dir(const std::string& directory) {
+  return load((std::filesystem::path(directory) / "encoder.json").string(),
+              (std::filesystem::path(directory) / "vocab.bpe").string());
+}
+
+std::uint32_t Gpt2Tokenizer::vocab_size() const {
+  return static_cast<std::uint32_t>(vocab_->token_bytes.size());
+}
+
+std::vector<std::uint32_t> Gpt2Tokenizer::encode(std::string_view text) {
+  std::vector<std::uint32_t> ids;
+  encode_append(text, ids);
+  return ids;
+}
+
+void Gpt2Tokenizer::encode_append(std::string_view text, std::vector<std::uint32_t>& ids) {
+  gpt2_pretokenize(text, [&](std::string_view piece) { encode_piece(piece, ids); });
+}
+
+void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<std::uint32_t>& ids) {
+  // Pieces repeat a lot (words), so a cache turns most BPE runs into one lookup. It is bounded so
+  // a huge corpus of unique strings cannot grow it without limit.
+  constexpr std::size_t kMaxCacheEntries = 1 << 20;
+  const std::string key(piece);
+  if (const auto hit = cache_.find(key); hit != cache_.end()) {
+    ids.insert(ids.end(), hit->second.begin(), hit->second.end());
+    return;
+  }
+  std::vector<std::uint32_t>& word = word_;
+  word.clear();
+  for (char c : piece) word.push_back(vocab_->byte_id[static_cast<unsigned char>(c)]);
+  const auto& merges = vocab_->merges;
+  while (word.size() > 1) {
+    // The lowest-ranked adjacent pair is merged everywhere it occurs (left to right, no overlap).
+    std::uint32_t best_rank = std::numeric_limits<std::uint32_t>::max(), left = 0, right = 0, merged = 0;
+    for (std::size_t i = 0; i + 1 < word.size(); ++i) {
+      const auto it = merges.find((std::uint64_t{word[i]} << 32) | word[i + 1]);
+      if (it != merges.end() && it->second.rank < best_rank) {
+        best_rank = it->second.rank;
+        left = word[i];
+        right = word[i + 1];
+        merged = it->second.merged;
+      }
+    }
+    if (best_rank == std::numeric_limits<std::uint32_t>::max()) break;
+    std::size_t out = 0;
+    for (std::size_t i = 0; i < word.size(); ++out) {
+      if (i + 1 < word.size() && word[i] == left && word[i + 1] == right) {
+        word[out] = merged;
+        i += 2;
+      } else {
+        word[out] = word[i++];
+      }
+    }
+    word.resize(out);
+  }
+  ids.insert(ids.end(), word.begin(), word.end());
+  if (cache_.size() >= kMaxCacheEntries) cache_.clear();
+  cache_.emplace(key, word);
+}
+
+std::string Gpt2Tokenizer::decode(const std::vector<std::uint32_t>& ids) const {
+  std::string text;
+  for (std::uint32_t id : ids) {
+    if (id >= vocab_size())
+      throw DataError("gpt2 tokenizer: token id " + std::to_string(id) +
+                      " is outside the vocabulary (expected < " + std::to_string(vocab_size()) + ")");
+    text += vocab_->token_bytes[id];
+  }
+  return text;
+}
+
+std::string default_gpt2_tokenizer_dir() {
+  if (const char* dir = std::getenv("PIPELANE_GPT2_DIR"); dir && *dir) return dir;
+  std::filesystem::path cache;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) cache = xdg;
+  else if (const char* home = std::getenv("HOME"); home && *home) cache = std::filesystem::path(home) / ".cache";
+  else cache = ".cache";
+  return (cache / "pipelane" / "gpt2").string();
+}
+
+bool gpt2_tokenizer_files_present(const std::string& directory) {
+  std::error_code ec;
+  const std::filesystem::path dir(directory);
+  return std::filesystem::is_regular_file(dir / "encoder.json", ec) &&
+         std::filesystem::is_regular_file(dir / "vocab.bpe", ec);
+}
+
+}  // namespace pipelane

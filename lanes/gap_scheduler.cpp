@@ -1,0 +1,519 @@
+#include "lanes/gap_scheduler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+namespace pipelane {
+
+struct GapScheduler::LaneSlot {
+  std::string name;
+  std::string work_unit;
+  std::unique_ptr<Lane> lane;
+  LaneOptions options;
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<Stream> stream;
+  std::string output_dir;
+  std::unique_ptr<LaneContext> ctx;
+  bool set_up = false;
+  bool torn_down = false;
+  bool quarantined = false;
+  bool finished = false;  // cached once finished() said so
+  std::string reason;
+  bool has_cost = false;
+  double calibrated_s = 0;
+  double predicted_s = 0;
+  // Accounting of steps inside gaps (calibration counted apart).
+  double units = 0;
+  long steps = 0;
+  double lane_s = 0;
+  double harvested_s = 0;
+  double overrun_s = 0;
+  double calibration_units = 0;
+  long calibration_steps = 0;
+};
+
+namespace {
+
+std::uint64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::uint64_t lane_seed(std::uint64_t seed, const std::string& name, int rank) {
+  // splitmix64 of the mix, so neighbouring ranks/seeds give unrelated streams.
+  std::uint64_t z = seed ^ fnv1a(name) ^ (static_cast<std::uint64_t>(rank) * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+constexpr double kMinStepCost = 1e-6;  // a planned step never counts as free
+constexpr std::size_t kMaxPlannedStepsPerGap = 100000;
+
+}  // namespace
+
+std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::vector<std::string>& names,
+                                      const std::map<std::string, std::map<std::string, std::string>>& sections,
+                                      const std::string& source) {
+  std::vector<LaneSpec> specs;
+  for (const std::string& name : names) {
+    const auto section = sections.find(name);
+    specs.push_back({registry.create(name),
+                     LaneOptions(name, section == sections.end() ? std::map<std::string, std::string>{} : section->second,
+                                 source)});
+  }
+  return specs;
+}
+
+GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
+                           std::chrono::steady_clock::time_point origin, Logger logger, Clock clock)
+    : device_(device), options_(std::move(options)), logger_(std::move(logger)), clock_(std::move(clock)) {
+  if (!logger_) logger_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (!clock_) clock_ = [origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };
+  if (!(options_.margin > 0)) throw LaneError("gap scheduler: margin must be > 0");
+  const std::size_t total = lanes.size() * options_.lane_memory_bytes;
+  if (!lanes.empty() && total > options_.stage_memory_bytes)
+    throw LaneError("stage " + std::to_string(options_.stage) + ": " + std::to_string(lanes.size()) + " lanes x " +
+                    mib(options_.lane_memory_bytes) + " = " + mib(total) + " exceed the stage's lane memory cap of " +
+                    mib(options_.stage_memory_bytes) + " ([lanes] memory_mb, stage_memory_mb)");
+  for (LaneSpec& spec : lanes) {
+    if (!spec.lane) throw LaneError("gap scheduler: a lane spec without a lane");
+    auto slot = std::make_unique<LaneSlot>();
+    slot->name = spec.lane->name();
+    if (find(slot->name)) throw LaneError("lane '" + slot->name + "' given twice");
+    slot->work_unit = spec.lane->work_unit();
+    slot->lane = std::move(spec.lane);
+    slot->options = std::move(spec.options);
+    slot->arena = std::make_unique<Arena>("lane " + slot->name + " stage " + std::to_string(options_.stage),
+                                          options_.lane_memory_bytes);
+    slot->stream = device_.create_stream(StreamPriority::Low);
+    if (!options_.output_root.empty())
+      slot->output_dir = (std::filesystem::path(options_.output_root) / slot->name /
+                          ("rank" + std::to_string(options_.rank))).string();
+    slot->ctx.reset(new LaneContext{device_, *slot->stream, *slot->arena, slot->options, slot->output_dir,
+                                    options_.rank, lane_seed(options_.seed, slot->name, options_.rank)});
+    lanes_.push_back(std::move(slot));
+  }
+}
+
+GapScheduler::~GapScheduler() { teardown(); }
+
+GapScheduler::LaneSlot* GapScheduler::find(const std::string& name) {
+  for (auto& slot : lanes_)
+    if (slot->name == name) return slot.get();
+  return nullptr;
+}
+const GapScheduler::LaneSlot* GapScheduler::find(const std::string& name) const {
+  for (const auto& slot : lanes_)
+    if (slot->name == name) return slot.get();
+  return nullptr;
+}
+
+std::vector<std::string> GapScheduler::lane_names() const {
+  std::vector<std::string> names;
+  for (const auto& slot : lanes_) names.push_back(slot->name);
+  return names;
+}
+
+bool GapScheduler::quarantined(const std::string& lane) const {
+  const LaneSlot* slot = find(lane);
+  return slot && slot->quarantined;
+}
+
+double GapScheduler::predicted_gap_s(int gap_id) const {
+  const auto it = gap_ewma_.find(gap_id);
+  return it == gap_ewma_.end() ? 0 : it->second;
+}
+
+double GapScheduler::predicted_step_s(const std::string& lane) const {
+  const LaneSlot* slot = find(lane);
+  return slot && slot->has_cost ? slot->predicted_s : 0;
+}
+
+void GapScheduler::quarantine(LaneSlot& slot, const std::string& reason) {
+  if (slot.quarantined) return;
+  slot.quarantined = true;
+  slot.reason = reason;
+  if (slot.set_up && !slot.torn_down) {
+    slot.torn_down = true;
+    try {
+      slot.lane->teardown(*slot.ctx);
+    } catch (const std::exception& error) {
+      slot.reason += " (teardown also failed: " + std::string(error.what()) + ")";
+    } catch (...) {
+      slot.reason += " (teardown also failed)";
+    }
+  }
+  logger_("lanes: stage " + std::to_string(options_.stage) + " rank " + std::to_string(options_.rank) + ": lane '" +
+          slot.name + "' quarantined: " + slot.reason + "; training continues without it");
+}
+
+bool GapScheduler::ensure_setup(LaneSlot& slot) {
+  if (slot.set_up) return !slot.quarantined;
+  if (slot.quarantined || torn_down_) return false;
+  try {
+    if (!slot.output_dir.empty()) std::filesystem::create_directories(slot.output_dir);
+    slot.set_up = true;  // teardown() is owed from here on, even if setup() throws half-way
+    slot.lane->setup(*slot.ctx);
+  } catch (const ArenaQuotaError& error) {
+    quarantine(slot, "setup went past its arena quota: " + std::string(error.what()));
+  } catch (const LaneError& error) {
+    quarantine(slot, "setup failed: " + std::string(error.what()));
+  } catch (const std::exception& error) {
+    quarantine(slot, "setup threw: " + std::string(error.what()));
+  } catch (...) {
+    quarantine(slot, "setup threw a non-standard exception");
+  }
+  return !slot.quarantined;
+}
+
+bool GapScheduler::schedulable(const LaneSlot& slot) const {
+  return slot.set_up && !slot.quarantined && !slot.torn_down && !slot.finished && slot.has_cost;
+}
+
+bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted) {
+  const double start = clock_();
+  double units = 0;
+  std::string failure;
+  try {
+    units = slot.lane->step(*slot.ctx);
+  } catch (const ArenaQuotaError& error) {
+    failure = "went past its arena quota: " + std::string(error.what());
+  } catch (const LaneError& error) {
+    failure = "step failed: " + std::string(error.what());
+  } catch (const std::exception& error) {
+    failure = "step threw: " + std::string(error.what());
+  } catch (...) {
+    failure = "step threw a non-standard exception";
+  }
+  const double end = clock_();
+  const double duration = end - start;
+  // Recorded even when it failed: the time was spent either way (units count only on success).
+  steps_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
+  if (failure.empty()) {
+    if (gap_id < 0) {
+      slot.calibration_units += units;
+      ++slot.calibration_steps;
+    } else {
+      slot.units += units;
+      ++slot.steps;
+    }
+  }
+  if (failure.empty() && predicted > 0 && duration > options_.quarantine_factor * predicted &&
+      duration > options_.quarantine_min_s) {
+    char text[160];
+    std::snprintf(text, sizeof text, "one step took %.6g s, more than %gx its predicted %.6g s", duration,
+                  options_.quarantine_factor, predicted);
+    failure = text;
+  }
+  if (!failure.empty()) {
+    quarantine(slot, failure);
+    return false;
+  }
+  if (slot.has_cost) slot.predicted_s = options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s;
+  try {
+    slot.finished = slot.lane->finished();
+  } catch (const std::exception& error) {
+    quarantine(slot, "finished() threw: " + std::string(error.what()));
+    return false;
+  }
+  return true;
+}
+
+std::map<std::string, double> GapScheduler::calibrate() {
+  std::map<std::string, double> costs;
+  for (auto& owned : lanes_) {
+    LaneSlot& slot = *owned;
+    if (!ensure_setup(slot)) continue;
+    try {
+      slot.finished = slot.lane->finished();
+    } catch (const std::exception& error) {
+      quarantine(slot, "finished() threw: " + std::string(error.what()));
+      continue;
+    }
+    std::vector<double> durations;
+    for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k) {
+      const std::size_t before = steps_.size();
+      if (!run_step(slot, -1, -1, WaitKind::None, 0)) break;
+      durations.push_back(steps_[before].end_s - steps_[before].start_s);
+    }
+    if (slot.quarantined) continue;
+    if (!durations.empty()) {
+      slot.calibrated_s = slot.predicted_s = std::max(median(durations), kMinStepCost);
+      slot.has_cost = true;
+    }
+    costs[slot.name] = slot.calibrated_s;
+  }
+  calibrated_ = true;
+  return costs;
+}
+
+void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::function<bool()>& arrived) {
+  GapRecord record;
+  record.iteration = iteration;
+  record.gap_id = gap_id;
+  record.kind = kind;
+  record.start_s = clock_();
+  const std::size_t first_step = steps_.size();
+  const double predicted_gap = predicted_gap_s(gap_id);  // before this gap's measurement
+  bool seen = false;
+  // A poll with nothing run since the previous one: the arrival time is that poll's.
+  const auto poll_idle = [&] {
+    if (!seen && arrived()) {
+      seen = true;
+      record.arrived_s = clock_();
+      record.arrived_exact = true;
+    }
+    return seen;
+  };
+  // A poll right after a lane step [s, e]: the arrival happened during the step (see GapRecord).
+  const auto poll_after_step = [&](double s, double e) {
+    if (!seen && arrived()) {
+      seen = true;
+      record.arrived_exact = false;
+      record.arrived_s = 0.5 * (s + e);
+    }
+    return seen;
+  };
+
+  const bool profiling = completed_iterations_ < options_.profile_iterations;
+  if (!calibrated_ && !warned_uncalibrated_ && !lanes_.empty()) {
+    warned_uncalibrated_ = true;
+    logger_("lanes: stage " + std::to_string(options_.stage) +
+            ": GapScheduler::calibrate() was not called before training; lanes stay idle until it is");
+  }
+  if (!profiling && calibrated_ && !torn_down_ && !lanes_.empty()) {
+    if (options_.deterministic) {
+      // The frozen sequence, whatever arrived() says; polls only time the arrival.
+      const auto planned = plan_.find(gap_id);
+      if (plan_frozen_ && planned != plan_.end()) {
+        for (const std::size_t index : planned->second) {
+          LaneSlot& slot = *lanes_[index];
+          if (!schedulable(slot)) continue;
+          poll_idle();
+          const std::size_t before = steps_.size();
+          run_step(slot, iteration, gap_id, kind, slot.predicted_s);
+          poll_after_step(steps_[before].start_s, steps_[before].end_s);
+        }
+      }
+    } else {
+      const double budget = predicted_gap * options_.margin;
+      while (!poll_idle()) {
+        const double elapsed = clock_() - record.start_s;
+        const std::size_t n = lanes_.size();
+        LaneSlot* chosen = nullptr;
+        for (std::size_t k = 0; k < n && !chosen; ++k) {
+          const std::size_t index = (next_lane_ + k) % n;
+          LaneSlot& slot = *lanes_[index];
+          if (schedulable(slot) && elapsed + slot.predicted_s <= budget) {
+            chosen = &slot;
+            next_lane_ = (index + 1) % n;
+          }
+        }
+        if (!chosen) break;
+        const std::size_t before = steps_.size();
+        run_step(*chosen, iteration, gap_id, kind, chosen->predicted_s);
+        if (poll_after_step(steps_[before].start_s, steps_[before].end_s)) break;
+      }
+    }
+  }
+  while (!poll_idle()) std::this_thread::yield();
+  record.end_s = clock_();
+  record.lane_steps = static_cast<int>(steps_.size() - first_step);
+
+  for (std::size_t i = first_step; i < steps_.size(); ++i) {
+    const LaneStepRecord& step = steps_[i];
+    LaneSlot* slot = find(step.lane);
+    const double inside = std::max(0.0, std::min(step.end_s, record.arrived_s) - step.start_s);
+    const double after = std::max(0.0, step.end_s - std::max(step.start_s, record.arrived_s));
+    slot->lane_s += step.end_s - step.start_s;
+    slot->harvested_s += inside;
+    slot->overrun_s += after;
+  }
+  const double length = record.arrived_s - record.start_s;
+  const auto previous = gap_ewma_.find(gap_id);
+  gap_ewma_[gap_id] = previous == gap_ewma_.end()
+                          ? length
+                          : options_.ewma_alpha * length + (1 - options_.ewma_alpha) * previous->second;
+  gaps_.push_back(record);
+}
+
+void GapScheduler::end_iteration(int) {
+  ++completed_iterations_;
+  if (options_.deterministic && !plan_frozen_ && calibrated_ && completed_iterations_ >= options_.profile_iterations)
+    freeze_plan();
+}
+
+void GapScheduler::freeze_plan() {
+  plan_.clear();
+  const std::size_t n = lanes_.size();
+  std::size_t cursor = 0;
+  for (const auto& [gap_id, predicted_gap] : gap_ewma_) {  // ascending gap id: the order of the list
+    std::vector<std::size_t>& sequence = plan_[gap_id];
+    const double budget = predicted_gap * options_.margin;
+    double elapsed = 0;
+    while (sequence.size() < kMaxPlannedStepsPerGap) {
+      std::size_t chosen = n;
+      for (std::size_t k = 0; k < n && chosen == n; ++k) {
+        const std::size_t index = (cursor + k) % n;
+        const LaneSlot& slot = *lanes_[index];
+        if (schedulable(slot) && elapsed + std::max(slot.predicted_s, kMinStepCost) <= budget) chosen = index;
+      }
+      if (chosen == n) break;
+      sequence.push_back(chosen);
+      elapsed += std::max(lanes_[chosen]->predicted_s, kMinStepCost);
+      cursor = (chosen + 1) % n;
+    }
+  }
+  plan_frozen_ = true;
+}
+
+std::map<int, std::vector<std::string>> GapScheduler::plan() const {
+  std::map<int, std::vector<std::string>> named;
+  for (const auto& [gap_id, sequence] : plan_) {
+    std::vector<std::string>& names = named[gap_id];
+    for (const std::size_t index : sequence) names.push_back(lanes_[index]->name);
+  }
+  return named;
+}
+
+void GapScheduler::set_plan(const std::map<int, std::vector<std::string>>& plan) {
+  std::map<int, std::vector<std::size_t>> indexed;
+  for (const auto& [gap_id, names] : plan) {
+    std::vector<std::size_t>& sequence = indexed[gap_id];
+    for (const std::string& name : names) {
+      std::size_t index = 0;
+      while (index < lanes_.size() && lanes_[index]->name != name) ++index;
+      if (index == lanes_.size())
+        throw LaneError("lane plan: gap " + std::to_string(gap_id) + " names lane '" + name +
+                        "', which does not run on this stage");
+      sequence.push_back(index);
+    }
+  }
+  plan_ = std::move(indexed);
+  plan_frozen_ = true;
+}
+
+void GapScheduler::teardown() {
+  if (torn_down_) return;
+  torn_down_ = true;
+  for (auto& owned : lanes_) {
+    LaneSlot& slot = *owned;
+    if (!slot.set_up || slot.torn_down) continue;
+    slot.torn_down = true;
+    try {
+      slot.lane->teardown(*slot.ctx);
+    } catch (const std::exception& error) {
+      logger_("lanes: lane '" + slot.name + "': teardown failed: " + error.what());
+    } catch (...) {
+      logger_("lanes: lane '" + slot.name + "': teardown failed");
+    }
+  }
+}
+
+std::map<std::string, std::string> GapScheduler::save_lanes() {
+  std::map<std::string, std::string> states;
+  for (auto& owned : lanes_) {
+    LaneSlot& slot = *owned;
+    if (!slot.set_up || slot.quarantined) continue;
+    try {
+      states[slot.name] = slot.lane->save();
+    } catch (const std::exception& error) {
+      quarantine(slot, "save failed: " + std::string(error.what()));
+    }
+  }
+  return states;
+}
+
+void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) {
+  for (const auto& [name, state] : states) {
+    LaneSlot* slot = find(name);
+    if (!slot) {
+      logger_("lanes: stage " + std::to_string(options_.stage) + ": saved progress of lane '" + name +
+              "' ignored: the lane does not run here");
+      continue;
+    }
+    if (!ensure_setup(*slot)) continue;
+    try {
+      slot->lane->load(state);
+      slot->finished = slot->lane->finished();
+    } catch (const ArenaQuotaError& error) {
+      quarantine(*slot, "load went past its arena quota: " + std::string(error.what()));
+    } catch (const std::exception& error) {
+      quarantine(*slot, "load failed: " + std::string(error.what()));
+    }
+  }
+}
+
+nlohmann::json GapScheduler::summary() const {
+  double bubble = 0;
+  for (const GapRecord& gap : gaps_) bubble += gap.arrived_s - gap.start_s;
+  double harvested = 0, overrun = 0;
+  nlohmann::json lanes = nlohmann::json::object();
+  nlohmann::json quarantined = nlohmann::json::array();
+  nlohmann::json calibrated = nlohmann::json::object();
+  for (const auto& owned : lanes_) {
+    const LaneSlot& slot = *owned;
+    harvested += slot.harvested_s;
+    overrun += slot.overrun_s;
+    nlohmann::json report;
+    try {
+      report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
+    } catch (const std::exception& error) {
+      report = {{"report_error", error.what()}};
+    }
+    lanes[slot.name] = {
+        {"work_unit", slot.work_unit},
+        {"units", slot.units},
+        {"steps", slot.steps},
+        {"lane_s", slot.lane_s},
+        {"units_per_s", slot.lane_s > 0 ? slot.units / slot.lane_s : 0.0},
+        {"harvested_s", slot.harvested_s},
+        {"overrun_s", slot.overrun_s},
+        {"calibration_units", slot.calibration_units},
+        {"calibration_steps", slot.calibration_steps},
+        {"calibrated_step_s", slot.calibrated_s},
+        {"predicted_step_s", slot.predicted_s},
+        {"finished", slot.finished},
+        {"quarantined", slot.quarantined},
+        {"memory_high_water_bytes", slot.arena->high_water()},
+        {"report", report},
+    };
+    if (slot.quarantined) {
+      lanes[slot.name]["quarantine_reason"] = slot.reason;
+      quarantined.push_back({{"lane", slot.name}, {"reason", slot.reason}});
+    }
+    calibrated[slot.name] = slot.calibrated_s;
+  }
+  nlohmann::json plan_json = nlohmann::json::object();
+  for (const auto& [gap_id, names] : plan()) plan_json[std::to_string(gap_id)] = names;
+  return {
+      {"stage", options_.stage},
+      {"rank", options_.rank},
+      {"gaps", gaps_.size()},
+      {"bubble_s", bubble},
+      {"harvested_s", harvested},
+      {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0},
+      {"overrun_s", overrun},
+      {"margin", options_.margin},
+      {"deterministic", options_.deterministic},
+      {"profile_iterations", options_.profile_iterations},
+      {"calibrated_step_s", calibrated},
+      {"lanes", lanes},
+      {"quarantined", quarantined},
+      {"plan", plan_json},
+  };
+}
+
+}  // namespace pipelane

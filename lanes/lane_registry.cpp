@@ -1,0 +1,82 @@
+#include "lanes/lane_registry.h"
+
+#include <dlfcn.h>
+
+#include <filesystem>
+
+#include "lanes/pipelane_lane.h"
+#include "lanes/plugin_lane.h"
+
+namespace pipelane {
+
+void LaneRegistry::add(std::string name, LaneFactory factory) {
+  if (name.empty()) throw LaneError("a lane needs a name");
+  if (!factory) throw LaneError("lane '" + name + "': empty factory");
+  if (factories_.count(name)) throw LaneError("lane '" + name + "' is already registered");
+  factories_.emplace(std::move(name), std::move(factory));
+}
+
+std::vector<std::string> LaneRegistry::names() const {
+  std::vector<std::string> result;
+  for (const auto& [name, factory] : factories_) result.push_back(name);
+  return result;
+}
+
+std::unique_ptr<Lane> LaneRegistry::create(const std::string& name) const {
+  const auto it = factories_.find(name);
+  if (it == factories_.end()) {
+    std::string known;
+    for (const auto& [known_name, factory] : factories_) known += (known.empty() ? "" : ", ") + known_name;
+    throw LaneError("unknown lane '" + name + "' (" +
+                    (known.empty() ? std::string("no lanes are registered") : "known lanes: " + known) + ")");
+  }
+  std::unique_ptr<Lane> lane = it->second();
+  if (!lane) throw LaneError("lane '" + name + "': its factory returned nothing");
+  return lane;
+}
+
+void LaneRegistry::load_plugin(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw LaneError(path + ": no such lane plugin file");
+  // dlopen searches the library path for a name without '/'; a plugin is always a file path.
+  const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
+  void* raw = ::dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!raw) {
+    const char* why = ::dlerror();
+    throw LaneError(path + ": cannot load lane plugin: " + (why ? why : "unknown dlopen error"));
+  }
+  std::shared_ptr<void> library(raw, [](void* handle) { ::dlclose(handle); });
+  ::dlerror();
+  void* symbol = ::dlsym(raw, PIPELANE_LANE_PLUGIN_SYMBOL);
+  if (!symbol)
+    throw LaneError(path + ": no symbol " PIPELANE_LANE_PLUGIN_SYMBOL " \u2014 not a pipelane lane plugin");
+  const auto entry = reinterpret_cast<pipelane_lane_plugin_fn>(symbol);
+  const pipelane_lane_plugin* plugin = entry();
+  if (!plugin) throw LaneError(path + ": " PIPELANE_LANE_PLUGIN_SYMBOL "() returned NULL");
+  if (plugin->abi_version != PIPELANE_LANE_ABI_VERSION)
+    throw LaneError(path + ": built for lane ABI " + std::to_string(plugin->abi_version) +
+                    ", this pipelane speaks " + std::to_string(PIPELANE_LANE_ABI_VERSION));
+  std::string missing;
+  if (!plugin->name || !*plugin->name) missing += " name";
+  if (!plugin->create) missing += " create";
+  if (!plugin->step) missing += " step";
+  if (!plugin->finished) missing += " finished";
+  if (!plugin->save) missing += " save";
+  if (!plugin->load) missing += " load";
+  if (!plugin->destroy) missing += " destroy";
+  if (!missing.empty()) throw LaneError(path + ": lane plugin description lacks:" + missing);
+  const std::string name = plugin->name;
+  if (factories_.count(name))
+    throw LaneError(path + ": lane '" + name + "' is already registered (a built-in or another plugin)");
+  add(name, [plugin, library, path]() -> std::unique_ptr<Lane> {
+    return std::make_unique<PluginLane>(plugin, library, path);
+  });
+}
+
+LaneRegistry LaneRegistry::with_builtins() {
+  LaneRegistry registry;
+  for (auto& [name, factory] : builtin_lane_factories()) registry.add(name, factory);
+  return registry;
+}
+
+}  // namespace pipelane

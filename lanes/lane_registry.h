@@ -1,0 +1,32 @@
+// Lanes by name: the built-ins plus plugins loaded from shared libraries (lanes/pipelane_lane.h).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lanes/builtin/builtin_lanes.h"
+#include "lanes/lane.h"
+
+namespace pipelane {
+
+class LaneRegistry {
+ public:
+  // Throws LaneError when `name` is already registered or empty.
+  void add(std::string name, LaneFactory factory);
+  // A fresh lane; LaneError "unknown lane 'x' (known lanes: a, b)" for an unknown name.
+  std::unique_ptr<Lane> create(const std::string& name) const;
+  bool has(const std::string& name) const { return factories_.count(name) != 0; }
+  std::vector<std::string> names() const;  // sorted
+  // dlopen()s a plugin and registers its lane under the plugin's name. LaneError for a missing or
+  // unloadable file, a library without the pipelane_lane_plugin_v1 symbol, an ABI version other
+  // than PIPELANE_LANE_ABI_VERSION, an incomplete description, or a name already taken.
+  // The library stays loaded while the registry or any lane created from it exists.
+  void load_plugin(const std::string& path);
+  static LaneRegistry with_builtins();
+
+ private:
+  std::map<std::string, LaneFactory> factories_;
+};
+
+}  // namespace pipelane

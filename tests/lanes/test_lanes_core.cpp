@@ -1,0 +1,688 @@
+// Lane core: registry and plugin loader, the plugin adapter, the gap scheduler (predict, fit,
+// account, quarantine, deterministic placement, save/load), LaneOptions errors.
+//
+// The scheduler tests run on an injected clock: a fake lane's step advances it by a chosen cost and
+// each arrived() poll advances it by 1 us, so nothing here depends on how fast or how busy the
+// machine is.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "lanes/gap_scheduler.h"
+#include "lanes/lane_registry.h"
+#include "lanes/pipelane_lane.h"
+
+namespace pipelane {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------------------
+// Fakes
+
+class FakeStream : public Stream {
+ public:
+  StreamPriority priority() const override { return StreamPriority::Low; }
+  void synchronize() override {}
+};
+
+class FakeEvent : public Event {
+ public:
+  void record(Stream&) override {}
+  bool query() const override { return true; }
+  void synchronize() override {}
+  double elapsed_ms_since(const Event&) const override { return 0; }
+};
+
+class FakeDevice : public Device {
+ public:
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  std::string name() const override { return "fake"; }
+  int threads() const override { return 1; }
+  std::unique_ptr<Stream> create_stream(StreamPriority) override { return std::make_unique<FakeStream>(); }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<FakeEvent>(); }
+};
+
+struct FakeClock {
+  double t = 0;
+};
+
+// What a fake lane did, visible to the test after the scheduler owns the lane.
+struct FakeLog {
+  int setups = 0;
+  int steps = 0;
+  int teardowns = 0;
+};
+
+class FakeLane : public Lane {
+ public:
+  FakeLane(std::string name, FakeClock& clock, FakeLog& log, double cost)
+      : name_(std::move(name)), clock_(clock), log_(log), cost_(cost) {}
+  std::string name() const override { return name_; }
+  std::string work_unit() const override { return "ticks"; }
+  void setup(LaneContext& ctx) override {
+    ++log_.setups;
+    ctx.options.reject_unknown();
+    arena_ = &ctx.arena;
+  }
+  double step(LaneContext&) override {
+    const int k = log_.steps++;
+    double cost = cost_;
+    if (cost_of_step) cost = cost_of_step(k);
+    clock_.t += cost;
+    if (throw_at == k) throw LaneError("broken input at step " + std::to_string(k));
+    if (std_throw_at == k) throw std::runtime_error("vector too long");
+    if (alloc_per_step) arena_->allocate(alloc_per_step, "fake buffer");
+    ++done_;
+    return 2;  // two ticks per step
+  }
+  bool finished() const override { return limit >= 0 && done_ >= limit; }
+  std::string save() const override { return std::to_string(done_); }
+  void load(const std::string& state) override { done_ = std::stoi(state); }
+  nlohmann::json report() const override { return {{"done", done_}}; }
+  void teardown(LaneContext&) override { ++log_.teardowns; }
+
+  std::function<double(int)> cost_of_step;
+  int throw_at = -1;
+  int std_throw_at = -1;
+  std::size_t alloc_per_step = 0;
+  int limit = -1;
+
+ private:
+  std::string name_;
+  FakeClock& clock_;
+  FakeLog& log_;
+  double cost_;
+  Arena* arena_ = nullptr;
+  int done_ = 0;
+};
+
+struct Harness {
+  FakeDevice device;
+  FakeClock clock;
+  std::map<std::string, FakeLog> logs;
+  std::vector<std::string> messages;
+  std::unique_ptr<GapScheduler> scheduler;
+  double poll_cost = 1e-6;
+
+  // Lanes are configured by `configure` before the scheduler takes them.
+  void start(std::vector<std::pair<std::string, double>> lanes, GapSchedulerOptions options,
+             const std::function<void(FakeLane&)>& configure = {}) {
+    std::vector<LaneSpec> specs;
+    for (const auto& [name, cost] : lanes) {
+      auto lane = std::make_unique<FakeLane>(name, clock, logs[name], cost);
+      if (configure) configure(*lane);
+      specs.push_back({std::move(lane), LaneOptions(name, {}, "test.ini")});
+    }
+    options.calibration_steps = 3;
+    scheduler = std::make_unique<GapScheduler>(
+        device, std::move(specs), options, std::chrono::steady_clock::now(),
+        [this](const std::string& line) { messages.push_back(line); }, [this] { return clock.t; });
+  }
+  // One gap whose transfer arrives `length` seconds after fill() is called.
+  void gap(int iteration, int gap_id, double length, WaitKind kind = WaitKind::P2PWait) {
+    const double arrival = clock.t + length;
+    scheduler->fill(iteration, gap_id, kind, [this, arrival] {
+      clock.t += poll_cost;
+      return clock.t >= arrival;
+    });
+  }
+  // Steps of iteration `iteration` in gap `gap_id`, as lane names in order.
+  std::vector<std::string> steps_in(int iteration, int gap_id) const {
+    std::vector<std::string> names;
+    for (const LaneStepRecord& step : scheduler->step_records())
+      if (step.iteration == iteration && step.gap_id == gap_id) names.push_back(step.lane);
+    return names;
+  }
+};
+
+GapSchedulerOptions options_with(double margin = 0.95, int profile = 2, bool deterministic = false) {
+  GapSchedulerOptions options;
+  options.margin = margin;
+  options.profile_iterations = profile;
+  options.deterministic = deterministic;
+  options.lane_memory_bytes = 1 << 16;
+  options.stage_memory_bytes = 1 << 20;
+  return options;
+}
+
+// ---------------------------------------------------------------------------------------
+// Fit
+
+TEST(GapSchedulerTest, CalibrateTimesStepsAndReportsThem) {
+  Harness h;
+  h.start({{"a", 0.001}, {"b", 0.004}}, options_with());
+  const std::map<std::string, double> costs = h.scheduler->calibrate();
+  EXPECT_NEAR(costs.at("a"), 0.001, 1e-12);
+  EXPECT_NEAR(costs.at("b"), 0.004, 1e-12);
+  EXPECT_EQ(h.logs["a"].setups, 1);
+  EXPECT_EQ(h.logs["a"].steps, 3);
+  const nlohmann::json summary = h.scheduler->summary();
+  EXPECT_NEAR(summary["calibrated_step_s"]["b"].get<double>(), 0.004, 1e-12);
+  EXPECT_EQ(summary["lanes"]["a"]["calibration_steps"], 3);
+  EXPECT_EQ(summary["lanes"]["a"]["steps"], 0);  // calibration is not bubble work
+}
+
+TEST(GapSchedulerTest, ProfilingIterationsOnlyMeasure) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 2));
+  h.scheduler->calibrate();
+  for (int it = 0; it < 2; ++it) {
+    h.gap(it, 5, 0.010);
+    h.scheduler->end_iteration(it);
+  }
+  EXPECT_EQ(h.logs["a"].steps, 3);  // calibration only
+  EXPECT_NEAR(h.scheduler->predicted_gap_s(5), 0.010, 2e-6);
+  ASSERT_EQ(h.scheduler->gap_records().size(), 2u);
+  EXPECT_TRUE(h.scheduler->gap_records()[0].arrived_exact);
+
+  h.gap(2, 5, 0.010);
+  // budget 0.95 * 10 ms = 9.5 ms of 1 ms steps: 9 fit, the 10th would pass the margin.
+  EXPECT_EQ(h.steps_in(2, 5).size(), 9u);
+  const GapRecord& gap = h.scheduler->gap_records().back();
+  EXPECT_EQ(gap.lane_steps, 9);
+  EXPECT_TRUE(gap.arrived_exact);
+  EXPECT_NEAR(gap.arrived_s - gap.start_s, 0.010, 2e-6);
+  const nlohmann::json summary = h.scheduler->summary();
+  EXPECT_NEAR(summary["overrun_s"].get<double>(), 0, 1e-12);
+  EXPECT_NEAR(summary["harvested_s"].get<double>(), 0.009, 1e-9);
+  EXPECT_NEAR(summary["bubble_s"].get<double>(), 0.030, 1e-5);
+  EXPECT_NEAR(summary["harvest_fraction"].get<double>(), 0.3, 1e-3);
+  EXPECT_EQ(summary["lanes"]["a"]["units"].get<double>(), 18);  // 9 steps x 2 ticks
+  EXPECT_NEAR(summary["lanes"]["a"]["units_per_s"].get<double>(), 2000, 1e-6);
+}
+
+TEST(GapSchedulerTest, UnmeasuredGapGetsNoWorkAndUncalibratedLanesStayIdle) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 1));
+  h.gap(0, 1, 0.010);  // no calibrate() yet: measure only, warn once
+  h.scheduler->end_iteration(0);
+  h.gap(1, 1, 0.010);
+  EXPECT_EQ(h.logs["a"].steps, 0);
+  ASSERT_EQ(h.messages.size(), 1u);
+  EXPECT_NE(h.messages[0].find("calibrate() was not called"), std::string::npos);
+  h.scheduler->calibrate();
+  h.gap(1, 2, 0.010);  // gap id 2 was never measured: no prediction, no work
+  EXPECT_TRUE(h.steps_in(1, 2).empty());
+  h.gap(1, 1, 0.010);
+  EXPECT_EQ(h.steps_in(1, 1).size(), 9u);
+}
+
+TEST(GapSchedulerTest, StopsAsSoonAsTheTransferArrives) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 1));
+  h.scheduler->calibrate();
+  h.gap(0, 3, 0.010);
+  h.scheduler->end_iteration(0);
+  // Predicted 10 ms, but this time the transfer lands 2.5 ms in: the third step is running then.
+  h.gap(1, 3, 0.0025);
+  EXPECT_EQ(h.steps_in(1, 3).size(), 3u);
+  const GapRecord& gap = h.scheduler->gap_records().back();
+  EXPECT_FALSE(gap.arrived_exact);
+  const LaneStepRecord& last = h.scheduler->step_records().back();
+  EXPECT_DOUBLE_EQ(gap.arrived_s, 0.5 * (last.start_s + last.end_s));  // documented midpoint
+  EXPECT_NEAR(gap.end_s, last.end_s, 2e-6);  // no further step after the arrival was seen
+  const nlohmann::json lane = h.scheduler->summary()["lanes"]["a"];
+  EXPECT_NEAR(lane["overrun_s"].get<double>(), 0.0005, 1e-9);  // half of the step that straddled it
+  EXPECT_NEAR(lane["harvested_s"].get<double>(), 0.0025, 1e-8);
+}
+
+TEST(GapSchedulerTest, ArrivalBeforeAnyStepRunsNothing) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 1));
+  h.scheduler->calibrate();
+  h.gap(0, 0, 0.010);
+  h.scheduler->end_iteration(0);
+  h.gap(1, 0, 0.0);  // already there at the first poll
+  EXPECT_TRUE(h.steps_in(1, 0).empty());
+}
+
+TEST(GapSchedulerTest, RoundRobinAmongLanesThatFit) {
+  Harness h;
+  h.start({{"a", 0.001}, {"b", 0.001}, {"big", 0.050}}, options_with(0.95, 1));
+  h.scheduler->calibrate();
+  h.gap(0, 0, 0.005);
+  h.scheduler->end_iteration(0);
+  h.gap(1, 0, 0.005);
+  // 4.75 ms budget: four 1 ms steps alternate between a and b; big never fits.
+  EXPECT_EQ(h.steps_in(1, 0), (std::vector<std::string>{"a", "b", "a", "b"}));
+  h.gap(1, 0, 0.005);  // the cursor carries over to the next gap
+  EXPECT_EQ(h.steps_in(1, 0).size(), 8u);
+  EXPECT_EQ(h.steps_in(1, 0)[4], "a");
+  EXPECT_EQ(h.logs["big"].steps, 3);  // calibration only
+}
+
+TEST(GapSchedulerTest, StepCostIsRefinedByActualSteps) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 1), [](FakeLane& lane) {
+    lane.cost_of_step = [](int k) { return k < 3 ? 0.001 : 0.002; };  // slower after calibration
+  });
+  h.scheduler->calibrate();
+  h.gap(0, 0, 0.020);
+  h.scheduler->end_iteration(0);
+  for (int i = 0; i < 10; ++i) h.gap(1, 0, 0.020);
+  EXPECT_NEAR(h.scheduler->predicted_step_s("a"), 0.002, 1e-5);
+  EXPECT_NEAR(h.scheduler->summary()["calibrated_step_s"]["a"].get<double>(), 0.001, 1e-12);
+}
+
+TEST(GapSchedulerTest, FinishedLanesAreNotScheduled) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 1), [](FakeLane& lane) { lane.limit = 5; });
+  h.scheduler->calibrate();
+  h.gap(0, 0, 0.010);
+  h.scheduler->end_iteration(0);
+  h.gap(1, 0, 0.010);
+  EXPECT_EQ(h.logs["a"].steps, 5);
+  EXPECT_TRUE(h.scheduler->summary()["lanes"]["a"]["finished"].get<bool>());
+}
+
+// ---------------------------------------------------------------------------------------
+// Deterministic mode
+
+// Runs `iterations` iterations of three gaps; after profiling, gap 2's transfer arrives early by a
+// per-iteration jitter (which a polling scheduler would react to).
+std::vector<std::tuple<int, int, std::string>> deterministic_run(double jitter, const Harness* plan_from = nullptr,
+                                                                 Harness* keep = nullptr) {
+  Harness local;
+  Harness& h = keep ? *keep : local;
+  h.start({{"a", 0.001}, {"b", 0.0015}}, options_with(0.9, 2, true));
+  if (plan_from) h.scheduler->set_plan(plan_from->scheduler->plan());
+  h.scheduler->calibrate();
+  for (int it = 0; it < 6; ++it) {
+    const bool profiling = it < 2;
+    h.gap(it, 0, 0.004);
+    h.gap(it, 2, profiling ? 0.006 : 0.006 - jitter * (it % 3));
+    h.gap(it, 7, plan_from ? 0.003 : 0.010);  // a rerun may even measure differently
+    h.scheduler->end_iteration(it);
+  }
+  std::vector<std::tuple<int, int, std::string>> placed;
+  for (const LaneStepRecord& step : h.scheduler->step_records())
+    if (step.gap_id >= 0) placed.emplace_back(step.iteration, step.gap_id, step.lane);
+  return placed;
+}
+
+TEST(GapSchedulerTest, DeterministicModePlacesIdenticalStepsOnReruns) {
+  Harness first;
+  const auto run1 = deterministic_run(0.0, nullptr, &first);
+  const auto run2 = deterministic_run(0.002);  // transfers arrive earlier: no effect on placement
+  ASSERT_FALSE(run1.empty());
+  EXPECT_EQ(run1, run2);
+  // Frozen: every post-profiling iteration runs the same sequence in a gap.
+  const std::map<int, std::vector<std::string>> plan = first.scheduler->plan();
+  ASSERT_EQ(plan.size(), 3u);
+  for (int it = 2; it < 6; ++it) {
+    EXPECT_EQ(first.steps_in(it, 2), plan.at(2));
+    EXPECT_EQ(first.steps_in(it, 7), plan.at(7));
+  }
+  EXPECT_TRUE(first.steps_in(0, 7).empty());  // profiling
+  // Gap 0 (3.6 ms budget) takes a, b, a; the cursor carries on to gap 2 (0.9 * 6 ms = 5.4 ms):
+  // b, a, b, a = 5.0 ms, and neither lane fits after that.
+  EXPECT_EQ(plan.at(0), (std::vector<std::string>{"a", "b", "a"}));
+  EXPECT_EQ(plan.at(2), (std::vector<std::string>{"b", "a", "b", "a"}));
+  double planned = 0;
+  for (const std::string& lane : plan.at(2)) planned += lane == "a" ? 0.001 : 0.0015;
+  EXPECT_LE(planned, 0.9 * 0.006 + 1e-12);
+  EXPECT_GT(planned + 0.0015, 0.9 * 0.006);  // nothing more would have fit
+  // The plan is in the summary, and a rerun handed it places work identically even when its own
+  // profile measures other gap lengths.
+  EXPECT_EQ(first.scheduler->summary()["plan"]["2"].size(), plan.at(2).size());
+  const auto run3 = deterministic_run(0.001, &first);
+  EXPECT_EQ(run1, run3);
+}
+
+// ---------------------------------------------------------------------------------------
+// Quarantine
+
+void expect_quarantined(Harness& h, const std::string& lane, const std::string& reason_part) {
+  EXPECT_TRUE(h.scheduler->quarantined(lane));
+  const nlohmann::json summary = h.scheduler->summary();
+  ASSERT_EQ(summary["quarantined"].size(), 1u);
+  EXPECT_EQ(summary["quarantined"][0]["lane"], lane);
+  const std::string reason = summary["quarantined"][0]["reason"];
+  EXPECT_NE(reason.find(reason_part), std::string::npos) << reason;
+  EXPECT_EQ(h.logs[lane].teardowns, 1);
+  int told = 0;
+  for (const std::string& message : h.messages)
+    if (message.find("'" + lane + "' quarantined") != std::string::npos) ++told;
+  EXPECT_EQ(told, 1);  // printed once
+}
+
+// Profiling, then `iterations` iterations of one 10 ms gap.
+void run_gaps(Harness& h, int iterations) {
+  h.scheduler->calibrate();
+  h.gap(0, 0, 0.010);
+  h.scheduler->end_iteration(0);
+  for (int it = 1; it <= iterations; ++it) {
+    h.gap(it, 0, 0.010);
+    h.scheduler->end_iteration(it);
+  }
+}
+
+TEST(GapSchedulerTest, QuarantinesALaneWhoseStepThrowsAndTrainingCarriesOn) {
+  Harness h;
+  h.start({{"bad", 0.001}, {"good", 0.001}}, options_with(0.95, 1), [](FakeLane& lane) {
+    if (lane.name() == "bad") lane.throw_at = 5;
+  });
+  run_gaps(h, 3);
+  expect_quarantined(h, "bad", "broken input at step 5");
+  EXPECT_EQ(h.logs["bad"].steps, 6);  // never scheduled after the throw
+  EXPECT_GT(h.logs["good"].steps, 20);
+  EXPECT_EQ(h.scheduler->save_lanes().count("bad"), 0u);
+}
+
+TEST(GapSchedulerTest, QuarantinesOnAnyStdException) {
+  Harness h;
+  h.start({{"bad", 0.001}}, options_with(0.95, 1), [](FakeLane& lane) { lane.std_throw_at = 1; });
+  run_gaps(h, 2);
+  expect_quarantined(h, "bad", "vector too long");
+  EXPECT_EQ(h.logs["bad"].steps, 2);  // during calibration: it never reaches a gap
+}
+
+TEST(GapSchedulerTest, QuarantinesALaneThatGoesPastItsArenaQuota) {
+  Harness h;
+  GapSchedulerOptions options = options_with(0.95, 1);
+  options.lane_memory_bytes = 16 * 1024;
+  h.start({{"greedy", 0.001}, {"good", 0.001}}, options, [](FakeLane& lane) {
+    if (lane.name() == "greedy") lane.alloc_per_step = 3 * 1024;
+  });
+  run_gaps(h, 2);
+  expect_quarantined(h, "greedy", "arena quota");
+  EXPECT_EQ(h.logs["greedy"].steps, 6);  // the sixth allocation (18 KiB) is over 16 KiB
+  EXPECT_GT(h.logs["good"].steps, 10);
+}
+
+TEST(GapSchedulerTest, QuarantinesAStepTakingMoreThanTenTimesItsPrediction) {
+  Harness h;
+  h.start({{"slow", 0.001}}, options_with(0.95, 1), [](FakeLane& lane) {
+    lane.cost_of_step = [](int k) { return k == 6 ? 0.0105 : 0.001; };
+  });
+  run_gaps(h, 2);
+  expect_quarantined(h, "slow", "more than 10x its predicted");
+  EXPECT_EQ(h.logs["slow"].steps, 7);
+  // The step's time after the arrival is still charged to the lane.
+  EXPECT_GT(h.scheduler->summary()["lanes"]["slow"]["overrun_s"].get<double>(), 0.0);
+}
+
+TEST(GapSchedulerTest, NineTimesSlowerIsNotQuarantined) {
+  Harness h;
+  h.start({{"slow", 0.001}}, options_with(0.95, 1), [](FakeLane& lane) {
+    lane.cost_of_step = [](int k) { return k == 6 ? 0.009 : 0.001; };
+  });
+  run_gaps(h, 2);
+  EXPECT_FALSE(h.scheduler->quarantined("slow"));
+}
+
+TEST(GapSchedulerTest, QuarantinesALaneWhoseSetupRejectsItsOptions) {
+  Harness h;
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::make_unique<FakeLane>("picky", h.clock, h.logs["picky"], 0.001),
+                   LaneOptions("picky", {{"colour", "red"}}, "configs/x.ini")});
+  std::vector<std::string> messages;
+  GapScheduler scheduler(h.device, std::move(specs), options_with(), std::chrono::steady_clock::now(),
+                         [&](const std::string& line) { messages.push_back(line); }, [&] { return h.clock.t; });
+  EXPECT_TRUE(scheduler.calibrate().empty());
+  EXPECT_TRUE(scheduler.quarantined("picky"));
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages[0].find("configs/x.ini: [lane.picky] colour: unknown key for lane 'picky'"), std::string::npos)
+      << messages[0];
+}
+
+TEST(GapSchedulerTest, StageMemoryCapIsEnforced) {
+  Harness h;
+  GapSchedulerOptions options = options_with();
+  options.lane_memory_bytes = std::size_t{512} << 20;
+  options.stage_memory_bytes = std::size_t{1024} << 20;
+  try {
+    h.start({{"a", 0.001}, {"b", 0.001}, {"c", 0.001}}, options);
+    FAIL() << "expected LaneError";
+  } catch (const LaneError& error) {
+    EXPECT_NE(std::string(error.what()).find("3 lanes x 512 MiB = 1536 MiB exceed the stage's lane memory cap of 1024 MiB"),
+              std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(GapSchedulerTest, SaveAndLoadLanesDelegateToTheLanes) {
+  Harness h;
+  h.start({{"a", 0.001}, {"b", 0.001}}, options_with(0.95, 1));
+  run_gaps(h, 1);
+  const std::map<std::string, std::string> saved = h.scheduler->save_lanes();
+  ASSERT_EQ(saved.size(), 2u);
+  const int done_a = std::stoi(saved.at("a"));
+  EXPECT_GT(done_a, 3);
+
+  Harness restarted;
+  restarted.start({{"a", 0.001}, {"b", 0.001}}, options_with(0.95, 1));
+  std::map<std::string, std::string> with_stale = saved;
+  with_stale["gone"] = "7";
+  restarted.scheduler->load_lanes(with_stale);
+  EXPECT_EQ(restarted.logs["a"].setups, 1);
+  EXPECT_EQ(restarted.scheduler->save_lanes(), saved);
+  restarted.scheduler->calibrate();  // setup is not repeated
+  EXPECT_EQ(restarted.logs["a"].setups, 1);
+  EXPECT_EQ(std::stoi(restarted.scheduler->save_lanes().at("a")), done_a + 3);
+  ASSERT_EQ(restarted.messages.size(), 1u);
+  EXPECT_NE(restarted.messages[0].find("'gone' ignored"), std::string::npos);
+}
+
+TEST(GapSchedulerTest, TeardownOnceForEveryLane) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with());
+  h.scheduler->calibrate();
+  h.scheduler->teardown();
+  h.scheduler->teardown();
+  h.scheduler.reset();
+  EXPECT_EQ(h.logs["a"].teardowns, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Registry and plugins
+
+std::unique_ptr<Lane> make_named(const std::string& name) {
+  static FakeClock clock;
+  static FakeLog log;
+  return std::make_unique<FakeLane>(name, clock, log, 0.001);
+}
+
+TEST(LaneRegistryTest, CreatesByNameAndNamesKnownLanesOnUnknown) {
+  LaneRegistry registry;
+  registry.add("pagerank", [] { return make_named("pagerank"); });
+  registry.add("imageproc", [] { return make_named("imageproc"); });
+  EXPECT_EQ(registry.names(), (std::vector<std::string>{"imageproc", "pagerank"}));
+  EXPECT_EQ(registry.create("pagerank")->name(), "pagerank");
+  try {
+    registry.create("pagernak");
+    FAIL();
+  } catch (const LaneError& error) {
+    EXPECT_STREQ(error.what(), "unknown lane 'pagernak' (known lanes: imageproc, pagerank)");
+  }
+  EXPECT_THROW(registry.add("pagerank", [] { return make_named("x"); }), LaneError);
+  EXPECT_THROW(LaneRegistry().create("x"), LaneError);
+}
+
+TEST(LaneRegistryTest, WithBuiltinsHasTheBuiltinFactories) {
+  const LaneRegistry registry = LaneRegistry::with_builtins();
+  std::vector<std::string> expected;
+  for (const auto& [name, factory] : builtin_lane_factories()) expected.push_back(name);
+  EXPECT_EQ(registry.names(), expected);
+}
+
+std::string lane_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const LaneError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(LaneRegistryTest, PluginLoadErrorsAreClear) {
+  LaneRegistry registry;
+  EXPECT_EQ(lane_error([&] { registry.load_plugin("/nonexistent/libnothing.so"); }),
+            "/nonexistent/libnothing.so: no such lane plugin file");
+  const std::string no_symbol = PIPELANE_BAD_PLUGIN_NO_SYMBOL;
+  EXPECT_EQ(lane_error([&] { registry.load_plugin(no_symbol); }),
+            no_symbol + ": no symbol pipelane_lane_plugin_v1 \u2014 not a pipelane lane plugin");
+  const std::string abi7 = PIPELANE_BAD_PLUGIN_ABI7;
+  EXPECT_EQ(lane_error([&] { registry.load_plugin(abi7); }),
+            abi7 + ": built for lane ABI 7, this pipelane speaks 1");
+  // A text file is not a shared library.
+  const fs::path text = fs::temp_directory_path() / ("pipelane_not_a_lib_" + std::to_string(::getpid()) + ".so");
+  std::ofstream(text) << "hello";
+  EXPECT_NE(lane_error([&] { registry.load_plugin(text.string()); }).find("cannot load lane plugin"), std::string::npos);
+  fs::remove(text);
+  EXPECT_TRUE(registry.names().empty());
+}
+
+class PluginLaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pipelane_plugin_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "out");
+    // 3 lines, 9 words, with runs of spaces and a word at the very end without a newline.
+    input_ = (dir_ / "input.txt").string();
+    std::ofstream(input_) << "hello world\n  pipeline   bubbles are\twasted\nfill them now";
+    registry_.load_plugin(PIPELANE_EXAMPLE_LANE);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  struct Run {
+    std::unique_ptr<Lane> lane;
+    LaneOptions options;
+    Arena arena;
+    FakeStream stream;
+    std::unique_ptr<LaneContext> ctx;
+    Run(std::unique_ptr<Lane> l, LaneOptions o, FakeDevice& device, const std::string& out, std::size_t quota)
+        : lane(std::move(l)), options(std::move(o)), arena("test lane", quota) {
+      ctx.reset(new LaneContext{device, stream, arena, options, out, 0, 1});
+    }
+  };
+  std::unique_ptr<Run> make(std::map<std::string, std::string> values, std::size_t quota = 1 << 16) {
+    return std::make_unique<Run>(registry_.create("word_count"), LaneOptions("word_count", std::move(values), "lanes.ini"),
+                                 device_, (dir_ / "out").string(), quota);
+  }
+
+  fs::path dir_;
+  std::string input_;
+  FakeDevice device_;
+  LaneRegistry registry_;
+};
+
+TEST_F(PluginLaneTest, CountsWordsInChunksAndWritesTotals) {
+  EXPECT_EQ(registry_.names(), (std::vector<std::string>{"word_count"}));
+  auto run = make({{"input", input_}, {"chunk_bytes", "7"}});  // words straddle chunks
+  EXPECT_EQ(run->lane->name(), "word_count");
+  EXPECT_EQ(run->lane->work_unit(), "bytes");
+  run->lane->setup(*run->ctx);
+  EXPECT_GE(run->arena.used(), 7u);  // the chunk came from the lane's arena
+  double units = 0;
+  int steps = 0;
+  while (!run->lane->finished()) {
+    units += run->lane->step(*run->ctx);
+    ++steps;
+  }
+  const std::size_t size = fs::file_size(input_);
+  EXPECT_EQ(units, static_cast<double>(size));
+  EXPECT_EQ(steps, static_cast<int>((size + 6) / 7));
+  const nlohmann::json report = run->lane->report();
+  EXPECT_EQ(report["words"], 9);
+  EXPECT_EQ(report["lines"], 2);
+  EXPECT_EQ(report["bytes_counted"], size);
+  run->lane->teardown(*run->ctx);
+  EXPECT_EQ(run->lane->report()["words"], 9);  // survives teardown
+  std::ifstream out(dir_ / "out" / "word_count.json");
+  ASSERT_TRUE(out.good());
+  const nlohmann::json totals = nlohmann::json::parse(out);
+  EXPECT_EQ(totals["words"], 9);
+  EXPECT_EQ(totals["lines"], 2);
+}
+
+TEST_F(PluginLaneTest, SaveAndLoadResumeMidFile) {
+  auto first = make({{"input", input_}, {"chunk_bytes", "5"}});
+  first->lane->setup(*first->ctx);
+  for (int i = 0; i < 4; ++i) first->lane->step(*first->ctx);  // stops inside "pipeline"
+  const std::string state = first->lane->save();
+  auto second = make({{"input", input_}, {"chunk_bytes", "5"}});
+  second->lane->setup(*second->ctx);
+  second->lane->load(state);
+  while (!second->lane->finished()) second->lane->step(*second->ctx);
+  EXPECT_EQ(second->lane->report()["words"], 9);
+  EXPECT_THROW(second->lane->load("garbage"), LaneError);
+}
+
+TEST_F(PluginLaneTest, OptionAndInputErrorsAreLaneErrors) {
+  auto unknown = make({{"input", input_}, {"chunk_byte", "5"}});
+  EXPECT_EQ(lane_error([&] { unknown->lane->setup(*unknown->ctx); }),
+            "lanes.ini: [lane.word_count] chunk_byte: unknown key for lane 'word_count'");
+  auto missing = make({});
+  EXPECT_NE(lane_error([&] { missing->lane->setup(*missing->ctx); }).find("input is required"), std::string::npos);
+  auto bad = make({{"input", input_}, {"chunk_bytes", "0"}});
+  EXPECT_NE(lane_error([&] { bad->lane->setup(*bad->ctx); }).find("chunk_bytes = '0'"), std::string::npos);
+  auto absent = make({{"input", (dir_ / "absent.txt").string()}});
+  EXPECT_NE(lane_error([&] { absent->lane->setup(*absent->ctx); }).find("cannot open input"), std::string::npos);
+}
+
+TEST_F(PluginLaneTest, AllocationPastTheQuotaIsAnArenaQuotaError) {
+  auto run = make({{"input", input_}, {"chunk_bytes", "100000"}}, 4096);
+  EXPECT_THROW(run->lane->setup(*run->ctx), ArenaQuotaError);
+}
+
+TEST_F(PluginLaneTest, RunsInsideTheGapScheduler) {
+  // Real clock here: only the outcome is checked (all bytes counted), never how fast.
+  GapSchedulerOptions options;
+  options.profile_iterations = 1;
+  options.lane_memory_bytes = 1 << 16;
+  options.quarantine_min_s = 1.0;  // a preempted microsecond step must not look like a runaway
+  options.output_root = (dir_ / "run").string();
+  std::vector<LaneSpec> specs = make_lane_specs(registry_, {"word_count"},
+                                                {{"word_count", {{"input", input_}, {"chunk_bytes", "4"}}}}, "lanes.ini");
+  std::vector<std::string> messages;
+  GapScheduler scheduler(device_, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [&](const std::string& line) { messages.push_back(line); });
+  scheduler.calibrate();
+  for (int it = 0; it < 200 && !scheduler.summary()["lanes"]["word_count"]["finished"].get<bool>(); ++it) {
+    const auto arrival = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    scheduler.fill(it, 0, WaitKind::Warmup, [arrival] { return std::chrono::steady_clock::now() >= arrival; });
+    scheduler.end_iteration(it);
+  }
+  scheduler.teardown();
+  const nlohmann::json lane = scheduler.summary()["lanes"]["word_count"];
+  EXPECT_TRUE(messages.empty()) << messages[0];
+  EXPECT_TRUE(lane["finished"].get<bool>());
+  EXPECT_EQ(lane["units"].get<double>() + lane["calibration_units"].get<double>(),
+            static_cast<double>(fs::file_size(input_)));
+  EXPECT_EQ(lane["report"]["words"], 9);
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "word_count" / "rank0" / "word_count.json"));
+}
+
+// ---------------------------------------------------------------------------------------
+// LaneOptions
+
+TEST(LaneOptionsTest, TypedGettersValidateAndNameFileSectionKey) {
+  const LaneOptions options("pagerank", {{"iters", "12x"}, {"damping", "1.5"}, {"big", "99"}, {"on", "maybe"}},
+                            "configs/pp4.ini");
+  EXPECT_EQ(lane_error([&] { options.get_int("iters", 1, 1, 100); }),
+            "configs/pp4.ini: [lane.pagerank] iters = '12x': expected an integer");
+  EXPECT_EQ(lane_error([&] { options.get_int("big", 1, 1, 10); }),
+            "configs/pp4.ini: [lane.pagerank] big = 99: expected an integer in [1, 10]");
+  EXPECT_NE(lane_error([&] { options.get_double("damping", 0.85, 0, 1); }).find("damping = 1.5: expected a number in"),
+            std::string::npos);
+  EXPECT_EQ(lane_error([&] { options.get_bool("on", false); }),
+            "configs/pp4.ini: [lane.pagerank] on = 'maybe': expected true or false");
+  EXPECT_EQ(options.get_int("absent", 7, 0, 10), 7);
+}
+
+TEST(LaneOptionsTest, RejectUnknownNamesTheFirstUnreadKey) {
+  const LaneOptions options("imageproc", {{"width", "64"}, {"widht", "32"}}, "a.ini");
+  EXPECT_EQ(options.get_int("width", 1, 1, 4096), 64);
+  EXPECT_EQ(lane_error([&] { options.reject_unknown(); }), "a.ini: [lane.imageproc] widht: unknown key for lane 'imageproc'");
+}
+
+}  // namespace
+}  // namespace pipelane
