@@ -14,6 +14,7 @@
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/chrome_trace.h"
 #include "trainer/progress_line.h"
+#include "trainer/stage_lanes.h"
 #include "trainer/single_process_trainer.h"
 
 namespace pipelane {
@@ -67,7 +68,27 @@ std::vector<int> injected_nan_steps() {
 // restored by fast-forwarding; a sampler with state()/restore() replaces these two functions.
 constexpr const char* kWindowSamplerKind = "window_sampler_fast_forward_v1";
 
-constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
+constexpr int kTracedSteps = 20;
+
+// Every rank's string, on rank 0 (in rank order); other ranks get an empty vector.
+std::vector<std::string> gather_on_rank0(Communicator& world, const std::string& mine, int tag) {
+  std::vector<std::string> out;
+  if (world.rank() == 0) {
+    out.push_back(mine);
+    for (int r = 1; r < world.size(); ++r) {
+      std::uint64_t len = 0;
+      world.irecv(&len, sizeof len, r, tag)->wait();
+      std::string buf(len, ' ');
+      world.irecv(buf.data(), len, r, tag + 1)->wait();
+      out.push_back(std::move(buf));
+    }
+  } else {
+    const std::uint64_t len = mine.size();
+    world.isend(&len, sizeof len, 0, tag)->wait();
+    world.isend(mine.data(), len, 0, tag + 1)->wait();
+  }
+  return out;
+}  // trace.json keeps the first steps; a long run's would be huge
 
 }  // namespace
 
@@ -85,13 +106,16 @@ struct ParallelTrainer::State {
   StepGuard guard;
   std::vector<std::int32_t> all_tokens, all_targets, eval_tokens, eval_targets;
 
-  State(const TrainOptions& o, const TokenStore& d, Topology& t, double peak)
+  StageLanes lanes;
+
+  State(const TrainOptions& o, const TokenStore& d, Topology& t, double peak, Device& device)
       : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
         exec_opts(executor_options(o, dp)), exec(exec_opts, t),
         sampler(d.train(), o.model.seq_len, o.train.seed),
-        guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}) {
+        guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}),
+        lanes(o, t, device, exec.clock_origin()) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     all_tokens.resize(rows * micro_total);
     all_targets.resize(rows * micro_total);
@@ -151,8 +175,8 @@ struct ParallelTrainer::State {
 };
 
 ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TokenStore& data, Topology& topo,
-                                 double peak_gflops)
-    : s_(std::make_unique<State>(opts, data, topo, peak_gflops)) {}
+                                 double peak_gflops, Device& device)
+    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, device)) {}
 ParallelTrainer::~ParallelTrainer() = default;
 std::size_t ParallelTrainer::arena_bytes() const { return s_->exec.arena_bytes(); }
 
@@ -204,6 +228,11 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const int every = s.opts.run.checkpoint_every;
   const int stop_after = stop_after_step();
   int last_saved = -1;
+
+  // Lanes: set up and time a few steps of each before training starts, then fill the waits.
+  const nlohmann::json calibration = s.lanes.calibrate();
+  s.topo.world->barrier();
+  if (s.lanes.scheduler()) s.exec.set_gap_filler(s.lanes.scheduler());
 
   for (int step = s.start_step; step < t.steps; ++step) {
     current = step;
@@ -286,25 +315,19 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const auto mean = [&](int k) { return op_time[2 * k + 1] > 0 ? op_time[2 * k] / op_time[2 * k + 1] : 0.0; };
   const double t_f = mean(0), t_w = mean(2), t_b = mean(1) + t_w;
 
+  s.lanes.teardown();
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
-  const std::string mine = trace_events(traced, s.topo.world_rank, track).dump();
-  nlohmann::json all_events = nlohmann::json::array();
-  if (leader) {
-    for (auto& e : nlohmann::json::parse(mine)) all_events.push_back(std::move(e));
-    for (int r = 1; r < world; ++r) {
-      std::uint64_t len = 0;
-      s.topo.world->irecv(&len, sizeof len, r, 1)->wait();
-      std::string buf(len, ' ');
-      s.topo.world->irecv(buf.data(), len, r, 2)->wait();
-      for (auto& e : nlohmann::json::parse(buf)) all_events.push_back(std::move(e));
-    }
-    write_chrome_trace(run->path() + "/trace.json", all_events);
-  } else if (world > 1) {
-    const std::uint64_t len = mine.size();
-    s.topo.world->isend(&len, sizeof len, 0, 1)->wait();
-    s.topo.world->isend(mine.data(), len, 0, 2)->wait();
-  }
+  nlohmann::json my_events = trace_events(traced, s.topo.world_rank, track);
+  for (auto& e : s.lanes.trace_events(s.topo.world_rank)) my_events.push_back(std::move(e));
+  const auto events_by_rank = gather_on_rank0(*s.topo.world, my_events.dump(), 1);
+  const auto lanes_by_rank = gather_on_rank0(*s.topo.world, s.lanes.summary().dump(), 3);
   if (!leader) return {};
+  nlohmann::json all_events = nlohmann::json::array();
+  for (const std::string& text : events_by_rank)
+    for (auto& e : nlohmann::json::parse(text)) all_events.push_back(std::move(e));
+  write_chrome_trace(run->path() + "/trace.json", all_events);
+  nlohmann::json lane_ranks = nlohmann::json::array();
+  for (const std::string& text : lanes_by_rank) lane_ranks.push_back(nlohmann::json::parse(text));
 
   const ParallelDims dims = s.topo.grid.dims();
   nlohmann::json stages = nlohmann::json::array();
@@ -354,6 +377,9 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
       {"resumed_from_step", s.start_step},
       {"skipped_steps", {{"nonfinite", s.guard.state.skipped_nonfinite},
                          {"spike", s.guard.state.skipped_spike}}},
+      {"lanes", s.opts.lanes.enabled_lanes().empty()
+                    ? nlohmann::json(nullptr)
+                    : nlohmann::json{{"total", combine_lane_summaries(lane_ranks)}, {"per_rank", lane_ranks}}},
   };
 }
 

@@ -9,6 +9,7 @@
 
 #include "datasets/token_store.h"
 #include "parallel/topology.h"
+#include "runtime/device.h"
 #include "trainer/run_directory.h"
 #include "trainer/train_options.h"
 
@@ -16,8 +17,9 @@ namespace pipelane {
 
 class ParallelTrainer {
  public:
+  // `device` runs training and, when [lanes] are enabled for this rank's stage, its lanes.
   ParallelTrainer(const TrainOptions& opts, const TokenStore& data, Topology& topo,
-                  double peak_gflops);
+                  double peak_gflops, Device& device);
   ~ParallelTrainer();
   // Every rank calls this; `run` and `console` are used on rank 0 only (may be null elsewhere).
   nlohmann::json run(RunDirectory* run, std::FILE* console);

@@ -187,7 +187,7 @@ int train_command(int argc, char** argv) {
     auto device = make_cpu_device(threads);
     const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
                                                    : cpu::measure_sgemm_gflops(1536, 4);
-    ParallelTrainer trainer(opts, *data, topo, peak);
+    ParallelTrainer trainer(opts, *data, topo, peak, *device);
     // Resume: every rank loads its slice; any rank's failure stops all of them with one message.
     int resumed_at = 0;
     std::optional<std::string> resume_dir;
