@@ -23,6 +23,9 @@ struct GapScheduler::LaneSlot {
   std::string reason;
   bool has_cost = false;
   double calibrated_s = 0;
+  // The cost prediction comes from steps that did work: a lane with nothing to do yet (a prefill
+  // queue before the first request) returns at once, and that is no measure of a real step.
+  bool cost_from_work = false;
   double predicted_s = 0;
   // Accounting of steps inside gaps (calibration counted apart).
   double units = 0;
@@ -210,8 +213,8 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  if (failure.empty() && predicted > 0 && duration > options_.quarantine_factor * predicted &&
-      duration > options_.quarantine_min_s) {
+  if (failure.empty() && slot.cost_from_work && predicted > 0 &&
+      duration > options_.quarantine_factor * predicted && duration > options_.quarantine_min_s) {
     char text[160];
     std::snprintf(text, sizeof text, "one step took %.6g s, more than %gx its predicted %.6g s", duration,
                   options_.quarantine_factor, predicted);
@@ -221,7 +224,14 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
     quarantine(slot, failure);
     return false;
   }
-  if (slot.has_cost) slot.predicted_s = options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s;
+  if (units > 0) {
+    if (!slot.cost_from_work) {
+      slot.predicted_s = std::max(duration, kMinStepCost);
+      slot.cost_from_work = slot.has_cost = true;
+    } else {
+      slot.predicted_s = options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s;
+    }
+  }
   try {
     slot.finished = slot.lane->finished();
   } catch (const std::exception& error) {
@@ -242,16 +252,19 @@ std::map<std::string, double> GapScheduler::calibrate() {
       quarantine(slot, "finished() threw: " + std::string(error.what()));
       continue;
     }
-    std::vector<double> durations;
+    std::vector<double> durations, productive;
     for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k) {
       const std::size_t before = steps_.size();
       if (!run_step(slot, -1, -1, WaitKind::None, 0)) break;
       durations.push_back(steps_[before].end_s - steps_[before].start_s);
+      if (steps_[before].units > 0) productive.push_back(durations.back());
     }
     if (slot.quarantined) continue;
     if (!durations.empty()) {
-      slot.calibrated_s = slot.predicted_s = std::max(median(durations), kMinStepCost);
+      slot.calibrated_s = slot.predicted_s =
+          std::max(median(productive.empty() ? durations : productive), kMinStepCost);
       slot.has_cost = true;
+      slot.cost_from_work = !productive.empty();
     }
     costs[slot.name] = slot.calibrated_s;
   }

@@ -115,6 +115,18 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
                 par["schedule"].get<std::string>().c_str(), par["microbatches"].get<int>(),
                 100 * summary["bubble_fraction_measured"].get<double>(),
                 100 * summary["bubble_fraction_theoretical"].get<double>());
+  if (summary.contains("lanes") && summary["lanes"].is_object()) {
+    const auto& t = summary["lanes"]["total"];
+    std::printf("  lanes        harvested %.2f s of %.2f s of waits (%.0f%%), overrun %.3f s\n",
+                t["harvested_s"].get<double>(), t["bubble_s"].get<double>(),
+                100 * t["harvest_fraction"].get<double>(), t["overrun_s"].get<double>());
+    for (const auto& [name, l] : t["lanes"].items())
+      std::printf("    %-10s %.4g %s in %.2f s of lane time\n", name.c_str(), l["units"].get<double>(),
+                  l.value("work_unit", std::string("units")).c_str(), l["lane_s"].get<double>());
+    for (const auto& q : t["quarantined"])
+      std::printf("    quarantined: %s on rank %d: %s\n", q["lane"].get<std::string>().c_str(),
+                  static_cast<int>(q["rank"].get<double>()), q["reason"].get<std::string>().c_str());
+  }
   std::printf("  train loss   %.4f (final step)\n", summary["final_loss"].get<double>());
   if (!summary["final_val_loss"].is_null()) {
     const double val = summary["final_val_loss"].get<double>();

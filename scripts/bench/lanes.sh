@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Side-task lanes in pipeline bubbles vs the baselines a user would try instead.
+# For pp = 2 (one core per rank; --pp 4 runs oversubscribed and is labelled so) and m microbatches,
+# on configs/pp2.ini's model: training time with lanes off vs on (alternating runs, medians),
+# overhead %, harvest % (lane time inside waits / wait time), FreeRide-style cost saving % (lane
+# work valued at its dedicated one-core throughput from `pipelane lane-bench`, minus the extra
+# training device-time, over the training device-time alone), lane throughput; and the same
+# workload as a separate co-located process at normal priority and at nice 19: its training
+# overhead and side-work throughput. Prints one table and writes a CSV.
+#   scripts/bench/lanes.sh [--steps N] [--rounds R] [--m "4"] [--lanes "pagerank ... mix"] [--pp 2]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+steps=20 rounds=3 ms="2 4 8" pp=2
+lanes_list="pagerank imageproc smalltrain prefill command mix"
+csv=runs/bench-lanes.csv
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --steps) steps=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --m) ms=$2; shift 2 ;;
+    --lanes) lanes_list=$2; shift 2 ;;
+    --pp) pp=$2; shift 2 ;;
+    --csv) csv=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "lanes.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+scripts/setup.sh
+scripts/build.sh >/dev/null
+[ -f data/jargon.h5 ] || build/pipelane prepare-data --input /usr/share/doc/jargon-text/jargon.txt.gz \
+  --output data/jargon.h5 >/dev/null
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+mkdir -p "$(dirname "$csv")"
+
+# Options of each lane (as --lane.NAME.key=value) and as lane-bench --set.
+lane_opts() {
+  case "$1" in
+    pagerank) echo "generate=rmat scale=16 slice_edges=262144" ;;
+    imageproc) echo "generate=100000" ;;
+    smalltrain) echo "steps=1000000" ;;
+    prefill) echo "rate_per_s=2000 requests=1000000" ;;
+    command) echo "command=sh_-c_'i=0;while_:;do_i=\$((i+1));done'" ;;
+  esac
+}
+lane_args() {  # training flags enabling $1 (or every lane for "mix")
+  local names=$1
+  [ "$1" = mix ] && names="pagerank imageproc smalltrain prefill command"
+  local args="--lanes.enabled=$(echo $names | tr ' ' ',') --lanes.memory_mb=128"
+  for n in $names; do
+    for kv in $(lane_opts $n); do args+=" --lane.$n.${kv//_/ }"; done
+  done
+  echo "$args"
+}
+train() {  # train DIR EXTRA... -> prints train_seconds
+  local dir=$1; shift
+  mpirun --oversubscribe -np "$pp" build/pipelane train --config configs/pp2.ini --parallel.pp="$pp" \
+    --train.global_batch=$((4 * m)) --train.steps="$steps" --train.warmup_steps=1 --train.eval_every=0 \
+    --run.dir="$dir" "$@" >"$dir.log" 2>&1 || { tail -5 "$dir.log" >&2; return 1; }
+}
+field() { /usr/bin/env python3 -c "import json,sys; d=json.load(open(sys.argv[1])); exec('print('+sys.argv[2]+')')" "$@"; }
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# Dedicated throughput of each lane alone on one core.
+declare -A dedicated
+for n in pagerank imageproc smalltrain prefill command; do
+  sets=()
+  for kv in $(lane_opts $n); do sets+=(--set "${kv//_/ }"); done
+  dedicated[$n]=$(build/pipelane lane-bench $n "${sets[@]}" --seconds 3 --json | field /dev/stdin 'd["units_per_s"]')
+done
+
+over=no; [ "$pp" -gt "$(nproc)" ] && over=yes
+echo "pp=$pp$([ $over = yes ] && echo ' (OVERSUBSCRIBED: ranks share cores)'), $steps steps, medians of $rounds alternating runs"
+echo "m,lane,oversubscribed,t_off_s,t_on_s,overhead_pct,harvest_pct,cost_saving_pct,lane_units_per_s,colo_overhead_pct,colo_units_per_s,nice19_overhead_pct,nice19_units_per_s" >"$csv"
+printf "%3s %-11s %8s %8s %9s %8s %8s %12s | %9s %11s | %9s %11s\n" m lane t_off t_on overhead harvest saving "lane units/s" colo_ovh colo_units/s nice_ovh nice_units/s
+for m in $ms; do
+  for lane in $lanes_list; do
+    offs=() ons=() harvest=() units=()
+    for r in $(seq "$rounds"); do
+      train "$out/off-$m-$lane-$r"
+      offs+=("$(field "$out/off-$m-$lane-$r/summary.json" 'd["train_seconds"]')")
+      train "$out/on-$m-$lane-$r" $(lane_args $lane)
+      s="$out/on-$m-$lane-$r/summary.json"
+      ons+=("$(field "$s" 'd["train_seconds"]')")
+      harvest+=("$(field "$s" 'd["lanes"]["total"]["harvest_fraction"]')")
+      # Lane work valued in dedicated one-core seconds.
+      units+=("$(field "$s" 'sum(v["units"]/{'"$(for n in pagerank imageproc smalltrain prefill command; do printf '"%s":%s,' $n ${dedicated[$n]}; done)"'}[k] for k,v in d["lanes"]["total"]["lanes"].items())')")
+    done
+    t_off=$(median "${offs[@]}"); t_on=$(median "${ons[@]}"); h=$(median "${harvest[@]}"); value=$(median "${units[@]}")
+    # Co-located baselines: the lane as its own process for as long as training runs, next to a
+    # lanes-off run, at normal priority and at nice 19.
+    colo=() ; first=$lane; [ $lane = mix ] && first=imageproc
+    sets=(); for kv in $(lane_opts $first); do sets+=(--set "${kv//_/ }"); done
+    for prio in 0 19; do
+      nice -n $prio build/pipelane lane-bench $first "${sets[@]}" --seconds "$(echo "$t_off * 1.5 + 3" | bc)" --json >"$out/colo-$prio.json" &
+      bg=$!
+      sleep 0.5
+      train "$out/colo-$m-$lane-$prio"
+      t_colo=$(field "$out/colo-$m-$lane-$prio/summary.json" 'd["train_seconds"]')
+      wait $bg || true
+      ups=$(field "$out/colo-$prio.json" 'd["units"]/max(1e-9, d["step_s"])*d["step_s"]/(d["step_s"]+1e-9)')
+      colo+=("$(echo "100*($t_colo-$t_off)/$t_off" | bc -l)" "$ups")
+    done
+    /usr/bin/env python3 - "$m" "$lane" "$over" "$t_off" "$t_on" "$h" "$value" "$pp" "${colo[@]}" "$csv" <<'PY'
+import sys
+m, lane, over = sys.argv[1:4]
+t_off, t_on, h, value, pp = map(float, sys.argv[4:9])
+c_ovh, c_ups, n_ovh, n_ups = map(float, sys.argv[9:13])
+csv = sys.argv[13]
+overhead = 100 * (t_on - t_off) / t_off
+# device-seconds: pp ranks x time; lane value = dedicated one-core seconds of the same work
+saving = 100 * (value - pp * (t_on - t_off)) / (pp * t_off)
+lane_ups = value / t_on if t_on > 0 else 0
+print(f"{m:>3} {lane:<11} {t_off:8.2f} {t_on:8.2f} {overhead:+8.2f}% {100*h:7.1f}% {saving:+7.2f}% {lane_ups:12.3f} | {c_ovh:+8.2f}% {c_ups:11.4g} | {n_ovh:+8.2f}% {n_ups:11.4g}")
+with open(csv, "a") as f:
+    f.write(f"{m},{lane},{over},{t_off:.4f},{t_on:.4f},{overhead:.3f},{100*h:.2f},{saving:.3f},{lane_ups:.4f},{c_ovh:.3f},{c_ups:.4g},{n_ovh:.3f},{n_ups:.4g}\n")
+PY
+  done
+done
+echo "lane units/s: lane work in dedicated one-core seconds per training second; colo/nice units/s: the"
+echo "co-located process's own work units per second. CSV: $csv"
