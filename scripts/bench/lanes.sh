@@ -33,6 +33,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$(dirname "$csv")"
+printf '#!/bin/sh\ni=0\nwhile :; do i=$((i+1)); done\n' >"$out/burn.sh"
+chmod +x "$out/burn.sh"
 
 # Options of each lane (as --lane.NAME.key=value) and as lane-bench --set.
 lane_opts() {
@@ -41,7 +43,7 @@ lane_opts() {
     imageproc) echo "generate=100000" ;;
     smalltrain) echo "steps=1000000" ;;
     prefill) echo "rate_per_s=2000 requests=1000000" ;;
-    command) echo "command=sh_-c_'i=0;while_:;do_i=\$((i+1));done'" ;;
+    command) echo "command=$out/burn.sh" ;;  # a CPU-bound external program
   esac
 }
 lane_args() {  # training flags enabling $1 (or every lane for "mix")
@@ -49,7 +51,7 @@ lane_args() {  # training flags enabling $1 (or every lane for "mix")
   [ "$1" = mix ] && names="pagerank imageproc smalltrain prefill command"
   local args="--lanes.enabled=$(echo $names | tr ' ' ',') --lanes.memory_mb=128"
   for n in $names; do
-    for kv in $(lane_opts $n); do args+=" --lane.$n.${kv//_/ }"; done
+    for kv in $(lane_opts $n); do args+=" --lane.$n.$kv"; done
   done
   echo "$args"
 }
@@ -66,7 +68,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(
 declare -A dedicated
 for n in pagerank imageproc smalltrain prefill command; do
   sets=()
-  for kv in $(lane_opts $n); do sets+=(--set "${kv//_/ }"); done
+  for kv in $(lane_opts $n); do sets+=(--set "$kv"); done
   dedicated[$n]=$(build/pipelane lane-bench $n "${sets[@]}" --seconds 3 --json | field /dev/stdin 'd["units_per_s"]')
 done
 
@@ -91,7 +93,7 @@ for m in $ms; do
     # Co-located baselines: the lane as its own process for as long as training runs, next to a
     # lanes-off run, at normal priority and at nice 19.
     colo=() ; first=$lane; [ $lane = mix ] && first=imageproc
-    sets=(); for kv in $(lane_opts $first); do sets+=(--set "${kv//_/ }"); done
+    sets=(); for kv in $(lane_opts $first); do sets+=(--set "$kv"); done
     for prio in 0 19; do
       nice -n $prio build/pipelane lane-bench $first "${sets[@]}" --seconds "$(echo "$t_off * 1.5 + 3" | bc)" --json >"$out/colo-$prio.json" &
       bg=$!
