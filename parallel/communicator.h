@@ -23,6 +23,8 @@ class Communicator {
   virtual std::unique_ptr<CommRequest> isend(const void* data, std::size_t bytes, int dest, int tag) = 0;
   virtual std::unique_ptr<CommRequest> irecv(void* data, std::size_t bytes, int src, int tag) = 0;
   virtual void all_reduce_sum(float* data, std::size_t n) = 0;
+  // Non-blocking all-reduce (in place); the buffer must stay untouched until the request completes.
+  virtual std::unique_ptr<CommRequest> iall_reduce_sum(float* data, std::size_t n) = 0;
   virtual void all_reduce_sum(double* data, std::size_t n) = 0;
   virtual void all_reduce_max(float* data, std::size_t n) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;

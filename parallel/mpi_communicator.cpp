@@ -69,6 +69,13 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(float* data, std::size_t n) override {
     if (size_ > 1) reduce(data, n, MPI_FLOAT, MPI_SUM);
   }
+  std::unique_ptr<CommRequest> iall_reduce_sum(float* data, std::size_t n) override {
+    auto r = std::make_unique<MpiRequest>();
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(n * sizeof(float)) / 4, MPI_FLOAT, MPI_SUM, comm_,
+                         r->handle()),
+          "MPI_Iallreduce");
+    return r;
+  }
   void all_reduce_sum(double* data, std::size_t n) override {
     if (size_ > 1) reduce(data, n, MPI_DOUBLE, MPI_SUM);
   }

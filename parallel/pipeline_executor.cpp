@@ -92,6 +92,12 @@ struct PipelineExecutor::Impl {
   CommunicatorTensorParallel tp_comm;
   bool split_backward;  // zero-bubble: backward as B (input gradient) and W (weight gradient)
   GapFiller* filler = nullptr;
+  // Data parallelism: a chunk's gradients are final after its last backward of the step; from
+  // there they are all-reduced in buckets, in the background, while the stage drains the
+  // pipeline (cooldown) or waits at the gradient sync. GradSync then only waits for them.
+  static constexpr std::size_t kDpBucketFloats = std::size_t{1} << 20;  // 4 MiB
+  std::vector<int> last_grad_instr;  // per chunk: index of its last gradient-writing instruction
+  std::vector<std::unique_ptr<CommRequest>> dp_pending;
   Clock::time_point origin;
   UpdateGate update_gate;
 
@@ -142,6 +148,12 @@ struct PipelineExecutor::Impl {
       }
       GptStage::init_parameters(ch.model->layout(), ch.params, o.seed);
     }
+    last_grad_instr.assign(v, -1);
+    for (std::size_t i = 0; i < instrs.size(); ++i) {
+      const Op op = instrs[i].op;
+      if ((op == Op::Bwd && !split_backward) || op == Op::BwdWeight)
+        last_grad_instr[instrs[i].chunk] = static_cast<int>(i);
+    }
     topo.world->barrier();
     origin = Clock::now();
   }
@@ -191,6 +203,9 @@ struct PipelineExecutor::Impl {
     const auto t0 = Clock::now();
     for (Chunk& ch : chunks)
       for (Slot& s : ch.slots) s.settle();
+    // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
+    for (auto& r : dp_pending) r->wait();
+    dp_pending.clear();
     // The tied embedding: the first virtual stage's lookup and the last one's head each hold a
     // copy of wte; their gradients are summed so both copies take the same step.
     if (pp * v > 1) {
@@ -210,9 +225,6 @@ struct PipelineExecutor::Impl {
         topo.embedding->all_reduce_sum(end->grads + end->model->layout().wte, n);
       }
     }
-    // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
-    if (topo.dp->size() > 1)
-      for (Chunk& ch : chunks) topo.dp->all_reduce_sum(ch.grads, ch.model->layout().total_floats());
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
@@ -362,6 +374,12 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
                      step_number, scale);
         break;
       }
+    }
+    if (s.topo.dp->size() > 1 && in.chunk >= 0 && in.chunk < s.v && s.last_grad_instr[in.chunk] == gap) {
+      Chunk& ch = s.chunks[in.chunk];
+      const std::size_t n = ch.model->layout().total_floats();
+      for (std::size_t off = 0; off < n; off += Impl::kDpBucketFloats)
+        s.dp_pending.push_back(s.topo.dp->iall_reduce_sum(ch.grads + off, std::min(Impl::kDpBucketFloats, n - off)));
     }
     rec.end_s = s.now();
     stats.records.push_back(rec);
