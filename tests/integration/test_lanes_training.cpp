@@ -2,6 +2,8 @@
 // that throws or goes past its memory quota is quarantined while training carries on untouched.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -67,6 +69,37 @@ TEST_F(LanesTraining, FailingLanesAreQuarantinedAndTrainingCarriesOn) {
   EXPECT_TRUE(quarantined.count("pagerank")) << total.dump();
   EXPECT_TRUE(quarantined.count("imageproc")) << total.dump();
   EXPECT_NE(job.output.find("quarantined"), std::string::npos) << job.output;
+}
+
+// A binary PPM of w x h grey pixels.
+std::string ppm(int w, int h) {
+  std::string out = "P6\n" + std::to_string(w) + " " + std::to_string(h) + "\n255\n";
+  out.append(static_cast<std::size_t>(w) * h * 3, '\x80');
+  return out;
+}
+
+TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
+  // Calibration and the first gaps see tiny images (a fraction of a millisecond each); the last
+  // one is large enough that its single step takes far more than 10x the prediction.
+  std::filesystem::create_directories(dir_.file("images"));
+  for (int i = 0; i < 40; ++i) {
+    char name[32];
+    std::snprintf(name, sizeof name, "a%03d.ppm", i);
+    write_file(dir_.file("images/") + name, ppm(16, 12));
+  }
+  write_file(dir_.file("images/z_big.ppm"), ppm(3000, 2400));
+  const StepMetrics off = train("off", "");
+  JobResult job;
+  const StepMetrics on = train("slow", "--lanes.enabled=imageproc --lanes.profile_iterations=1 "
+                                       "--lane.imageproc.input_dir=" + dir_.file("images") +
+                                       " --lane.imageproc.out_width=8 --lane.imageproc.out_height=6",
+                               &job);
+  const auto total = lanes_total("slow");
+  // Every rank runs its own copy of the lane, so each of the two is quarantined.
+  ASSERT_EQ(total["quarantined"].size(), 2u) << total.dump() << job.output;
+  for (const auto& q : total["quarantined"])
+    EXPECT_NE(q["reason"].get<std::string>().find("more than 10x"), std::string::npos) << total.dump();
+  EXPECT_EQ(on.loss, off.loss);
 }
 
 }  // namespace
