@@ -87,7 +87,7 @@ TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
     std::snprintf(name, sizeof name, "a%03d.ppm", i);
     write_file(dir_.file("images/") + name, ppm(16, 12));
   }
-  write_file(dir_.file("images/z_big.ppm"), ppm(3000, 2400));
+  write_file(dir_.file("images/z_big.ppm"), ppm(5000, 4000));
   const StepMetrics off = train("off", "");
   JobResult job;
   const StepMetrics on = train("slow", "--lanes.enabled=imageproc --lanes.profile_iterations=1 "
