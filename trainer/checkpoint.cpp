@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -217,6 +218,12 @@ std::string shard_file_name(int pp, int tp) {
   return buf;
 }
 
+std::string lane_file_name(int world_rank) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "lanes_rank%04d.bin", world_rank);
+  return buf;
+}
+
 std::vector<std::pair<int, std::string>> complete_checkpoints(const std::string& root) {
   std::vector<std::pair<int, std::string>> out;
   std::error_code ec;
@@ -314,7 +321,7 @@ ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank,
     write_string_attr(state.get(), "progress", to_json(progress).dump());
     H5Id lanes(H5Gcreate2(file.get(), "lanes", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
                where + "cannot create group lanes");
-    write_string_attr(lanes.get(), "note", "reserved: one subgroup per lane, written by the lane's save()");
+    write_string_attr(lanes.get(), "note", "reserved; lane state is per world rank, in lanes_rankNNNN.bin");
     lanes.close_checked(where + "cannot close group lanes");
     state.close_checked(where + "cannot close group state");
     for (auto& grp : g) grp->close_checked(where + "cannot close a group");
@@ -328,12 +335,98 @@ ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank,
   return rec;
 }
 
+// ---- lane files ----
+
+namespace {
+constexpr char kLaneMagic[8] = {'P', 'L', 'L', 'A', 'N', 'E', 'S', '1'};
+
+void put_le(std::string& out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+class LaneFileParser {
+ public:
+  explicit LaneFileParser(const std::string& bytes) : b_(bytes) {}
+  std::uint64_t le(int bytes) {
+    need(static_cast<std::size_t>(bytes));
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(b_[at_ + i])) << (8 * i);
+    at_ += static_cast<std::size_t>(bytes);
+    return v;
+  }
+  std::string text(std::uint64_t n) {
+    need(n);
+    std::string out = b_.substr(at_, static_cast<std::size_t>(n));
+    at_ += static_cast<std::size_t>(n);
+    return out;
+  }
+  bool done() const { return at_ == b_.size(); }
+
+ private:
+  void need(std::uint64_t n) const {
+    if (n > b_.size() - at_) throw CheckpointError("lane file is truncated");
+  }
+  const std::string& b_;
+  std::size_t at_ = 0;
+};
+}  // namespace
+
+std::string encode_lane_states(const LaneStates& lanes) {
+  std::string out(kLaneMagic, sizeof kLaneMagic);
+  put_le(out, lanes.lanes.size(), 4);
+  for (const std::string& name : lanes.lanes) {
+    put_le(out, name.size(), 4);
+    out += name;
+  }
+  put_le(out, lanes.states.size(), 4);
+  for (const auto& [name, state] : lanes.states) {
+    put_le(out, name.size(), 4);
+    out += name;
+    put_le(out, state.size(), 8);
+    out += state;
+  }
+  return out;
+}
+
+LaneStates decode_lane_states(const std::string& bytes) {
+  if (bytes.size() < sizeof kLaneMagic || bytes.compare(0, sizeof kLaneMagic, kLaneMagic, sizeof kLaneMagic) != 0)
+    throw CheckpointError("not a pipelane lane file");
+  LaneFileParser in(bytes);
+  in.text(sizeof kLaneMagic);
+  LaneStates out;
+  for (std::uint64_t n = in.le(4), i = 0; i < n; ++i) out.lanes.push_back(in.text(in.le(4)));
+  for (std::uint64_t n = in.le(4), i = 0; i < n; ++i) {
+    std::string name = in.text(in.le(4));
+    out.states[name] = in.text(in.le(8));
+  }
+  if (!in.done()) throw CheckpointError("lane file has trailing bytes");
+  return out;
+}
+
+LaneFileRecord write_lane_file(const std::string& dir, int world_rank, const LaneStates& lanes) {
+  LaneFileRecord rec;
+  rec.file = lane_file_name(world_rank);
+  rec.rank = world_rank;
+  rec.lanes = lanes.lanes;
+  const std::string path = (fs::path(dir) / rec.file).string();
+  write_file_durably(path, encode_lane_states(lanes));
+  std::error_code ec;
+  rec.bytes = fs::file_size(path, ec);
+  rec.crc32 = file_crc32(path);
+  return rec;
+}
+
 nlohmann::json make_manifest(int step, const GptConfig& model, const nlohmann::json& topology,
-                             const std::string& config_ini, const std::vector<ShardRecord>& shards) {
+                             const std::string& config_ini, const std::vector<ShardRecord>& shards,
+                             const std::vector<LaneFileRecord>& lane_files) {
   nlohmann::json files = nlohmann::json::array();
   for (const ShardRecord& r : shards)
     files.push_back({{"file", r.file}, {"pp", r.pp}, {"tp", r.tp}, {"bytes", r.bytes},
                      {"crc32", hex32(r.crc32)}, {"tensors", r.tensors}});
+  nlohmann::json lanes = nlohmann::json::array();
+  for (const LaneFileRecord& r : lane_files)
+    lanes.push_back({{"file", r.file}, {"rank", r.rank}, {"bytes", r.bytes}, {"crc32", hex32(r.crc32)},
+                     {"lanes", r.lanes}});
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
   return {{"format", "pipelane-checkpoint"},
@@ -347,6 +440,7 @@ nlohmann::json make_manifest(int step, const GptConfig& model, const nlohmann::j
           {"created_unix", static_cast<std::int64_t>(std::time(nullptr))},
           {"config", config_ini},
           {"files", files},
+          {"lane_files", lanes},
           {"complete", true}};
 }
 
@@ -390,6 +484,16 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
       r.tensors = f.at("tensors").get<std::vector<std::string>>();
       shards_.push_back(std::move(r));
     }
+    if (manifest_.contains("lane_files"))  // absent in checkpoints saved before lane files
+      for (const auto& f : manifest_.at("lane_files")) {
+        LaneFileRecord r;
+        r.file = f.at("file").get<std::string>();
+        r.rank = f.at("rank").get<int>();
+        r.bytes = f.at("bytes").get<std::uint64_t>();
+        r.crc32 = static_cast<std::uint32_t>(std::stoul(f.at("crc32").get<std::string>(), nullptr, 16));
+        r.lanes = f.at("lanes").get<std::vector<std::string>>();
+        lane_files_.push_back(std::move(r));
+      }
     const auto& topo = manifest_.at("topology");
     const std::size_t expected = topo.at("pp").get<std::size_t>() * topo.at("tp").get<std::size_t>();
     if (shards_.size() != expected)
@@ -411,6 +515,35 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)) {
       throw CheckpointError(p.string() + ": truncated or damaged: " + std::to_string(size) +
                             " bytes, the manifest records " + std::to_string(r.bytes));
   }
+  for (const LaneFileRecord& r : lane_files_) {
+    const fs::path p = fs::path(dir_) / r.file;
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+      throw CheckpointError(dir_ + ": lane file " + r.file + " is missing (the manifest lists " +
+                            std::to_string(lane_files_.size()) + " lane files)");
+    const std::uint64_t size = fs::file_size(p, ec);
+    if (size != r.bytes)
+      throw CheckpointError(p.string() + ": truncated or damaged: " + std::to_string(size) +
+                            " bytes, the manifest records " + std::to_string(r.bytes));
+  }
+}
+
+std::optional<LaneStates> CheckpointReader::lane_states(int world_rank) const {
+  for (const LaneFileRecord& r : lane_files_) {
+    if (r.rank != world_rank) continue;
+    const std::string path = (fs::path(dir_) / r.file).string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw CheckpointError(path + ": cannot read");
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    if (crc32_update(0, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size()) != r.crc32)
+      throw CheckpointError(path + ": checksum mismatch with the manifest (damaged file)");
+    try {
+      return decode_lane_states(bytes);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(path + ": " + e.what());
+    }
+  }
+  return std::nullopt;
 }
 
 CheckpointReader::~CheckpointReader() = default;
@@ -579,7 +712,8 @@ void CheckpointReader::load_into(const ParamLayout& layout, float* params, float
 
 std::string save_checkpoint(const std::string& root, int step, PipelineExecutor& exec, Topology& topo,
                             const TrainingProgress& progress, const GptConfig& model,
-                            const nlohmann::json& topology, const std::string& config_ini, int keep_last) {
+                            const nlohmann::json& topology, const std::string& config_ini, int keep_last,
+                            const LaneStates* lanes) {
   const std::string dir = (fs::path(root) / checkpoint_dir_name(step)).string();
   const bool leader = topo.world_rank == 0;
   // Rank 0 prepares the directory: an existing complete checkpoint of this step is kept as is; an
@@ -613,7 +747,14 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
     mine = nlohmann::json{{"file", r.file}, {"pp", r.pp}, {"tp", r.tp}, {"bytes", r.bytes},
                           {"crc32", r.crc32}, {"tensors", r.tensors}}.dump();
   }
-  constexpr int kLenTag = 7101, kDataTag = 7102;
+  // Every rank's lane file (or "null": lanes off there), durable before it is reported.
+  std::string my_lanes = "null";
+  if (lanes) {
+    const LaneFileRecord r = write_lane_file(dir, topo.world_rank, *lanes);
+    my_lanes = nlohmann::json{{"file", r.file}, {"rank", r.rank}, {"bytes", r.bytes},
+                              {"crc32", r.crc32}, {"lanes", r.lanes}}.dump();
+  }
+  constexpr int kLenTag = 7101, kDataTag = 7102, kLaneLenTag = 7103, kLaneDataTag = 7104;
   if (leader) {
     std::vector<ShardRecord> records;
     const ParallelDims d = topo.grid.dims();
@@ -630,7 +771,20 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
         const auto j = nlohmann::json::parse(text);
         records.push_back({j["file"], j["pp"], j["tp"], j["bytes"], j["crc32"], j["tensors"]});
       }
-    write_manifest(dir, make_manifest(step, model, topology, config_ini, records));
+    std::vector<LaneFileRecord> lane_records;
+    for (int r = 0; r < topo.world->size(); ++r) {
+      std::string text = my_lanes;
+      if (r != 0) {
+        std::uint64_t len = 0;
+        topo.world->irecv(&len, sizeof len, r, kLaneLenTag)->wait();
+        text.assign(len, ' ');
+        topo.world->irecv(text.data(), len, r, kLaneDataTag)->wait();
+      }
+      const auto j = nlohmann::json::parse(text);
+      if (j.is_null()) continue;
+      lane_records.push_back({j["file"], j["rank"], j["bytes"], j["crc32"], j["lanes"]});
+    }
+    write_manifest(dir, make_manifest(step, model, topology, config_ini, records, lane_records));
     // Prune only now that the new checkpoint is complete; never the new one.
     auto all = complete_checkpoints(root);
     int kept = 1;
@@ -651,10 +805,15 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
           !fs::exists(entry.path() / kManifestName))
         fs::remove_all(entry.path(), ec);
     }
-  } else if (writer) {
-    const std::uint64_t len = mine.size();
-    topo.world->isend(&len, sizeof len, 0, kLenTag)->wait();
-    topo.world->isend(mine.data(), len, 0, kDataTag)->wait();
+  } else {
+    if (writer) {
+      const std::uint64_t len = mine.size();
+      topo.world->isend(&len, sizeof len, 0, kLenTag)->wait();
+      topo.world->isend(mine.data(), len, 0, kDataTag)->wait();
+    }
+    const std::uint64_t len = my_lanes.size();
+    topo.world->isend(&len, sizeof len, 0, kLaneLenTag)->wait();
+    topo.world->isend(my_lanes.data(), len, 0, kLaneDataTag)->wait();
   }
   topo.world->barrier();
   return dir;

@@ -3,6 +3,7 @@
 //
 // A checkpoint is a directory <run dir>/checkpoints/step_00000120/ holding
 //   model_pp00_tp00.h5 ...   one per (pp, tp) rank of the saving grid (dp rank 0 writes it)
+//   lanes_rank0003.bin ...   one per world rank that runs side-task lanes (that rank writes it)
 //   manifest.json            written last: config, topology, versions, every file's size + CRC-32
 // Every file is written as NAME.tmp, fsync'd, renamed and the directory fsync'd, so a crash leaves
 // either the old file or the complete new one. The checkpoint exists only once manifest.json
@@ -19,10 +20,25 @@
 //                wte) is stored once.
 //   /state       attribute progress: JSON of TrainingProgress (step, LR-schedule parameters and
 //                the LR of the next step, sampler state, numerical-fault counters)
-//   /lanes       reserved for the side-task lanes' save/load (one subgroup per lane, written by the
-//                lane itself); empty until lanes exist.
+//   /lanes       reserved, empty: lane state is per world rank (dp replicas run their own lanes),
+//                so it lives in the lane files below, not in the per-(pp, tp) shards.
+//
+// Lane file lanes_rankNNNN.bin (NNNN = world rank), written by every rank whose lanes are on:
+//   "PLLANES1"   8-byte magic
+//   u32 count, then count x (u32 length + bytes): the lane names configured on the rank, in order
+//   u32 count, then count x (u32 name length + name, u64 state length + state): Lane::save() of
+//                every lane that was set up and not quarantined (GapScheduler::save_lanes()); the
+//                state bytes are opaque. Integers little-endian.
+// The manifest lists them under "lane_files" ({file, rank, bytes, crc32, lanes}); rank 0 writes
+// the manifest only after every rank reported its lane file durable, so a complete checkpoint has
+// all of them. Checkpoints without "lane_files" (older, or saved with lanes off) carry no lane
+// state. On restore a rank loads its own file (same world rank) only when the grid (tp, pp, dp) and
+// its configured lane names equal the saving run's; otherwise lane state is skipped with one logged
+// line per rank and the lanes start fresh (training state restores either way).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -92,9 +108,31 @@ struct ShardRecord {
 ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank,
                         const std::vector<ChunkState>& chunks, const TrainingProgress& progress);
 
-// The manifest: written last, by one process, once every shard listed is durable.
+// One rank's lanes: the lane names configured on it (in order) and lane name -> Lane::save().
+struct LaneStates {
+  std::vector<std::string> lanes;
+  std::map<std::string, std::string> states;
+};
+
+std::string lane_file_name(int world_rank);  // "lanes_rank0003.bin"
+
+struct LaneFileRecord {
+  std::string file;  // name inside the checkpoint directory
+  int rank = 0;      // world rank
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
+  std::vector<std::string> lanes;  // configured lane names
+};
+
+// Writes one rank's lane file durably (tmp + fsync + rename) and describes it for the manifest.
+LaneFileRecord write_lane_file(const std::string& dir, int world_rank, const LaneStates& lanes);
+std::string encode_lane_states(const LaneStates& lanes);
+LaneStates decode_lane_states(const std::string& bytes);  // CheckpointError when malformed
+
+// The manifest: written last, by one process, once every shard and lane file listed is durable.
 nlohmann::json make_manifest(int step, const GptConfig& model, const nlohmann::json& topology,
-                             const std::string& config_ini, const std::vector<ShardRecord>& shards);
+                             const std::string& config_ini, const std::vector<ShardRecord>& shards,
+                             const std::vector<LaneFileRecord>& lane_files = {});
 void write_manifest(const std::string& dir, const nlohmann::json& manifest);
 
 // Reads a checkpoint by tensor name, whatever grid saved it. The constructor checks the manifest
@@ -120,6 +158,9 @@ class CheckpointReader {
                                  std::vector<std::int64_t>* full_shape = nullptr);
   // Fills this layout's params / moments (any of them may be null) by name, slicing for its tp.
   void load_into(const ParamLayout& layout, float* params, float* adam_m, float* adam_v);
+  // The lane state saved by `world_rank` (its CRC checked); nullopt when that rank saved none.
+  bool has_lane_state() const { return !lane_files_.empty(); }
+  std::optional<LaneStates> lane_states(int world_rank) const;
 
  private:
   struct OpenFile;
@@ -127,17 +168,20 @@ class CheckpointReader {
   std::string dir_;
   nlohmann::json manifest_;
   std::vector<ShardRecord> shards_;
+  std::vector<LaneFileRecord> lane_files_;
   std::vector<std::unique_ptr<OpenFile>> open_;
 };
 
 // Collective over `topo.world`: every (pp, tp) rank with dp rank 0 writes its shard into
-// root/step_XXXXXXXX, rank 0 writes the manifest after all shards are durable, then prunes to
-// `keep_last` complete checkpoints (never the new one). An existing complete checkpoint of the
-// same step is left as it is. Returns the checkpoint directory.
+// root/step_XXXXXXXX, every rank with `lanes` writes its lane file, rank 0 writes the manifest
+// after all shards and lane files are durable, then prunes to `keep_last` complete checkpoints
+// (never the new one). An existing complete checkpoint of the same step is left as it is. Returns
+// the checkpoint directory. `lanes`: this rank's lane state, null when its lanes are off.
 std::string save_checkpoint(const std::string& root, int step, PipelineExecutor& exec,
                             Topology& topo, const TrainingProgress& progress,
                             const GptConfig& model, const nlohmann::json& topology,
-                            const std::string& config_ini, int keep_last);
+                            const std::string& config_ini, int keep_last,
+                            const LaneStates* lanes = nullptr);
 
 // `resume` is "auto" (newest complete checkpoint under root, if any), "none", or a checkpoint
 // directory (CheckpointError when it is not a complete checkpoint). nullopt: start fresh.

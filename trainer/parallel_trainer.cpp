@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -90,6 +93,45 @@ std::vector<std::string> gather_on_rank0(Communicator& world, const std::string&
   return out;
 }  // trace.json keeps the first steps; a long run's would be huge
 
+// This rank's lane progress in `reader`, when it can be restored: same grid (tp, pp, dp) and the
+// same lane names configured on this world rank as when saved. Otherwise nullopt, with one line
+// on stderr saying why (training state restores either way; the lanes start fresh).
+std::optional<std::map<std::string, std::string>> saved_lane_progress(const CheckpointReader& reader,
+                                                                      const Topology& topo,
+                                                                      GapScheduler* lanes) {
+  const int rank = topo.world_rank;
+  const auto skip = [&](const std::string& why) -> std::optional<std::map<std::string, std::string>> {
+    std::fprintf(stderr, "pipelane lanes: rank %d: saved lane state not restored: %s; lanes start fresh\n",
+                 rank, why.c_str());
+    return std::nullopt;
+  };
+  if (!lanes) {  // say so only where this rank has saved state to drop
+    bool saved_here = false;
+    for (const auto& f : reader.manifest().value("lane_files", nlohmann::json::array()))
+      saved_here = saved_here || f.value("rank", -1) == rank;
+    return saved_here ? skip("lanes are off on this rank in this run") : std::nullopt;
+  }
+  if (!reader.has_lane_state()) return skip("checkpoint " + reader.dir() + " holds none (saved with lanes off)");
+  const ParallelDims d = topo.grid.dims();
+  const nlohmann::json& saved = reader.manifest().at("topology");
+  if (saved.value("tp", 0) != d.tp || saved.value("pp", 0) != d.pp || saved.value("dp", 0) != d.dp)
+    return skip("saved on grid tp " + std::to_string(saved.value("tp", 0)) + " x dp " +
+                std::to_string(saved.value("dp", 0)) + " x pp " + std::to_string(saved.value("pp", 0)) +
+                ", this run is tp " + std::to_string(d.tp) + " x dp " + std::to_string(d.dp) + " x pp " +
+                std::to_string(d.pp));
+  std::optional<LaneStates> mine = reader.lane_states(rank);
+  const std::vector<std::string> names = lanes->lane_names();
+  const auto joined = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (const std::string& n : v) out += (out.empty() ? "" : ",") + n;
+    return out.empty() ? std::string("none") : out;
+  };
+  if (!mine) return skip("this rank saved none");
+  if (mine->lanes != names)
+    return skip("saved with lanes " + joined(mine->lanes) + ", this run has " + joined(names));
+  return std::move(mine->states);
+}
+
 }  // namespace
 
 struct ParallelTrainer::State {
@@ -107,6 +149,8 @@ struct ParallelTrainer::State {
   std::vector<std::int32_t> all_tokens, all_targets, eval_tokens, eval_targets;
 
   StageLanes lanes;
+  // Lane progress from the checkpoint restored, loaded in run() before calibration (nullopt: none).
+  std::optional<std::map<std::string, std::string>> lanes_to_load;
 
   State(const TrainOptions& o, const TokenStore& d, Topology& t, double peak, Device& device)
       : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
@@ -158,8 +202,11 @@ struct ParallelTrainer::State {
                                      {"schedule", opts.parallel.schedule},
                                      {"virtual_stages", opts.parallel.virtual_stages},
                                      {"layers_per_stage", opts.parallel.layers_per_stage}};
+    std::optional<LaneStates> lane_states;
+    if (GapScheduler* g = lanes.scheduler()) lane_states = LaneStates{g->lane_names(), g->save_lanes()};
     save_checkpoint(opts.run.dir + "/checkpoints", step, exec, topo, progress(step, schedule),
-                    exec_opts.model, topology, opts.to_ini(), opts.run.keep_last);
+                    exec_opts.model, topology, opts.to_ini(), opts.run.keep_last,
+                    lane_states ? &*lane_states : nullptr);
   }
   const std::int32_t* mine(const std::vector<std::int32_t>& v) const {
     return v.data() + static_cast<std::size_t>(topo.me.dp) * micro_mine * B * T;
@@ -192,6 +239,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   s.restore_sampler(p.sampler);
   s.guard.state = p.guard;
   s.start_step = p.step;
+  s.lanes_to_load = saved_lane_progress(reader, s.topo, s.lanes.scheduler());
   return p.step;
 }
 
@@ -229,7 +277,11 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const int stop_after = stop_after_step();
   int last_saved = -1;
 
-  // Lanes: set up and time a few steps of each before training starts, then fill the waits.
+  // Lanes: restore saved progress (load_lanes sets the lanes up first), then set up and time a
+  // few steps of each before training starts, then fill the waits. Loading before calibrating
+  // keeps the calibration steps' work and times steps of the restored state.
+  if (s.lanes_to_load && s.lanes.scheduler()) s.lanes.scheduler()->load_lanes(*s.lanes_to_load);
+  s.lanes_to_load.reset();
   const nlohmann::json calibration = s.lanes.calibrate();
   s.topo.world->barrier();
   if (s.lanes.scheduler()) s.exec.set_gap_filler(s.lanes.scheduler());

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/integration/mpi_job.h"
 #include "tests/trainer/test_checkpoint_support.h"
 #include "trainer/checkpoint.h"
@@ -60,6 +62,47 @@ TEST_F(CheckpointParallel, SavedAtPp2LoadsAtTp2AndInOneProcess) {
   ASSERT_EQ(a.loss.size(), 6u);
   ASSERT_EQ(b.loss.size(), 4u);  // steps 3..6: "tp2" started from pp2's checkpoint, not its own rows
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(a.loss[i + 2], b.loss[i], 1e-4 * a.loss[i + 2]) << "step " << i + 3;
+}
+
+// Lane state is per world rank: under pp 2 both ranks write a lane file, and a resume on the same
+// grid continues each rank's lane from its own saved progress; on another grid it is skipped.
+TEST_F(CheckpointParallel, LaneStateIsSavedPerRankAndRestoredOnTheSameGrid) {
+  // tolerance 0: the lane never converges, so every calibration step adds one iteration.
+  const std::string lanes = " --lanes.enabled=pagerank --lane.pagerank.generate=rmat --lane.pagerank.scale=10"
+                            " --lane.pagerank.tolerance=0 --lane.pagerank.max_iterations=100000000";
+  ASSERT_EQ(train(2, "a", "--parallel.pp=2 --train.steps=2" + lanes).exit_code, 0);
+  CheckpointReader saved(ckpt("a", 2));
+  ASSERT_EQ(saved.manifest()["lane_files"].size(), 2u) << saved.manifest().dump();
+  int before[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(fs::exists(ckpt("a", 2) + "/" + lane_file_name(r)));
+    const auto st = saved.lane_states(r);
+    ASSERT_TRUE(st) << "rank " << r;
+    before[r] = nlohmann::json::parse(st->states.at("pagerank"))["iteration"].get<int>();
+    EXPECT_GE(before[r], 3) << "rank " << r;  // at least the calibration steps
+  }
+  // Nothing left to train: the resumed run only loads, calibrates (3 more iterations) and saves.
+  const JobResult same = train(2, "b", "--parallel.pp=2 --train.steps=2 --run.resume=" + ckpt("a", 2) + lanes);
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_EQ(same.output.find("not restored"), std::string::npos) << same.output;
+  CheckpointReader again(ckpt("b", 2));
+  for (int r = 0; r < 2; ++r) {
+    const auto st = again.lane_states(r);
+    ASSERT_TRUE(st) << "rank " << r;
+    EXPECT_EQ(nlohmann::json::parse(st->states.at("pagerank"))["iteration"].get<int>(), before[r] + 3) << "rank " << r;
+  }
+  // Another grid: the training state loads, the lanes start fresh with one line per rank.
+  const JobResult other = train(2, "c", "--parallel.tp=2 --train.steps=2 --run.resume=" + ckpt("a", 2) + lanes);
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("saved lane state not restored: saved on grid tp 1 x dp 1 x pp 2"), std::string::npos)
+      << other.output;
+  expect_same_tensors(ckpt("a", 2), ckpt("c", 2));
+  CheckpointReader fresh(ckpt("c", 2));
+  for (int r = 0; r < 2; ++r) {
+    const auto st = fresh.lane_states(r);
+    ASSERT_TRUE(st) << "rank " << r;
+    EXPECT_EQ(nlohmann::json::parse(st->states.at("pagerank"))["iteration"].get<int>(), 3) << "rank " << r;
+  }
 }
 
 TEST_F(CheckpointParallel, MissingShardStopsEveryRankWithOneMessage) {

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "model/gpt_model.h"
 #include "runtime/arena.h"
@@ -113,6 +115,117 @@ TEST_F(CheckpointTraining, SkippedStepLeavesParametersUnchanged) {
   CheckpointReader a(ckpt("s", 1)), b(ckpt("s", 3));
   for (const char* g : {"params", "adam_m", "adam_v"})
     for (const auto& n : a.tensor_names()) EXPECT_EQ(a.full_tensor(g, n), b.full_tensor(g, n)) << n;
+}
+
+// The pagerank lane's iteration count in a run's summary.json (world rank `rank`).
+int pagerank_iterations(const std::string& run_dir, int rank = 0) {
+  std::ifstream in(run_dir + "/summary.json");
+  return nlohmann::json::parse(in)["lanes"]["per_rank"][rank]["lanes"]["pagerank"]["report"]["iterations"].get<int>();
+}
+
+// The iteration count inside a checkpoint's saved pagerank state (Lane::save() is JSON for it).
+int saved_pagerank_iterations(const std::string& ckpt_dir, int rank = 0) {
+  const std::optional<LaneStates> st = CheckpointReader(ckpt_dir).lane_states(rank);
+  if (!st || !st->states.count("pagerank")) return -1;
+  return nlohmann::json::parse(st->states.at("pagerank"))["iteration"].get<int>();
+}
+
+// Lane progress is part of the checkpoint. One process has no pipeline waits, so the lane steps
+// only in calibration: 3 steps, each a whole PageRank iteration at scale 10.
+TEST_F(CheckpointTraining, LaneProgressIsSavedAndContinuesAfterResume) {
+  const std::string lanes = "--lanes.enabled=pagerank --lane.pagerank.generate=rmat --lane.pagerank.scale=10 "
+                            "--lane.pagerank.tolerance=0 ";
+  ASSERT_EQ(train("l", 2, 2, lanes).exit_code, 0);
+  const int fresh = pagerank_iterations(dir_.file("l"));
+  EXPECT_EQ(fresh, 3);
+  // The lane file exists and the manifest lists it with its size and CRC.
+  const std::string file = ckpt("l", 2) + "/" + lane_file_name(0);
+  ASSERT_TRUE(fs::exists(file));
+  EXPECT_FALSE(fs::exists(file + ".tmp"));
+  {
+    CheckpointReader saved(ckpt("l", 2));
+    const auto& listed = saved.manifest()["lane_files"];
+    ASSERT_EQ(listed.size(), 1u) << saved.manifest().dump();
+    EXPECT_EQ(listed[0]["file"], lane_file_name(0));
+    EXPECT_EQ(listed[0]["rank"], 0);
+    EXPECT_EQ(listed[0]["lanes"], nlohmann::json::array({"pagerank"}));
+    EXPECT_EQ(listed[0]["bytes"].get<std::uint64_t>(), fs::file_size(file));
+    EXPECT_EQ(std::stoul(listed[0]["crc32"].get<std::string>(), nullptr, 16), file_crc32(file));
+    const std::optional<LaneStates> st = saved.lane_states(0);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(st->lanes, std::vector<std::string>{"pagerank"});
+    EXPECT_FALSE(saved.lane_states(1));
+  }
+  EXPECT_EQ(saved_pagerank_iterations(ckpt("l", 2)), fresh);
+
+  // Resumed: the lane loads its 3 iterations and calibration continues from there.
+  const JobResult resumed = train("l", 4, 2, lanes);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("(step 2)"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("not restored"), std::string::npos) << resumed.output;
+  EXPECT_EQ(pagerank_iterations(dir_.file("l")), 2 * fresh);
+  EXPECT_EQ(saved_pagerank_iterations(ckpt("l", 4)), 2 * fresh);
+
+  // Other lanes configured: training state restores, lane state is skipped with one line.
+  const JobResult other = train("m", 4, 2,
+                                "--lanes.enabled=pagerank,imageproc --lane.pagerank.generate=rmat "
+                                "--lane.pagerank.scale=10 --lane.pagerank.tolerance=0 --lane.imageproc.generate=10 "
+                                        "--lane.imageproc.width=64 --lane.imageproc.height=48 "
+                                        "--run.resume=" + ckpt("l", 2));
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_NE(other.output.find("(step 2)"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("saved lane state not restored: saved with lanes pagerank, this run has "
+                              "pagerank,imageproc"), std::string::npos) << other.output;
+  EXPECT_EQ(pagerank_iterations(dir_.file("m")), fresh);  // started over
+  expect_same_tensors(ckpt("l", 4), ckpt("m", 4));        // training itself resumed exactly
+
+  // Lanes off: the saved lane state is dropped with one line; resuming a lane-less checkpoint with
+  // lanes on says the checkpoint has none.
+  const JobResult off = train("n", 4, 2, "--run.resume=" + ckpt("l", 2));
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(off.output.find("lanes are off on this rank"), std::string::npos) << off.output;
+  ASSERT_EQ(train("p", 2, 2).exit_code, 0);
+  EXPECT_TRUE(CheckpointReader(ckpt("p", 2)).manifest()["lane_files"].empty());
+  const JobResult none = train("q", 4, 2, lanes + "--run.resume=" + ckpt("p", 2));
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("holds none (saved with lanes off)"), std::string::npos) << none.output;
+  EXPECT_EQ(pagerank_iterations(dir_.file("q")), fresh);
+}
+
+TEST_F(CheckpointTraining, MissingOrDamagedLaneFileIsOneClearError) {
+  const std::string lanes = "--lanes.enabled=pagerank --lane.pagerank.generate=rmat --lane.pagerank.scale=10 ";
+  ASSERT_EQ(train("a", 2, 2, lanes).exit_code, 0);
+  const std::string file = ckpt("a", 2) + "/" + lane_file_name(0);
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 20u);
+  bytes[bytes.size() / 2] ^= 0x5a;  // same size, other content
+  write_file(file, bytes);
+  JobResult r = train("a", 4, 2, lanes);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(file + ": checksum mismatch"), std::string::npos) << r.output;
+  fs::remove(file);
+  r = train("a", 4, 2, lanes);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("lane file " + lane_file_name(0) + " is missing"), std::string::npos) << r.output;
+}
+
+TEST(LaneFile, EncodeDecodeRoundTripsBinaryStatesAndRejectsDamage) {
+  LaneStates st;
+  st.lanes = {"pagerank", "imageproc", "quarantined"};
+  st.states["pagerank"] = std::string("\0\x01\xff binary \n", 12);
+  st.states["imageproc"] = "";
+  const std::string bytes = encode_lane_states(st);
+  const LaneStates back = decode_lane_states(bytes);
+  EXPECT_EQ(back.lanes, st.lanes);
+  EXPECT_EQ(back.states, st.states);
+  EXPECT_THROW(decode_lane_states(bytes.substr(0, bytes.size() - 1)), CheckpointError);
+  EXPECT_THROW(decode_lane_states(bytes + "x"), CheckpointError);
+  EXPECT_THROW(decode_lane_states("garbage"), CheckpointError);
+  EXPECT_EQ(decode_lane_states(encode_lane_states({})).lanes.size(), 0u);
 }
 
 // Logits of the checkpoint's model from pipelane's own forward pass.
