@@ -18,9 +18,18 @@
 #include "trainer/chrome_trace.h"
 #include "trainer/progress_line.h"
 #include "trainer/stage_lanes.h"
-#include "trainer/single_process_trainer.h"
 
 namespace pipelane {
+
+GptConfig gpt_config_from(const ModelOptions& m) {
+  GptConfig c;
+  c.layers = m.layers;
+  c.d_model = m.d_model;
+  c.heads = m.heads;
+  c.max_seq_len = m.seq_len;
+  c.vocab_size = m.vocab_size;
+  return c;
+}
 
 namespace {
 

@@ -8,12 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/token_store.h"
+#include "model/gpt_config.h"
 #include "parallel/topology.h"
 #include "runtime/device.h"
 #include "trainer/run_directory.h"
 #include "trainer/train_options.h"
 
 namespace pipelane {
+
+GptConfig gpt_config_from(const ModelOptions& m);
 
 class ParallelTrainer {
  public:

@@ -23,7 +23,6 @@
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
-#include "trainer/single_process_trainer.h"
 #include "trainer/train_options.h"
 
 namespace pipelane {
