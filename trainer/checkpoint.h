@@ -59,7 +59,7 @@ class CheckpointError : public std::runtime_error {
 
 // Where a data sampler is, as opaque words its owner can restore from. `kind` names the format
 // so a different sampler refuses a state it cannot read.
-struct SamplerState {
+struct CheckpointSamplerState {
   std::string kind;
   std::vector<std::uint64_t> words;
 };
@@ -77,7 +77,7 @@ struct StepGuardState {
 struct TrainingProgress {
   int step = 0;  // optimizer steps completed; AdamW's next t is step + 1
   nlohmann::json lr_schedule;  // {lr, min_lr, warmup_steps, steps, next_lr}: informational
-  SamplerState sampler;
+  CheckpointSamplerState sampler;
   StepGuardState guard;
 };
 nlohmann::json to_json(const TrainingProgress& p);

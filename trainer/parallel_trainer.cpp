@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "datasets/sharded_sampler.h"
 #include "datasets/window_sampler.h"
 #include "model/lr_schedule.h"
 #include "parallel/pipeline_executor.h"
@@ -76,9 +77,9 @@ std::vector<int> injected_nan_steps() {
   return out;
 }
 
-// The sampler's position. WindowSampler's state is its seed plus the windows drawn since, so it is
-// restored by fast-forwarding; a sampler with state()/restore() replaces these two functions.
-constexpr const char* kWindowSamplerKind = "window_sampler_fast_forward_v1";
+// The sampler's position in checkpoints: ShardedSampler's (epoch, position in the global stream,
+// samples per epoch). The position counts every rank's samples, so a run resumes at any dp.
+constexpr const char* kShardedSamplerKind = "sharded_sampler_v1";
 
 constexpr int kTracedSteps = 20;
 
@@ -151,8 +152,7 @@ struct ParallelTrainer::State {
   int dp, B, T, micro_total, micro_mine;
   ExecutorOptions exec_opts;
   PipelineExecutor exec;
-  WindowSampler sampler;
-  std::uint64_t windows_drawn = 0;
+  ShardedSampler sampler;
   int start_step = 0;
   StepGuard guard;
   std::vector<std::int32_t> all_tokens, all_targets, eval_tokens, eval_targets;
@@ -166,7 +166,9 @@ struct ParallelTrainer::State {
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
         exec_opts(executor_options(o, dp)), exec(exec_opts, t),
-        sampler(d.train(), o.model.seq_len, o.train.seed),
+        sampler(d.train(), SamplerOptions{o.model.seq_len, o.train.seed,
+                                          parse_sample_mode(o.data.sample_mode), t.me.dp,
+                                          t.grid.dims().dp}),
         guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}),
         lanes(o, t, device, exec.clock_origin()) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
@@ -176,24 +178,20 @@ struct ParallelTrainer::State {
     eval_targets.resize(rows * o.train.eval_batches);
   }
 
-  // Every rank draws the whole global batch in the single-process order and keeps its replica's
-  // share, so any dp gives the same samples per step as one process.
+  // This replica's share of the global batch: the sampler hands global sample g to dp rank
+  // g mod dp, so the replicas together see exactly the samples one process would (every tp and
+  // pp rank of a replica draws the same ones).
   void draw_batch() {
-    const std::size_t rows = static_cast<std::size_t>(B) * T;
-    for (int k = 0; k < micro_total; ++k)
-      sampler.next_batch(B, all_tokens.data() + k * rows, all_targets.data() + k * rows);
-    windows_drawn += static_cast<std::uint64_t>(micro_total) * B;
+    sampler.next_batch(micro_mine * B, all_tokens.data(), all_targets.data());
   }
-  SamplerState sampler_state() const { return {kWindowSamplerKind, {opts.train.seed, windows_drawn}}; }
-  void restore_sampler(const SamplerState& st) {
-    if (st.kind != kWindowSamplerKind || st.words.size() != 2)
+  CheckpointSamplerState sampler_state() const {
+    const SamplerState st = sampler.state();
+    return {kShardedSamplerKind, {st.epoch, st.position, st.samples_per_epoch}};
+  }
+  void restore_sampler(const CheckpointSamplerState& st) {
+    if (st.kind != kShardedSamplerKind || st.words.size() != 3)
       throw CheckpointError("the checkpoint's sampler state is '" + st.kind + "', which this sampler cannot restore");
-    sampler = WindowSampler(data.train(), T, st.words[0]);
-    windows_drawn = 0;
-    while (windows_drawn < st.words[1]) {
-      sampler.next_batch(B, all_tokens.data(), all_targets.data());
-      windows_drawn += B;
-    }
+    sampler.restore(SamplerState{st.words[0], st.words[1], st.words[2]});
   }
   TrainingProgress progress(int step, const LrSchedule& schedule) const {
     TrainingProgress p;
@@ -217,9 +215,7 @@ struct ParallelTrainer::State {
                     exec_opts.model, topology, opts.to_ini(), opts.run.keep_last,
                     lane_states ? &*lane_states : nullptr);
   }
-  const std::int32_t* mine(const std::vector<std::int32_t>& v) const {
-    return v.data() + static_cast<std::size_t>(topo.me.dp) * micro_mine * B * T;
-  }
+  const std::int32_t* mine(const std::vector<std::int32_t>& v) const { return v.data(); }
 
   double evaluate() {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
