@@ -26,6 +26,7 @@ struct GapScheduler::LaneSlot {
   // The cost prediction comes from steps that did work: a lane with nothing to do yet (a prefill
   // queue before the first request) returns at once, and that is no measure of a real step.
   bool cost_from_work = false;
+  int runaway_strikes = 0;  // consecutive steps over quarantine_factor x the prediction
   double predicted_s = 0;
   // Accounting of steps inside gaps (calibration counted apart).
   double units = 0;
@@ -213,18 +214,21 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  if (failure.empty() && slot.cost_from_work && predicted > 0 &&
-      duration > options_.quarantine_factor * predicted && duration > options_.quarantine_min_s) {
-    char text[160];
-    std::snprintf(text, sizeof text, "one step took %.6g s, more than %gx its predicted %.6g s", duration,
-                  options_.quarantine_factor, predicted);
+  const bool runaway = failure.empty() && slot.cost_from_work && predicted > 0 &&
+                       duration > options_.quarantine_factor * predicted &&
+                       duration > options_.quarantine_min_s;
+  slot.runaway_strikes = runaway ? slot.runaway_strikes + 1 : 0;
+  if (runaway && slot.runaway_strikes >= options_.quarantine_strikes) {
+    char text[200];
+    std::snprintf(text, sizeof text, "%d step(s) in a row took more than %gx the predicted %.6g s (the last %.6g s)",
+                  slot.runaway_strikes, options_.quarantine_factor, predicted, duration);
     failure = text;
   }
   if (!failure.empty()) {
     quarantine(slot, failure);
     return false;
   }
-  if (units > 0) {
+  if (units > 0 && !runaway) {
     if (!slot.cost_from_work) {
       slot.predicted_s = std::max(duration, kMinStepCost);
       slot.cost_from_work = slot.has_cost = true;

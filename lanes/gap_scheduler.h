@@ -13,7 +13,8 @@
 //   account  - a record per lane step and per gap; overrun (lane work after the transfer arrived)
 //              is the lane's cost to training and is reported per lane.
 //   isolate  - a lane whose setup/step throws, goes past its arena quota, or takes more than
-//              `quarantine_factor` x its predicted cost (and over `quarantine_min_s`) on one step
+//              `quarantine_factor` x its predicted cost (and over `quarantine_min_s`) on
+//              `quarantine_strikes` (2) steps in a row
 //              is torn down and quarantined; training carries on.
 //
 // Not thread-safe: one GapScheduler per stage, used by that stage's thread.
@@ -50,6 +51,9 @@ struct GapSchedulerOptions {
   double ewma_alpha = 0.3;      // weight of the newest measurement (gap lengths and step costs)
   double quarantine_factor = 10;  // one step above this x its predicted cost quarantines the lane,
   double quarantine_min_s = 0.001;  // if it also took longer than this (a preempted 2 us step is no runaway)
+  // Consecutive such steps before the lane is quarantined: one spike can be the machine (page
+  // cache writeback, preemption), a lane that keeps doing it is running away.
+  int quarantine_strikes = 2;
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
 };
 
