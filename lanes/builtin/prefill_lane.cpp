@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "runtime/ops.h"
+#include "lanes/builtin/state_bytes.h"
 
 namespace pipelane {
 namespace {
@@ -29,38 +30,6 @@ std::string trim(const std::string& s) {
   const auto e = s.find_last_not_of(" \t\r\n");
   return s.substr(b, e - b + 1);
 }
-
-class Writer {
- public:
-  void bytes(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
-  template <typename T>
-  void put(T v) { bytes(&v, sizeof v); }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& s) : s_(s) {}
-  void bytes(void* p, std::size_t n) {
-    if (n > s_.size() - pos_) throw LaneError("lane prefill: saved state is truncated");
-    std::memcpy(p, s_.data() + pos_, n);
-    pos_ += n;
-  }
-  template <typename T>
-  T get() {
-    T v;
-    bytes(&v, sizeof v);
-    return v;
-  }
-  bool at_end() const { return pos_ == s_.size(); }
-
- private:
-  const std::string& s_;
-  std::size_t pos_ = 0;
-};
 
 // Every arena buffer of the lane, in order, through `alloc(floats, what)` (int32 buffers are
 // 4-byte too). Used both to size the arena and to allocate.
@@ -381,7 +350,7 @@ std::size_t PrefillLane::queue_length() const {
 
 std::string PrefillLane::save() const {
   if (!stage_) throw LaneError("lane prefill: save() before setup()");
-  Writer w;
+  StateWriter w;
   w.bytes(kStateMagic, sizeof kStateMagic);
   w.put<std::uint64_t>(s_.seed);
   w.put<std::uint64_t>(requests_.size());
@@ -401,7 +370,7 @@ std::string PrefillLane::save() const {
 
 void PrefillLane::load(const std::string& state) {
   if (!stage_) throw LaneError("lane prefill: load() before setup()");
-  Reader r(state);
+  StateReader r(state, "prefill");
   char magic[sizeof kStateMagic];
   r.bytes(magic, sizeof magic);
   if (std::memcmp(magic, kStateMagic, sizeof magic) != 0)

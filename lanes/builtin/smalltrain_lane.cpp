@@ -6,45 +6,12 @@
 #include <limits>
 
 #include "datasets/data_error.h"
+#include "lanes/builtin/state_bytes.h"
 
 namespace pipelane {
 namespace {
 
 constexpr char kStateMagic[8] = {'P', 'L', 'S', 'M', 'T', 'R', 'N', '1'};
-
-// Little byte writer/reader for save()/load() (host byte order: the state never leaves the
-// machine's own checkpoints in a different format than it was written in).
-class Writer {
- public:
-  void bytes(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
-  template <typename T>
-  void put(T v) { bytes(&v, sizeof v); }
-  std::string take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& s) : s_(s) {}
-  void bytes(void* p, std::size_t n) {
-    if (n > s_.size() - pos_) throw LaneError("smalltrain: saved state is truncated");
-    std::memcpy(p, s_.data() + pos_, n);
-    pos_ += n;
-  }
-  template <typename T>
-  T get() {
-    T v;
-    bytes(&v, sizeof v);
-    return v;
-  }
-  bool at_end() const { return pos_ == s_.size(); }
-
- private:
-  const std::string& s_;
-  std::size_t pos_ = 0;
-};
 
 SmallTrainSettings read_settings(const LaneContext& ctx) {
   const LaneOptions& o = ctx.options;
@@ -195,7 +162,7 @@ double SmallTrainLane::step(LaneContext&) {
 
 std::string SmallTrainLane::save() const {
   if (!stage_) throw LaneError("lane smalltrain: save() before setup()");
-  Writer w;
+  StateWriter w;
   w.bytes(kStateMagic, sizeof kStateMagic);
   // What the state is only valid for.
   for (int v : {s_.model.layers, s_.model.d_model, s_.model.heads, s_.seq_len, s_.model.vocab_size,
@@ -222,7 +189,7 @@ std::string SmallTrainLane::save() const {
 
 void SmallTrainLane::load(const std::string& state) {
   if (!stage_) throw LaneError("lane smalltrain: load() before setup()");
-  Reader r(state);
+  StateReader r(state, "smalltrain");
   char magic[sizeof kStateMagic];
   r.bytes(magic, sizeof magic);
   if (std::memcmp(magic, kStateMagic, sizeof magic) != 0)
