@@ -146,7 +146,7 @@ std::optional<std::map<std::string, std::string>> saved_lane_progress(const Chec
 
 struct ParallelTrainer::State {
   const TrainOptions& opts;
-  const TokenStore& data;
+  const TrainingData& data;
   Topology& topo;
   double peak_gflops;
   int dp, B, T, micro_total, micro_mine;
@@ -161,12 +161,12 @@ struct ParallelTrainer::State {
   // Lane progress from the checkpoint restored, loaded in run() before calibration (nullopt: none).
   std::optional<std::map<std::string, std::string>> lanes_to_load;
 
-  State(const TrainOptions& o, const TokenStore& d, Topology& t, double peak, Device& device)
+  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Device& device)
       : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
         exec_opts(executor_options(o, dp)), exec(exec_opts, t),
-        sampler(d.train(), SamplerOptions{o.model.seq_len, o.train.seed,
+        sampler(d.train_splits(), SamplerOptions{o.model.seq_len, o.train.seed,
                                           parse_sample_mode(o.data.sample_mode), t.me.dp,
                                           t.grid.dims().dp}),
         guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}),
@@ -226,7 +226,7 @@ struct ParallelTrainer::State {
   }
 };
 
-ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TokenStore& data, Topology& topo,
+ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TrainingData& data, Topology& topo,
                                  double peak_gflops, Device& device)
     : s_(std::make_unique<State>(opts, data, topo, peak_gflops, device)) {}
 ParallelTrainer::~ParallelTrainer() = default;

@@ -7,12 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "datasets/token_store.h"
 #include "model/gpt_config.h"
 #include "parallel/topology.h"
 #include "runtime/device.h"
 #include "trainer/run_directory.h"
 #include "trainer/train_options.h"
+#include "trainer/training_data.h"
 
 namespace pipelane {
 
@@ -21,7 +21,7 @@ GptConfig gpt_config_from(const ModelOptions& m);
 class ParallelTrainer {
  public:
   // `device` runs training and, when [lanes] are enabled for this rank's stage, its lanes.
-  ParallelTrainer(const TrainOptions& opts, const TokenStore& data, Topology& topo,
+  ParallelTrainer(const TrainOptions& opts, const TrainingData& data, Topology& topo,
                   double peak_gflops, Device& device);
   ~ParallelTrainer();
   // Every rank calls this; `run` and `console` are used on rank 0 only (may be null elsewhere).

@@ -24,30 +24,11 @@
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
 #include "trainer/train_options.h"
+#include "trainer/training_data.h"
 
 namespace pipelane {
 
 namespace {
-
-// Checks that need both the configuration and the data; one line naming what to change.
-void check_data_fits_model(const TrainOptions& o, const TokenStore& data) {
-  const std::string where = o.data.path;
-  if (data.meta().tokenizer != o.data.tokenizer)
-    throw ConfigError(where + ": tokenized with '" + data.meta().tokenizer + "' but [data] tokenizer = " +
-                      o.data.tokenizer);
-  if (data.meta().vocab_size > static_cast<std::uint32_t>(o.model.vocab_size))
-    throw ConfigError(where + ": vocabulary of " + std::to_string(data.meta().vocab_size) +
-                      " tokens does not fit [model] vocab_size = " + std::to_string(o.model.vocab_size));
-  const std::size_t need = static_cast<std::size_t>(o.model.seq_len) + 1;
-  if (data.train().tokens.size() < need)
-    throw ConfigError(where + ": the train split has " + std::to_string(data.train().tokens.size()) +
-                      " tokens, fewer than [model] seq_len + 1 = " + std::to_string(need));
-  if (o.train.eval_every > 0 && data.valid().tokens.size() < need)
-    throw ConfigError(where + ": the validation split has " +
-                      std::to_string(data.valid().tokens.size()) +
-                      " tokens, fewer than [model] seq_len + 1 = " + std::to_string(need) +
-                      " (set [train] eval_every = 0 to train without validation)");
-}
 
 // The grid from the config and the world size; one line naming the keys when impossible.
 ParallelDims resolve_dims(const TrainOptions& o, int world) {
@@ -155,7 +136,7 @@ int train_command(int argc, char** argv) {
   // Set-up: every rank checks everything before the first collective, then all agree; a rank
   // that failed makes every rank stop with the lowest failing rank's message, printed once.
   TrainOptions opts;
-  std::optional<TokenStore> data;
+  std::optional<TrainingData> data;
   ParallelDims dims;
   std::string error;
   int code = 0;
@@ -166,8 +147,7 @@ int train_command(int argc, char** argv) {
       return 0;
     }
     dims = resolve_dims(opts, world);
-    data.emplace(TokenStore::open(opts.data.path));
-    check_data_fits_model(opts, *data);
+    data.emplace(TrainingData::open(opts));
   } catch (const ConfigError& e) {
     error = e.what();
     code = 2;
@@ -229,8 +209,7 @@ int train_command(int argc, char** argv) {
                   "%.2fM parameters\n",
                   cfg.layers, cfg.d_model, cfg.heads, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab(),
                   (cfg.non_embedding_params() + double(cfg.padded_vocab() + cfg.max_seq_len) * cfg.d_model) / 1e6);
-      std::printf("  data %s: %zu train / %zu validation tokens (%s tokenizer)\n", opts.data.path.c_str(),
-                  data->train().tokens.size(), data->valid().tokens.size(), data->meta().tokenizer.c_str());
+      std::printf("  %s\n", data->describe().c_str());
       std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, sgemm peak %.0f GFLOP/s%s, "
                   "training arena %s\n",
                   world, dims.tp, dims.dp, dims.pp, device->name().c_str(), peak,
@@ -271,7 +250,7 @@ int train_command(int argc, char** argv) {
     maybe_inject_fault(rank);
     nlohmann::json summary = trainer.run(run.get(), stdout);
     if (leader) {
-      const double unigram = unigram_cross_entropy(data->train(), data->valid(), data->meta().vocab_size);
+      const double unigram = unigram_cross_entropy(data->main().train(), data->valid(), data->main().meta().vocab_size);
       summary["unigram_val_loss"] = unigram;
       summary["config"] = opts.config_path;
       run->write_summary(summary);

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "datasets/data_error.h"
+#include "datasets/sharded_sampler.h"
 #include "trainer/ini_scan.h"
 
 namespace po = boost::program_options;
@@ -222,7 +224,10 @@ std::vector<OptionKey> train_option_keys() {
       .text("path", &DataOptions::path, {}, "training data: HDF5 token store, Megatron X.bin/X.idx or llm.c .bin shard")
       .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized")
       .text("sample_mode", &DataOptions::sample_mode, {"cross-documents", "within-documents"},
-            "training samples of seq_len+1 tokens span document boundaries (Megatron) or stay inside one");
+            "training samples of seq_len+1 tokens span document boundaries (Megatron) or stay inside one")
+      .text("blend", &DataOptions::blend, {},
+            "train on several token files by weight, e.g. a.h5:0.7,b.h5:0.3 (Megatron's blending rule); "
+            "validation stays on path's validation split. Empty: train on path");
   SectionKeys<ParallelOptions>(keys, "parallel", &TrainOptions::parallel)
       .integer("tp", &ParallelOptions::tp, 1, "tensor-parallel ranks (heads, MLP and vocabulary split)")
       .integer("pp", &ParallelOptions::pp, 1, "pipeline stages")
@@ -557,6 +562,15 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
   if (train.warmup_steps > train.steps) {
     throw ConfigError(location_of(settings, "train.warmup_steps", "train.steps") + ": [train] warmup_steps = " +
                       std::to_string(train.warmup_steps) + " is greater than steps = " + std::to_string(train.steps));
+  }
+  if (!options.data.blend.empty()) {
+    try {
+      parse_blend(options.data.blend);
+    } catch (const DataError& e) {
+      const auto found = settings.find("data.blend");
+      throw ConfigError((found == settings.end() ? std::string("defaults") : found->second.location) +
+                        ": [data] blend: " + e.what());
+    }
   }
 }
 

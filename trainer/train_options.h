@@ -49,6 +49,7 @@ struct DataOptions {
   std::string path = "data/jargon.h5";
   std::string tokenizer = "byte";  // "byte" or "gpt2"
   std::string sample_mode = "cross-documents";  // or "within-documents" (datasets/sharded_sampler.h)
+  std::string blend;  // "PATH:WEIGHT,..." trains on these files by weight; "" trains on `path`
   friend bool operator==(const DataOptions&, const DataOptions&) = default;
 };
 

@@ -140,5 +140,71 @@ TEST(TrainCommand, DataWithALargerVocabularyThanTheModelIsRejected) {
   EXPECT_FALSE(fs::exists(dir.file("run")));
 }
 
+// A corpus of one repeated text, so a model trained on it predicts it with a low loss and other
+// text with a high one.
+void write_repeated(const std::string& path, const std::string& text, const std::string& tokenizer = "byte") {
+  TokenSplit train, valid;
+  for (int doc = 0; doc < 40; ++doc) {
+    train.doc_offsets.push_back(train.tokens.size());
+    for (int r = 0; r < 3; ++r)
+      for (unsigned char ch : text) train.tokens.push_back(ch);
+  }
+  train.doc_offsets.push_back(train.tokens.size());
+  valid.doc_offsets.push_back(0);
+  for (int r = 0; r < 6; ++r)
+    for (unsigned char ch : text) valid.tokens.push_back(ch);
+  valid.doc_offsets.push_back(valid.tokens.size());
+  write_token_store(path, {tokenizer, 256, {"test"}}, train, valid);
+}
+
+double final_val_loss(const std::string& run_dir) {
+  const auto summary = nlohmann::json::parse(std::ifstream(fs::path(run_dir) / "summary.json"));
+  return summary["final_val_loss"].get<double>();
+}
+
+TEST(TrainCommand, BlendTrainsOnItsFilesAndEvaluatesOnPath) {
+  TempDir dir;
+  write_repeated(dir.file("a.h5"), "abcdefgh ");
+  write_repeated(dir.file("z.h5"), "zyxwvuts ");
+  write_file(dir.file("c.ini"), tiny_config(dir.file("a.h5"), dir.file("run")));
+  const auto train_on = [&](const std::string& blend, const std::string& run) {
+    return run_train({"--config", dir.file("c.ini"), "--train.steps=12", "--train.eval_every=12",
+                      "--train.lr=0.01", "--data.blend=" + blend, "--run.dir=" + dir.file(run)});
+  };
+  ASSERT_EQ(train_on(dir.file("a.h5") + ":1", "on_a"), 0);
+  ASSERT_EQ(train_on(dir.file("z.h5") + ":1", "on_z"), 0);
+  ASSERT_EQ(train_on(dir.file("a.h5") + ":0.5," + dir.file("z.h5") + ":0.5", "on_both"), 0);
+  // Validation is always a.h5's: training on z alone must do clearly worse on it than training on
+  // a, and the even blend must land in between.
+  const double on_a = final_val_loss(dir.file("on_a")), on_z = final_val_loss(dir.file("on_z")),
+               on_both = final_val_loss(dir.file("on_both"));
+  EXPECT_LT(on_a + 1.0, on_z);
+  EXPECT_LT(on_a, on_both);
+  EXPECT_LT(on_both, on_z);
+  // The blend is recorded in the run's resolved config.
+  std::ifstream config(fs::path(dir.file("on_both")) / "config.ini");
+  const std::string text((std::istreambuf_iterator<char>(config)), {});
+  EXPECT_NE(text.find("blend = " + dir.file("a.h5") + ":0.5,"), std::string::npos) << text;
+}
+
+TEST(TrainCommand, BadBlendsFailNamingTheEntryBeforeAnythingIsWritten) {
+  TempDir dir;
+  write_corpus(dir.file("data.h5"));
+  write_repeated(dir.file("gpt2.h5"), "abc ", "gpt2");
+  write_file(dir.file("c.ini"), tiny_config(dir.file("data.h5"), dir.file("run")));
+  const auto fails_with = [&](const std::string& blend, const std::string& expected, int code) {
+    testing::internal::CaptureStderr();
+    const int rc = run_train({"--config", dir.file("c.ini"), "--data.blend=" + blend});
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, code) << err;
+    EXPECT_NE(err.find(expected), std::string::npos) << "expected '" << expected << "' in: " << err;
+    EXPECT_FALSE(fs::exists(dir.file("run")));
+  };
+  fails_with(dir.file("data.h5") + ":0", "blend entry", 2);
+  fails_with(dir.file("data.h5") + "=1", "expected PATH:WEIGHT", 2);
+  fails_with(dir.file("data.h5") + ":1," + dir.file("absent.h5") + ":1", dir.file("absent.h5"), 1);
+  fails_with(dir.file("gpt2.h5") + ":1", dir.file("gpt2.h5") + ": tokenized with 'gpt2'", 2);
+}
+
 }  // namespace
 }  // namespace pipelane

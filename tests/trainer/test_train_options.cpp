@@ -273,7 +273,11 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"LrPositive", "[train]\nlr = 0\n", 2, "[train] lr = '0': expected a number > 0"},
         InvalidCase{"Beta1BelowOne", "[train]\nbeta1 = 1\n", 2, "[train] beta1 = '1': expected a number in [0, 1)"},
         InvalidCase{"TokenizerKnown", "[data]\ntokenizer = bpe\n", 2,
-                    "[data] tokenizer = 'bpe': expected one of byte gpt2"}),
+                    "[data] tokenizer = 'bpe': expected one of byte gpt2"},
+        InvalidCase{"BlendNeedsWeights", "[data]\npath = a.h5\nblend = a.h5:0.7,b.h5\n", 3,
+                    "[data] blend: blend entry 'b.h5': expected PATH:WEIGHT with a weight > 0 (e.g. a.h5:0.7,b.h5:0.3)"},
+        InvalidCase{"BlendWeightsPositive", "[data]\nblend = a.h5:-1\n", 2,
+                    "[data] blend: blend entry 'a.h5:-1': expected PATH:WEIGHT with a weight > 0 (e.g. a.h5:0.7,b.h5:0.3)"}),
     [](const ::testing::TestParamInfo<InvalidCase>& info) { return info.param.name; });
 
 TEST_F(TrainOptionsTest, CombinationFromCommandLineSaysCommandLine) {
@@ -287,7 +291,8 @@ TEST_F(TrainOptionsTest, ToIniRoundTrips) {
   const TrainOptions original = parse({"--model.layers=3", "--model.d_model=96", "--model.heads=3",
                                        "--train.lr=0.00030000000000000003", "--train.eps=1e-300",
                                        "--train.seed=18446744073709551615", "--train.peak_gflops=123.456",
-                                       "--data.path=some dir/data.h5", "--data.tokenizer=gpt2", "--run.dir=runs/x"});
+                                       "--data.path=some dir/data.h5", "--data.tokenizer=gpt2",
+                                       "--data.blend=a b.h5:0.25,c.h5:3", "--run.dir=runs/x"});
   const std::string path = write_config(original.to_ini(), "resolved.ini");
   const TrainOptions reread = parse({"--config", path});
   EXPECT_EQ(reread.model, original.model);
@@ -311,7 +316,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"train", "eval_batches", "8"},    {"train", "threads", "0"},         {"train", "peak_gflops", "0"},
     {"train", "max_bad_steps", "5"},   {"train", "loss_spike_zscore", "0"},
     {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},
-    {"data", "sample_mode", "cross-documents"},
+    {"data", "sample_mode", "cross-documents"}, {"data", "blend", ""},
     {"parallel", "tp", "1"},           {"parallel", "pp", "1"},           {"parallel", "dp", "0"},
     {"parallel", "schedule", "1f1b"},  {"parallel", "virtual_stages", "1"},
     {"parallel", "layers_per_stage", ""},
