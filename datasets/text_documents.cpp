@@ -98,7 +98,7 @@ bool is_jsonl_path(const std::string& path) {
 }
 
 std::vector<std::string> read_jsonl_documents(const std::string& path, const std::string& field,
-                                              InvalidUtf8 policy) {
+                                              InvalidUtf8 policy, std::size_t* replaced) {
   const std::string text = read_text_file(path);
   std::vector<std::string> documents;
   std::size_t pos = 0, line_number = 0;
@@ -110,7 +110,9 @@ std::vector<std::string> read_jsonl_documents(const std::string& path, const std
     ++line_number;
     if (is_blank(raw)) continue;
     const std::string where = path + ":" + std::to_string(line_number);
-    const std::string line = repair_utf8(raw, policy, where);
+    std::size_t replaced_here = 0;
+    const std::string line = repair_utf8(raw, policy, where, &replaced_here);
+    if (replaced) *replaced += replaced_here;
     nlohmann::json object;
     try {
       object = nlohmann::json::parse(line);
@@ -124,7 +126,7 @@ std::vector<std::string> read_jsonl_documents(const std::string& path, const std
     if (!it->is_string())
       throw DataError(where + ": field \"" + field + "\" is " + it->type_name() + ", expected a string");
     std::string document = it->get<std::string>();
-    if (!document.empty()) documents.push_back(std::move(document));
+    if (!is_blank(document)) documents.push_back(std::move(document));
   }
   return documents;
 }

@@ -33,9 +33,10 @@ namespace pipelane {
 // Documents of a JSON Lines file (plain or gzip): one JSON object per non-blank line, the document
 // being the string in `field`. DataError "<path>:<line>: ..." for invalid JSON, a line that is not an
 // object, a missing or non-string field. Invalid UTF-8 in a line is repaired or refused per `policy`
-// before parsing. Empty documents are dropped.
+// before parsing; `replaced` (if given) is increased by the sequences replaced. Documents of only
+// whitespace are dropped, as blank paragraphs of a text file are.
 std::vector<std::string> read_jsonl_documents(const std::string& path, const std::string& field,
-                                              InvalidUtf8 policy);
+                                              InvalidUtf8 policy, std::size_t* replaced = nullptr);
 
 // True for .jsonl / .jsonl.gz / .json.gz / .ndjson names.
 bool is_jsonl_path(const std::string& path);

@@ -151,11 +151,11 @@ int convert(const PrepareDataOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   ImportedTokens all{{}, {{}, {0}}};
   for (const std::string& input : options.inputs) {
-    if (!is_imported_format(input))
-      throw DataError(input + ": cannot mix text inputs with token data (.bin/.idx) in one run");
     ImportedTokens part = read_imported(input);
-    if (all.meta.tokenizer.empty()) all.meta = part.meta;
-    else if (part.meta.tokenizer != all.meta.tokenizer)
+    if (all.meta.tokenizer.empty()) {
+      all.meta = part.meta;
+      all.meta.sources = {input};  // as given (the importer names the .bin of X.idx)
+    } else if (part.meta.tokenizer != all.meta.tokenizer)
       throw DataError(input + ": tokenized with " + part.meta.tokenizer + ", the inputs before with " +
                       all.meta.tokenizer);
     else all.meta.sources.push_back(input);
@@ -178,11 +178,18 @@ int convert(const PrepareDataOptions& options) {
 
 int run(const PrepareDataOptions& options) {
   check_common(options);
-  if (is_imported_format(options.inputs.front())) return convert(options);
+  // Every option is checked even where token data makes it unused, and mixed inputs are refused
+  // before any input is read.
   if (options.tokenizer != ByteTokenizer::kName && options.tokenizer != Gpt2Tokenizer::kName)
     throw DataError("unknown tokenizer '" + options.tokenizer + "' (expected 'byte' or 'gpt2')");
   const DocumentSplit document_split = parse_document_split(options.documents);
   const InvalidUtf8 utf8_policy = parse_invalid_utf8(options.invalid_utf8);
+  const bool token_data = is_imported_format(options.inputs.front());
+  for (const std::string& input : options.inputs)
+    if (is_imported_format(input) != token_data)
+      throw DataError(input + (token_data ? ": cannot mix text inputs with token data (.bin/.idx) in one run"
+                                          : ": cannot mix token data (.bin/.idx) with text inputs in one run"));
+  if (token_data) return convert(options);
   std::optional<Gpt2Tokenizer> gpt2;
   if (options.tokenizer == Gpt2Tokenizer::kName) {
     if (!gpt2_tokenizer_files_present(options.gpt2_dir))
@@ -194,11 +201,11 @@ int run(const PrepareDataOptions& options) {
   std::vector<std::string> documents;
   std::size_t total_bytes = 0, replaced_total = 0;
   for (const std::string& input : options.inputs) {
-    if (is_imported_format(input))
-      throw DataError(input + ": cannot mix token data (.bin/.idx) with text inputs in one run");
     std::vector<std::string> docs;
     if (is_jsonl_path(input)) {
-      docs = read_jsonl_documents(input, options.jsonl_field, utf8_policy);
+      std::size_t replaced = 0;
+      docs = read_jsonl_documents(input, options.jsonl_field, utf8_policy, &replaced);
+      replaced_total += replaced;
     } else {
       std::size_t replaced = 0;
       docs = split_documents(repair_utf8(read_text_file(input), utf8_policy, input, &replaced), document_split);
