@@ -436,7 +436,9 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
                          {"spike", s.guard.state.skipped_spike}}},
       {"lanes", s.opts.lanes.enabled_lanes().empty()
                     ? nlohmann::json(nullptr)
-                    : nlohmann::json{{"total", combine_lane_summaries(lane_ranks)}, {"per_rank", lane_ranks}}},
+                    : nlohmann::json{{"total", combine_lane_summaries(lane_ranks)},
+                                     {"per_stage", lane_summaries_per_stage(lane_ranks, dims.pp)},
+                                     {"per_rank", lane_ranks}}},
   };
 }
 

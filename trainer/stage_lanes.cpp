@@ -99,4 +99,17 @@ nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
           {"lanes", lanes}, {"quarantined", quarantined}};
 }
 
+nlohmann::json lane_summaries_per_stage(const nlohmann::json& per_rank, int stages) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int stage = 0; stage < stages; ++stage) {
+    nlohmann::json mine = nlohmann::json::array();
+    for (const auto& r : per_rank)
+      if (r.is_object() && r.contains("stage") && r["stage"] == stage) mine.push_back(r);
+    nlohmann::json combined = combine_lane_summaries(mine);
+    combined["stage"] = stage;
+    out.push_back(std::move(combined));
+  }
+  return out;
+}
+
 }  // namespace pipelane

@@ -33,5 +33,7 @@ class StageLanes {
 
 // Rank 0 turns every rank's StageLanes::summary() into the totals of summary.json.
 nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank);
+// One combine_lane_summaries per pipeline stage (over its tp x dp ranks), each with "stage".
+nlohmann::json lane_summaries_per_stage(const nlohmann::json& per_rank, int stages);
 
 }  // namespace pipelane

@@ -24,6 +24,7 @@
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
 #include "trainer/train_options.h"
+#include "trainer/lane_valuation.h"
 #include "trainer/training_data.h"
 
 namespace pipelane {
@@ -103,6 +104,16 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
     for (const auto& [name, l] : t["lanes"].items())
       std::printf("    %-10s %.4g %s in %.2f s of lane time\n", name.c_str(), l["units"].get<double>(),
                   l.value("work_unit", std::string("units")).c_str(), l["lane_s"].get<double>());
+    if (t.contains("overhead") && t["overhead"].is_object())
+      std::printf("    overhead   %+.1f%% training time vs the lanes-off run (median step %+.1f%%)\n",
+                  100 * t["overhead"]["fraction"].get<double>(),
+                  100 * t["overhead"]["step_median_fraction"].get<double>());
+    if (t.contains("cost_saving") && t["cost_saving"].is_object()) {
+      const auto& c = t["cost_saving"];
+      std::printf("    saving     %.1f%%%s: lane work worth %.1f device-s alone, over %.1f device-s of training\n",
+                  100 * c["fraction"].get<double>(), c["gross"].get<bool>() ? " (gross: no [lanes] baseline)" : "",
+                  c["value_device_s"].get<double>(), c["training_device_s"].get<double>());
+    }
     for (const auto& q : t["quarantined"])
       std::printf("    quarantined: %s on rank %d: %s\n", q["lane"].get<std::string>().c_str(),
                   static_cast<int>(q["rank"].get<double>()), q["reason"].get<std::string>().c_str());
@@ -137,6 +148,7 @@ int train_command(int argc, char** argv) {
   // that failed makes every rank stop with the lowest failing rank's message, printed once.
   TrainOptions opts;
   std::optional<TrainingData> data;
+  LaneValuation valuation;
   ParallelDims dims;
   std::string error;
   int code = 0;
@@ -148,6 +160,7 @@ int train_command(int argc, char** argv) {
     }
     dims = resolve_dims(opts, world);
     data.emplace(TrainingData::open(opts));
+    valuation = LaneValuation::load(opts, dims.world());
   } catch (const ConfigError& e) {
     error = e.what();
     code = 2;
@@ -253,6 +266,11 @@ int train_command(int argc, char** argv) {
       const double unigram = unigram_cross_entropy(data->main().train(), data->valid(), data->main().meta().vocab_size);
       summary["unigram_val_loss"] = unigram;
       summary["config"] = opts.config_path;
+      if (summary.contains("lanes") && summary["lanes"].is_object()) {
+        const double train_s = summary["train_seconds"].get<double>();
+        valuation.annotate(summary["lanes"]["total"], train_s, summary["step_ms_median"].get<double>(), world);
+        for (auto& stage : summary["lanes"]["per_stage"]) valuation.annotate_lanes(stage, train_s);
+      }
       run->write_summary(summary);
       print_summary(opts, summary, unigram);
     }

@@ -254,7 +254,12 @@ std::vector<OptionKey> train_option_keys() {
       .boolean("deterministic", &LanesOptions::deterministic, "freeze the lane steps of each gap after profiling")
       .integer("profile_iterations", &LanesOptions::profile_iterations, 1, "first iterations only measure gaps")
       .text("stages", &LanesOptions::stages, {}, "pipeline stages that run lanes: all, or a list such as 0,2")
-      .text("plugins", &LanesOptions::plugins, {}, "lane plugins (.so paths), comma-separated");
+      .text("plugins", &LanesOptions::plugins, {}, "lane plugins (.so paths), comma-separated")
+      .text("baseline", &LanesOptions::baseline, {},
+            "summary.json of a lanes-off run of this config: summary.json then reports the training overhead")
+      .text("dedicated", &LanesOptions::dedicated, {},
+            "file of `pipelane lane-bench NAME --json` lines, one per enabled lane: summary.json then "
+            "reports the FreeRide-style cost saving");
   return keys;
 }
 
@@ -446,10 +451,21 @@ struct CommandLine {
 CommandLine read_command_line(int argc, const char* const* argv, const std::vector<OptionKey>& keys) {
   Settings lane_settings;
   std::vector<const char*> rest(argv, argv + std::min(argc, 1));
+  // Boost refuses "--key=" (an empty value after '='), which is how a user clears a key such as
+  // --lanes.enabled=; the same value as a separate empty token is accepted.
+  std::vector<std::string> cleared;
+  cleared.reserve(static_cast<std::size_t>(argc));
+  static const char kEmpty[] = "";
   for (int i = 1; i < argc; ++i) {
     const std::string_view argument = argv[i];
     if (argument.substr(0, 2 + kLaneSectionPrefix.size()) != "--lane.") {
-      rest.push_back(argv[i]);
+      if (argument.size() > 3 && argument.substr(0, 2) == "--" && argument.back() == '=' &&
+          argument.find('=') == argument.size() - 1) {
+        rest.push_back(cleared.emplace_back(argument.substr(0, argument.size() - 1)).c_str());
+        rest.push_back(kEmpty);
+      } else {
+        rest.push_back(argv[i]);
+      }
       continue;
     }
     const std::size_t equals = argument.find('=');
@@ -591,8 +607,12 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
       throw ConfigError(where("lanes.enabled") + ": [lanes] enabled = '" + lanes.enabled + "': '" + enabled[i] +
                         "' given twice");
   }
+  // Lanes turned off explicitly (`enabled =`, e.g. --lanes.enabled= for the lanes-off baseline of a
+  // lanes config) keep their [lane.NAME] sections unused; otherwise a section of a lane that is not
+  // enabled is most likely a typo or a forgotten `enabled`.
+  const bool switched_off = enabled.empty() && settings.count("lanes.enabled");
   for (const auto& [name, values] : lanes.lane_sections) {
-    if (std::find(enabled.begin(), enabled.end(), name) == enabled.end())
+    if (!switched_off && std::find(enabled.begin(), enabled.end(), name) == enabled.end())
       throw ConfigError(where("lane." + name) + ": [lane." + name + "] given but '" + name +
                         "' is not in [lanes] enabled");
   }

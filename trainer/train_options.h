@@ -83,6 +83,8 @@ struct LanesOptions {
   int profile_iterations = 2;  // iterations that only measure gaps
   std::string stages = "all";  // pipeline stages that run lanes: "all" or a list such as "0,2"
   std::string plugins;         // comma-separated paths of lane plugins (.so)
+  std::string baseline;   // summary.json of a lanes-off run: the overhead in summary.json
+  std::string dedicated;  // JSON lines of `pipelane lane-bench NAME --json`: the cost saving
   std::map<std::string, std::map<std::string, std::string>> lane_sections;  // NAME -> key -> value
   std::string lane_sections_source;  // the config file (or "command line"), for the lanes' messages
 
@@ -94,6 +96,7 @@ struct LanesOptions {
     return a.enabled == b.enabled && a.memory_mb == b.memory_mb && a.stage_memory_mb == b.stage_memory_mb &&
            a.margin == b.margin && a.deterministic == b.deterministic &&
            a.profile_iterations == b.profile_iterations && a.stages == b.stages && a.plugins == b.plugins &&
+           a.baseline == b.baseline && a.dedicated == b.dedicated &&
            a.lane_sections == b.lane_sections;
   }
 };

@@ -6,7 +6,9 @@
 # work valued at its dedicated one-core throughput from `pipelane lane-bench`, minus the extra
 # training device-time, over the training device-time alone), lane throughput; and the same
 # workload as a separate co-located process at normal priority and at nice 19: its training
-# overhead and side-work throughput. Prints one table and writes a CSV.
+# overhead and side-work throughput. Overhead and cost saving are those pipelane writes into each
+# lanes-on run's summary.json ([lanes] baseline/dedicated), medians over rounds. Prints one table
+# and writes a CSV.
 #   scripts/bench/lanes.sh [--steps N] [--rounds R] [--m "4"] [--lanes "pagerank ... mix"] [--pp 2]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +23,7 @@ while [ $# -gt 0 ]; do
     --lanes) lanes_list=$2; shift 2 ;;
     --pp) pp=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "lanes.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -64,12 +66,12 @@ train() {  # train DIR EXTRA... -> prints train_seconds
 field() { /usr/bin/env python3 -c "import json,sys; d=json.load(open(sys.argv[1])); exec('print('+sys.argv[2]+')')" "$@"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
-# Dedicated throughput of each lane alone on one core.
-declare -A dedicated
+# Dedicated throughput of each lane alone on one core: the lane-bench lines that training's
+# [lanes] dedicated reads to value lane work in summary.json.
 for n in pagerank imageproc smalltrain prefill command; do
   sets=()
   for kv in $(lane_opts $n); do sets+=(--set "$kv"); done
-  dedicated[$n]=$(build/pipelane lane-bench $n "${sets[@]}" --seconds 3 --json | field /dev/stdin 'd["units_per_s"]')
+  build/pipelane lane-bench $n "${sets[@]}" --seconds 3 --json >>"$out/dedicated.jsonl"
 done
 
 over=no; [ "$pp" -gt "$(nproc)" ] && over=yes
@@ -78,18 +80,23 @@ echo "m,lane,oversubscribed,t_off_s,t_on_s,overhead_pct,harvest_pct,cost_saving_
 printf "%3s %-11s %8s %8s %9s %8s %8s %12s | %9s %11s | %9s %11s\n" m lane t_off t_on overhead harvest saving "lane units/s" colo_ovh colo_units/s nice_ovh nice_units/s
 for m in $ms; do
   for lane in $lanes_list; do
-    offs=() ons=() harvest=() units=()
+    offs=() ons=() harvest=() units=() overheads=() savings=()
     for r in $(seq "$rounds"); do
       train "$out/off-$m-$lane-$r"
       offs+=("$(field "$out/off-$m-$lane-$r/summary.json" 'd["train_seconds"]')")
-      train "$out/on-$m-$lane-$r" $(lane_args $lane)
+      # Each lanes-on run is valued against the lanes-off run just before it, by pipelane itself:
+      # summary.json's overhead and cost saving (trainer/lane_valuation.h).
+      train "$out/on-$m-$lane-$r" $(lane_args $lane) --lanes.baseline="$out/off-$m-$lane-$r/summary.json" \
+        --lanes.dedicated="$out/dedicated.jsonl"
       s="$out/on-$m-$lane-$r/summary.json"
       ons+=("$(field "$s" 'd["train_seconds"]')")
       harvest+=("$(field "$s" 'd["lanes"]["total"]["harvest_fraction"]')")
-      # Lane work valued in dedicated one-core seconds.
-      units+=("$(field "$s" 'sum(v["units"]/{'"$(for n in pagerank imageproc smalltrain prefill command; do printf '"%s":%s,' $n ${dedicated[$n]}; done)"'}[k] for k,v in d["lanes"]["total"]["lanes"].items())')")
+      units+=("$(field "$s" 'd["lanes"]["total"]["cost_saving"]["value_device_s"]')")
+      overheads+=("$(field "$s" '100*d["lanes"]["total"]["overhead"]["fraction"]')")
+      savings+=("$(field "$s" '100*d["lanes"]["total"]["cost_saving"]["fraction"]')")
     done
     t_off=$(median "${offs[@]}"); t_on=$(median "${ons[@]}"); h=$(median "${harvest[@]}"); value=$(median "${units[@]}")
+    overhead=$(median "${overheads[@]}"); saving=$(median "${savings[@]}")
     # Co-located baselines: the lane as its own process for as long as training runs, next to a
     # lanes-off run, at normal priority and at nice 19.
     colo=() ; first=$lane; [ $lane = mix ] && first=imageproc
@@ -104,15 +111,14 @@ for m in $ms; do
       ups=$(field "$out/colo-$prio.json" 'd["units"]/max(1e-9, d["step_s"])*d["step_s"]/(d["step_s"]+1e-9)')
       colo+=("$(echo "100*($t_colo-$t_off)/$t_off" | bc -l)" "$ups")
     done
-    /usr/bin/env python3 - "$m" "$lane" "$over" "$t_off" "$t_on" "$h" "$value" "$pp" "${colo[@]}" "$csv" <<'PY'
+    /usr/bin/env python3 - "$m" "$lane" "$over" "$t_off" "$t_on" "$h" "$value" "$overhead" "$saving" "${colo[@]}" "$csv" <<'PY'
 import sys
 m, lane, over = sys.argv[1:4]
-t_off, t_on, h, value, pp = map(float, sys.argv[4:9])
-c_ovh, c_ups, n_ovh, n_ups = map(float, sys.argv[9:13])
-csv = sys.argv[13]
-overhead = 100 * (t_on - t_off) / t_off
-# device-seconds: pp ranks x time; lane value = dedicated one-core seconds of the same work
-saving = 100 * (value - pp * (t_on - t_off)) / (pp * t_off)
+# overhead and saving: medians over rounds of summary.json's values (each on-run against the
+# off-run before it); t_off and t_on: medians of the training times.
+t_off, t_on, h, value, overhead, saving = map(float, sys.argv[4:10])
+c_ovh, c_ups, n_ovh, n_ups = map(float, sys.argv[10:14])
+csv = sys.argv[14]
 lane_ups = value / t_on if t_on > 0 else 0
 print(f"{m:>3} {lane:<11} {t_off:8.2f} {t_on:8.2f} {overhead:+8.2f}% {100*h:7.1f}% {saving:+7.2f}% {lane_ups:12.3f} | {c_ovh:+8.2f}% {c_ups:11.4g} | {n_ovh:+8.2f}% {n_ups:11.4g}")
 with open(csv, "a") as f:

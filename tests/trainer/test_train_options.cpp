@@ -120,6 +120,15 @@ TEST_F(TrainOptionsTest, CommandLineOverridesFileInBothForms) {
   EXPECT_EQ(options.train.min_lr, 1e-5);
 }
 
+TEST_F(TrainOptionsTest, AnEmptyValueAfterTheEqualsSignClearsAKey) {
+  const std::string path = write_config("[lanes]\nenabled = pagerank\n[lane.pagerank]\ngenerate = rmat\n");
+  const TrainOptions cleared = parse({"--config", path, "--lanes.enabled=", "--lanes.plugins="});
+  EXPECT_EQ(cleared.lanes.enabled, "");
+  EXPECT_EQ(cleared.lanes.plugins, "");
+  // An empty value of a number is still an error, with the key named.
+  EXPECT_EQ(parse_error({"--train.lr="}), "command line: --train.lr=: expected a number");
+}
+
 TEST_F(TrainOptionsTest, CommandLineWorksWithoutFile) {
   const TrainOptions options = parse({"--model.layers", "6", "--data.tokenizer=gpt2"});
   EXPECT_EQ(options.model.layers, 6);
@@ -324,7 +333,8 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"run", "checkpoint_every", "0"},  {"run", "keep_last", "3"},       {"run", "resume", "auto"},
     {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
     {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
-    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},
+    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "baseline", ""},
+    {"lanes", "dedicated", ""},
 };
 
 TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {
