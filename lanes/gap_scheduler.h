@@ -93,6 +93,8 @@ struct GapRecord {
   // most half a step). Gap-length EWMA, harvested and overrun seconds use this estimate.
   bool arrived_exact = true;
   int lane_steps = 0;
+  bool profiling = false;   // a gap of the profile iterations: measured, never filled
+  double harvested_s = 0;   // lane step time inside [start_s, arrived_s]
 };
 
 class GapScheduler : public GapFiller {

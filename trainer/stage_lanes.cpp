@@ -74,7 +74,7 @@ double number(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
-  double bubble = 0, harvested = 0, overrun = 0;
+  double bubble = 0, harvested = 0, overrun = 0, bubble_filled = 0, harvested_filled = 0;
   nlohmann::json lanes = nlohmann::json::object();
   nlohmann::json quarantined = nlohmann::json::array();
   for (const auto& r : per_rank) {
@@ -82,6 +82,8 @@ nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
     bubble += number(r, "bubble_s");
     harvested += number(r, "harvested_s");
     overrun += number(r, "overrun_s");
+    bubble_filled += number(r, "bubble_after_profiling_s");
+    harvested_filled += number(r, "bubble_after_profiling_s") * number(r, "harvest_fraction_after_profiling");
     if (r.contains("lanes"))
       for (const auto& [name, l] : r["lanes"].items()) {
         auto& t = lanes[name];
@@ -96,6 +98,8 @@ nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
     t["units_per_lane_s"] = t["lane_s"].get<double>() > 0 ? t["units"].get<double>() / t["lane_s"].get<double>() : 0.0;
   return {{"bubble_s", bubble}, {"harvested_s", harvested},
           {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0}, {"overrun_s", overrun},
+          {"bubble_after_profiling_s", bubble_filled},
+          {"harvest_fraction_after_profiling", bubble_filled > 0 ? harvested_filled / bubble_filled : 0.0},
           {"lanes", lanes}, {"quarantined", quarantined}};
 }
 

@@ -98,9 +98,11 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
                 100 * summary["bubble_fraction_theoretical"].get<double>());
   if (summary.contains("lanes") && summary["lanes"].is_object()) {
     const auto& t = summary["lanes"]["total"];
-    std::printf("  lanes        harvested %.2f s of %.2f s of waits (%.0f%%), overrun %.3f s\n",
+    std::printf("  lanes        harvested %.2f s of %.2f s of waits (%.0f%%; %.0f%% after the profile iterations), "
+                "overrun %.3f s\n",
                 t["harvested_s"].get<double>(), t["bubble_s"].get<double>(),
-                100 * t["harvest_fraction"].get<double>(), t["overrun_s"].get<double>());
+                100 * t["harvest_fraction"].get<double>(), 100 * t.value("harvest_fraction_after_profiling", 0.0),
+                t["overrun_s"].get<double>());
     for (const auto& [name, l] : t["lanes"].items())
       std::printf("    %-10s %.4g %s in %.2f s of lane time\n", name.c_str(), l["units"].get<double>(),
                   l.value("work_unit", std::string("units")).c_str(), l["lane_s"].get<double>());

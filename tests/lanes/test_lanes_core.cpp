@@ -192,6 +192,12 @@ TEST(GapSchedulerTest, ProfilingIterationsOnlyMeasure) {
   EXPECT_NEAR(summary["harvested_s"].get<double>(), 0.009, 1e-9);
   EXPECT_NEAR(summary["bubble_s"].get<double>(), 0.030, 1e-5);
   EXPECT_NEAR(summary["harvest_fraction"].get<double>(), 0.3, 1e-3);
+  // Past the two profiled gaps only the third counts: 9 of its 10 ms.
+  EXPECT_TRUE(h.scheduler->gap_records()[0].profiling);
+  EXPECT_FALSE(gap.profiling);
+  EXPECT_NEAR(gap.harvested_s, 0.009, 1e-9);
+  EXPECT_NEAR(summary["bubble_after_profiling_s"].get<double>(), 0.010, 1e-5);
+  EXPECT_NEAR(summary["harvest_fraction_after_profiling"].get<double>(), 0.9, 1e-3);
   EXPECT_EQ(summary["lanes"]["a"]["units"].get<double>(), 18);  // 9 steps x 2 ticks
   EXPECT_NEAR(summary["lanes"]["a"]["units_per_s"].get<double>(), 2000, 1e-6);
 }
