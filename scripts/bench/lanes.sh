@@ -41,7 +41,9 @@ chmod +x "$out/burn.sh"
 # Options of each lane (as --lane.NAME.key=value) and as lane-bench --set.
 lane_opts() {
   case "$1" in
-    pagerank) echo "generate=rmat scale=16 slice_edges=262144" ;;
+    # tolerance 0: iterate until max_iterations, a workload that lasts the whole run (at scale 16
+    # it converged within the first second and the row measured nothing)
+    pagerank) echo "generate=rmat scale=18 slice_edges=1048576 tolerance=0 max_iterations=1000000" ;;
     imageproc) echo "generate=100000" ;;
     smalltrain) echo "steps=1000000" ;;
     prefill) echo "rate_per_s=2000 requests=1000000" ;;
@@ -76,11 +78,11 @@ done
 
 over=no; [ "$pp" -gt "$(nproc)" ] && over=yes
 echo "pp=$pp$([ $over = yes ] && echo ' (OVERSUBSCRIBED: ranks share cores)'), $steps steps, medians of $rounds alternating runs"
-echo "m,lane,oversubscribed,t_off_s,t_on_s,overhead_pct,harvest_pct,cost_saving_pct,lane_units_per_s,colo_overhead_pct,colo_units_per_s,nice19_overhead_pct,nice19_units_per_s" >"$csv"
-printf "%3s %-11s %8s %8s %9s %8s %8s %12s | %9s %11s | %9s %11s\n" m lane t_off t_on overhead harvest saving "lane units/s" colo_ovh colo_units/s nice_ovh nice_units/s
+echo "m,lane,oversubscribed,t_off_s,t_on_s,overhead_pct,step_median_overhead_pct,harvest_pct,harvest_after_profiling_pct,cost_saving_pct,lane_units_per_s,colo_overhead_pct,colo_units_per_s,nice19_overhead_pct,nice19_units_per_s" >"$csv"
+printf "%3s %-11s %8s %8s %9s %9s %8s %8s %8s %12s | %9s %11s | %9s %11s\n" m lane t_off t_on overhead step_ovh harvest harv_pp saving "lane units/s" colo_ovh colo_units/s nice_ovh nice_units/s
 for m in $ms; do
   for lane in $lanes_list; do
-    offs=() ons=() harvest=() units=() overheads=() savings=()
+    offs=() ons=() harvest=() units=() overheads=() savings=() step_overheads=() harvest_pp=()
     for r in $(seq "$rounds"); do
       train "$out/off-$m-$lane-$r"
       offs+=("$(field "$out/off-$m-$lane-$r/summary.json" 'd["train_seconds"]')")
@@ -93,10 +95,13 @@ for m in $ms; do
       harvest+=("$(field "$s" 'd["lanes"]["total"]["harvest_fraction"]')")
       units+=("$(field "$s" 'd["lanes"]["total"]["cost_saving"]["value_device_s"]')")
       overheads+=("$(field "$s" '100*d["lanes"]["total"]["overhead"]["fraction"]')")
+      step_overheads+=("$(field "$s" '100*d["lanes"]["total"]["overhead"]["step_median_fraction"]')")
+      harvest_pp+=("$(field "$s" 'd["lanes"]["total"]["harvest_fraction_after_profiling"]')")
       savings+=("$(field "$s" '100*d["lanes"]["total"]["cost_saving"]["fraction"]')")
     done
     t_off=$(median "${offs[@]}"); t_on=$(median "${ons[@]}"); h=$(median "${harvest[@]}"); value=$(median "${units[@]}")
     overhead=$(median "${overheads[@]}"); saving=$(median "${savings[@]}")
+    step_overhead=$(median "${step_overheads[@]}"); h_pp=$(median "${harvest_pp[@]}")
     # Co-located baselines: the lane as its own process for as long as training runs, next to a
     # lanes-off run, at normal priority and at nice 19.
     colo=() ; first=$lane; [ $lane = mix ] && first=imageproc
@@ -111,20 +116,22 @@ for m in $ms; do
       ups=$(field "$out/colo-$prio.json" 'd["units"]/max(1e-9, d["step_s"])*d["step_s"]/(d["step_s"]+1e-9)')
       colo+=("$(echo "100*($t_colo-$t_off)/$t_off" | bc -l)" "$ups")
     done
-    /usr/bin/env python3 - "$m" "$lane" "$over" "$t_off" "$t_on" "$h" "$value" "$overhead" "$saving" "${colo[@]}" "$csv" <<'PY'
+    /usr/bin/env python3 - "$m" "$lane" "$over" "$t_off" "$t_on" "$h" "$value" "$overhead" "$saving" "$step_overhead" "$h_pp" "${colo[@]}" "$csv" <<'PY'
 import sys
 m, lane, over = sys.argv[1:4]
 # overhead and saving: medians over rounds of summary.json's values (each on-run against the
 # off-run before it); t_off and t_on: medians of the training times.
-t_off, t_on, h, value, overhead, saving = map(float, sys.argv[4:10])
-c_ovh, c_ups, n_ovh, n_ups = map(float, sys.argv[10:14])
-csv = sys.argv[14]
+t_off, t_on, h, value, overhead, saving, step_ovh, h_pp = map(float, sys.argv[4:12])
+c_ovh, c_ups, n_ovh, n_ups = map(float, sys.argv[12:16])
+csv = sys.argv[16]
 lane_ups = value / t_on if t_on > 0 else 0
-print(f"{m:>3} {lane:<11} {t_off:8.2f} {t_on:8.2f} {overhead:+8.2f}% {100*h:7.1f}% {saving:+7.2f}% {lane_ups:12.3f} | {c_ovh:+8.2f}% {c_ups:11.4g} | {n_ovh:+8.2f}% {n_ups:11.4g}")
+print(f"{m:>3} {lane:<11} {t_off:8.2f} {t_on:8.2f} {overhead:+8.2f}% {step_ovh:+8.2f}% {100*h:7.1f}% {100*h_pp:7.1f}% {saving:+7.2f}% {lane_ups:12.3f} | {c_ovh:+8.2f}% {c_ups:11.4g} | {n_ovh:+8.2f}% {n_ups:11.4g}")
 with open(csv, "a") as f:
-    f.write(f"{m},{lane},{over},{t_off:.4f},{t_on:.4f},{overhead:.3f},{100*h:.2f},{saving:.3f},{lane_ups:.4f},{c_ovh:.3f},{c_ups:.4g},{n_ovh:.3f},{n_ups:.4g}\n")
+    f.write(f"{m},{lane},{over},{t_off:.4f},{t_on:.4f},{overhead:.3f},{step_ovh:.3f},{100*h:.2f},{100*h_pp:.2f},{saving:.3f},{lane_ups:.4f},{c_ovh:.3f},{c_ups:.4g},{n_ovh:.3f},{n_ups:.4g}\n")
 PY
   done
 done
+echo "overhead: training time vs the lanes-off run; step_ovh: the same for the median step time (robust to"
+echo "one-off costs); harv_pp: harvest after the profile iterations (what a long run converges to)."
 echo "lane units/s: lane work in dedicated one-core seconds per training second; colo/nice units/s: the"
 echo "co-located process's own work units per second. CSV: $csv"
