@@ -387,6 +387,7 @@ class ImageProcLane final : public Lane {
     opacity_ = static_cast<float>(o.get_double("watermark_opacity", 0.5, 0.0, 1.0));
     format_ = o.get_string("format", "png");
     png_level_ = static_cast<int>(o.get_int("png_compression", 1, 0, 9));
+    steps_per_image_ = static_cast<int>(o.get_int("steps_per_image", 3, 1, 3));
     o.reject_unknown();
     if (kind != "gaussian" && kind != "box")
       throw LaneError("[lane.imageproc] blur_kind = '" + kind + "': expected gaussian or box");
@@ -415,42 +416,30 @@ class ImageProcLane final : public Lane {
     }
   }
 
+  // One image in steps_per_image_ steps (1: whole; 3: read + resize | blur + watermark | encode),
+  // each returning its share of the image, so a step fits a pipeline gap of a third the size. The
+  // image in progress lives in the arena between its steps; the output is the same either way.
   double step(LaneContext& ctx) override {
     if (finished()) return 0.0;
-    const std::string src = input_dir_.empty() ? "generated image " + std::to_string(next_)
-                                               : input_dir_ + "/" + files_[next_];
-    const std::string stem = input_dir_.empty() ? image_name(next_)
-                                                : std::filesystem::path(files_[next_]).stem().string();
-    const std::string out = output_dir_ + "/" + stem + "." + format_;
     Arena& arena = ctx.arena;
-    arena.reset();  // this lane keeps nothing else in its arena; every image starts empty
+    const int phases = steps_per_image_;
+    const int first = phase_ * 3 / phases, last = (phase_ + 1) * 3 / phases;  // stages [first, last)
     try {
-      const Image8 in = input_dir_.empty() ? synthesize(width_, height_, seed_, next_, arena)
-                                           : decode_image(src, arena);
-      const int c = in.channels;
-      const std::size_t n = static_cast<std::size_t>(out_w_) * out_h_ * c;
-      float* img = arena.allocate_n<float>(n, "resized image");
-      resize_impl(in.data, in.width, in.height, c, img, out_w_, out_h_);
-      if (blur_ > 0) blur(img, arena.allocate_n<float>(n, "blur buffer"), out_w_, out_h_, c, blur_, gaussian_);
-      watermark(img, out_w_, out_h_, c, watermark_, opacity_);
-      Image8 o8{out_w_, out_h_, c, arena.allocate_n<std::uint8_t>(n, "encoded image")};
-      for (std::size_t i = 0; i < n; ++i)
-        o8.data[i] = static_cast<std::uint8_t>(std::clamp(std::lround(img[i]), 0L, 255L));
-      const std::string tmp = out + ".tmp";
-      if (format_ == "png") encode_png(tmp, o8, png_level_);
-      else encode_pnm(tmp, o8);
-      std::error_code ec;
-      std::filesystem::rename(tmp, out, ec);
-      if (ec) throw LaneError("imageproc: cannot rename " + tmp + " to " + out + ": " + ec.message());
-      in_mpix_ += static_cast<double>(in.width) * in.height / 1e6;
-      out_mpix_ += static_cast<double>(out_w_) * out_h_ / 1e6;
-      bytes_written_ += std::filesystem::file_size(out, ec);
+      for (int stage = first; stage < last; ++stage) run_stage(stage, arena);
     } catch (const ArenaQuotaError& e) {
-      throw LaneError("imageproc: " + src + " does not fit the lane's memory quota: " + e.what());
+      phase_ = 0;
+      throw LaneError("imageproc: " + source_name() + " does not fit the lane's memory quota: " + e.what());
+    } catch (...) {
+      phase_ = 0;  // a retry (after load()) starts the image over
+      throw;
     }
-    ++next_;
-    ++done_;
-    return 1.0;
+    const double share = static_cast<double>(last - first) / 3.0;
+    if (++phase_ == phases) {
+      phase_ = 0;
+      ++next_;
+      ++done_;
+    }
+    return share;
   }
 
   bool finished() const override { return next_ >= total(); }
@@ -483,6 +472,7 @@ class ImageProcLane final : public Lane {
                         std::to_string(total()));
       }
       next_ = next;
+      phase_ = 0;  // an image saved part-way is done again from its start
       done_ = j.at("images_done").get<std::uint64_t>();
       in_mpix_ = j.at("input_megapixels").get<double>();
       out_mpix_ = j.at("output_megapixels").get<double>();
@@ -509,6 +499,44 @@ class ImageProcLane final : public Lane {
 
  private:
   std::size_t total() const { return input_dir_.empty() ? static_cast<std::size_t>(generate_) : files_.size(); }
+  std::string source_name() const {
+    return input_dir_.empty() ? "generated image " + std::to_string(next_) : input_dir_ + "/" + files_[next_];
+  }
+
+  // Stage 0: read (or generate) and resize; 1: blur and watermark; 2: quantize, encode, rename.
+  void run_stage(int stage, Arena& arena) {
+    if (stage == 0) {
+      arena.reset();  // this lane keeps nothing else in its arena; every image starts empty
+      const Image8 in = input_dir_.empty() ? synthesize(width_, height_, seed_, next_, arena)
+                                           : decode_image(source_name(), arena);
+      channels_ = in.channels;
+      in_pixels_ = static_cast<double>(in.width) * in.height;
+      const std::size_t n = static_cast<std::size_t>(out_w_) * out_h_ * channels_;
+      img_ = arena.allocate_n<float>(n, "resized image");
+      resize_impl(in.data, in.width, in.height, channels_, img_, out_w_, out_h_);
+    } else if (stage == 1) {
+      const std::size_t n = static_cast<std::size_t>(out_w_) * out_h_ * channels_;
+      if (blur_ > 0) blur(img_, arena.allocate_n<float>(n, "blur buffer"), out_w_, out_h_, channels_, blur_, gaussian_);
+      watermark(img_, out_w_, out_h_, channels_, watermark_, opacity_);
+    } else {
+      const std::size_t n = static_cast<std::size_t>(out_w_) * out_h_ * channels_;
+      const std::string stem = input_dir_.empty() ? image_name(next_)
+                                                  : std::filesystem::path(files_[next_]).stem().string();
+      const std::string out = output_dir_ + "/" + stem + "." + format_;
+      Image8 o8{out_w_, out_h_, channels_, arena.allocate_n<std::uint8_t>(n, "encoded image")};
+      for (std::size_t i = 0; i < n; ++i)
+        o8.data[i] = static_cast<std::uint8_t>(std::clamp(std::lround(img_[i]), 0L, 255L));
+      const std::string tmp = out + ".tmp";
+      if (format_ == "png") encode_png(tmp, o8, png_level_);
+      else encode_pnm(tmp, o8);
+      std::error_code ec;
+      std::filesystem::rename(tmp, out, ec);
+      if (ec) throw LaneError("imageproc: cannot rename " + tmp + " to " + out + ": " + ec.message());
+      in_mpix_ += in_pixels_ / 1e6;
+      out_mpix_ += static_cast<double>(out_w_) * out_h_ / 1e6;
+      bytes_written_ += std::filesystem::file_size(out, ec);
+    }
+  }
   static std::string image_name(std::size_t i) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "image_%06zu", i);
@@ -523,6 +551,11 @@ class ImageProcLane final : public Lane {
   std::uint64_t seed_ = 1;
   std::vector<std::string> files_;
   std::size_t next_ = 0;
+  int steps_per_image_ = 3;
+  // The image in progress between its steps (in the arena until the next image's stage 0).
+  int phase_ = 0, channels_ = 0;
+  float* img_ = nullptr;
+  double in_pixels_ = 0;
   std::uint64_t done_ = 0, bytes_written_ = 0;
   double in_mpix_ = 0, out_mpix_ = 0;
 };

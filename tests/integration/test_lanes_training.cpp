@@ -94,7 +94,8 @@ TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
   JobResult job;
   const StepMetrics on = train("slow", "--lanes.enabled=imageproc --lanes.profile_iterations=1 "
                                        "--lane.imageproc.input_dir=" + dir_.file("images") +
-                                       " --lane.imageproc.out_width=8 --lane.imageproc.out_height=6",
+                                       " --lane.imageproc.out_width=8 --lane.imageproc.out_height=6"
+                                       " --lane.imageproc.steps_per_image=1",  // each big image one step
                                &job);
   const auto total = lanes_total("slow");
   // Every rank runs its own copy of the lane, so each of the two is quarantined.

@@ -72,7 +72,7 @@ TEST(ImageProcLane, PpmPgmAndPngRoundTrip) {
 
 TEST(ImageProcLane, PipelineOnGeneratedImagesWritesDecodablePngs) {
   LaneEnv env("imageproc", {{"generate", "3"}, {"width", "64"}, {"height", "48"}, {"out_width", "40"},
-                            {"out_height", "30"}, {"blur", "2"}, {"watermark", "Lane 1"}},
+                            {"out_height", "30"}, {"blur", "2"}, {"watermark", "Lane 1"}, {"steps_per_image", "1"}},
               1u << 20);
   auto lane = builtin_lane_factories().at("imageproc")();
   lane->setup(env.ctx);
@@ -102,7 +102,8 @@ TEST(ImageProcLane, PipelineOnGeneratedImagesWritesDecodablePngs) {
 
   // The watermark changes the bottom-right corner, not the top-left.
   LaneEnv plain("imageproc", {{"generate", "1"}, {"width", "64"}, {"height", "48"}, {"out_width", "40"},
-                              {"out_height", "30"}, {"blur", "2"}, {"watermark", ""}, {"format", "ppm"}});
+                              {"out_height", "30"}, {"blur", "2"}, {"watermark", ""}, {"format", "ppm"},
+                              {"steps_per_image", "1"}});
   auto p = make_imageproc_lane();
   p->setup(plain.ctx);
   p->step(plain.ctx);
@@ -120,7 +121,7 @@ TEST(ImageProcLane, CorruptImageIsALaneErrorNamingTheFile) {
   testing_io::write_file(src.dir + "/b_bad.png", png);
   testing_io::write_file(src.dir + "/c_short.ppm", "P6\n8 8\n255\nabc");
   testing_io::write_file(src.dir + "/notes.txt", "not an image, skipped");
-  LaneEnv env("imageproc", {{"input_dir", src.dir}, {"out_width", "4"}, {"out_height", "4"}});
+  LaneEnv env("imageproc", {{"input_dir", src.dir}, {"out_width", "4"}, {"out_height", "4"}, {"steps_per_image", "1"}});
   auto lane = make_imageproc_lane();
   lane->setup(env.ctx);
   EXPECT_EQ(lane->report()["images_total"], 3);
@@ -156,7 +157,7 @@ TEST(ImageProcLane, SaveLoadResumesAtTheNextImage) {
     else ip::encode_pnm(src.dir + "/" + name, img);
   }
   const std::map<std::string, std::string> opts = {{"input_dir", src.dir}, {"out_width", "10"}, {"out_height", "5"},
-                                                   {"blur_kind", "box"}};
+                                                   {"blur_kind", "box"}, {"steps_per_image", "1"}};
   LaneEnv a("imageproc", opts);
   auto first = make_imageproc_lane();
   first->setup(a.ctx);
@@ -178,6 +179,52 @@ TEST(ImageProcLane, SaveLoadResumesAtTheNextImage) {
   EXPECT_EQ(second->report()["images_done"], 3);
   Arena scratch("check", 1u << 20);
   EXPECT_EQ(ip::decode_image(b.dir + "/three.png", scratch).channels, 1);  // gray stays gray
+}
+
+TEST(ImageProcLane, ThreeStepsPerImageWriteTheSameFilesAsOne) {
+  const std::map<std::string, std::string> base = {{"generate", "2"}, {"width", "64"}, {"height", "48"},
+                                                   {"out_width", "40"}, {"out_height", "30"}, {"blur", "2"}};
+  std::map<std::string, std::string> whole;  // the files split 1 wrote (its directory goes with it)
+  for (int split : {1, 2, 3}) {
+    auto opts = base;
+    opts["steps_per_image"] = std::to_string(split);
+    LaneEnv env("imageproc", opts, 1u << 20);
+    auto lane = make_imageproc_lane();
+    lane->setup(env.ctx);
+    std::vector<double> units;
+    while (!lane->finished() && units.size() < 20) units.push_back(lane->step(env.ctx));
+    ASSERT_EQ(units.size(), 2u * split) << "steps for split " << split;
+    double sum = 0;
+    for (double u : units) sum += u;
+    EXPECT_NEAR(sum, 2.0, 1e-12);  // each image's steps add up to one image
+    if (split == 3) EXPECT_NEAR(units[0], 1.0 / 3, 1e-12);
+    if (split == 2) EXPECT_NEAR(units[1], 2.0 / 3, 1e-12);  // stages 1-2 in the second step
+    EXPECT_EQ(lane->report()["images_done"], 2);
+    for (const char* name : {"image_000000.png", "image_000001.png"}) {
+      const std::string bytes = testing_io::read_file(env.dir + "/" + name);
+      ASSERT_GT(bytes.size(), 8u) << name;
+      if (split == 1) whole[name] = bytes;
+      else EXPECT_TRUE(bytes == whole[name]) << name << " differs with " << split << " steps per image";
+    }
+  }
+}
+
+TEST(ImageProcLane, SavedPartWayThroughAnImageRedoesIt) {
+  const std::map<std::string, std::string> opts = {{"generate", "2"}, {"width", "32"}, {"height", "24"},
+                                                   {"out_width", "16"}, {"out_height", "12"}};
+  LaneEnv a("imageproc", opts, 1u << 20);
+  auto first = make_imageproc_lane();
+  first->setup(a.ctx);
+  first->step(a.ctx);
+  first->step(a.ctx);  // two thirds of image 0
+  EXPECT_FALSE(std::filesystem::exists(a.dir + "/image_000000.png"));
+  LaneEnv b("imageproc", opts, 1u << 20);
+  auto second = make_imageproc_lane();
+  second->setup(b.ctx);
+  second->load(first->save());
+  for (int i = 0; i < 3; ++i) second->step(b.ctx);
+  EXPECT_TRUE(std::filesystem::exists(b.dir + "/image_000000.png"));
+  EXPECT_FALSE(second->finished());
 }
 
 TEST(ImageProcLane, OptionsAreValidated) {
