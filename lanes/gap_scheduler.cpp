@@ -370,6 +370,24 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
 
 void GapScheduler::end_iteration(int) {
   ++completed_iterations_;
+  // Once the gaps are known: a lane whose step is longer than every gap's budget will never run
+  // (its cost is only re-measured when it runs), which the user should hear about.
+  if (completed_iterations_ == options_.profile_iterations && calibrated_ && !gap_ewma_.empty()) {
+    double largest = 0;
+    for (const auto& [gap_id, length] : gap_ewma_) largest = std::max(largest, length);
+    for (const auto& owned : lanes_) {
+      const LaneSlot& slot = *owned;
+      if (slot.quarantined || slot.finished || !slot.has_cost) continue;
+      if (slot.predicted_s > largest * options_.margin) {
+        char text[320];
+        std::snprintf(text, sizeof text,
+                      "lanes: stage %d: lane %s takes %.3g ms a step, more than the largest gap (%.3g ms x "
+                      "margin %.2g): it will not run here; give it smaller steps",
+                      options_.stage, slot.name.c_str(), slot.predicted_s * 1e3, largest * 1e3, options_.margin);
+        logger_(text);
+      }
+    }
+  }
   if (options_.deterministic && !plan_frozen_ && calibrated_ && completed_iterations_ >= options_.profile_iterations)
     freeze_plan();
 }

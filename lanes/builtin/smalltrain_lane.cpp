@@ -23,8 +23,8 @@ SmallTrainSettings read_settings(const LaneContext& ctx) {
   s.seq_len = static_cast<int>(o.get_int("seq_len", 64, 1, 1 << 16));
   s.model.max_seq_len = s.seq_len;
   s.model.vocab_size = static_cast<int>(o.get_int("vocab_size", 256, 1, 1 << 24));
-  s.micro_batch = static_cast<int>(o.get_int("micro_batch", 4, 1, 1 << 16));
-  s.accumulation = static_cast<int>(o.get_int("accumulation", 1, 1, 1 << 16));
+  s.micro_batch = static_cast<int>(o.get_int("micro_batch", 2, 1, 1 << 16));
+  s.accumulation = static_cast<int>(o.get_int("accumulation", 2, 1, 1 << 16));
   s.lr = o.get_double("lr", 1e-3, 0.0, 10.0);
   s.grad_clip = o.get_double("grad_clip", 1.0, 0.0, 1e9);
   s.steps = o.get_int("steps", 200, 1, std::numeric_limits<std::int32_t>::max());

@@ -4,8 +4,9 @@
 // [lane.smalltrain] options (defaults):
 //   data = data/jargon.h5    token store (or anything TokenStore::open reads)
 //   layers = 2, d_model = 64, heads = 2, seq_len = 64, vocab_size = 256   the model
-//   micro_batch = 4          rows per microbatch
-//   accumulation = 1         microbatches per optimizer step
+//   micro_batch = 2          rows per microbatch (a step: ~3 ms at the default model, small
+//                            enough to fit most pipeline gaps)
+//   accumulation = 2         microbatches per optimizer step (4 rows per update)
 //   lr = 1e-3                constant learning rate (AdamW, betas 0.9/0.95, weight decay 0.1)
 //   grad_clip = 1.0          global-norm clipping (0: off)
 //   steps = 200              optimizer steps; then (after validation) the lane is finished
@@ -41,8 +42,8 @@ struct SmallTrainSettings {
   std::string data = "data/jargon.h5";
   GptConfig model;  // max_seq_len = seq_len
   int seq_len = 64;
-  int micro_batch = 4;
-  int accumulation = 1;
+  int micro_batch = 2;
+  int accumulation = 2;
   double lr = 1e-3;
   double grad_clip = 1.0;
   std::int64_t steps = 200;

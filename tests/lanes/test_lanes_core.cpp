@@ -167,6 +167,25 @@ TEST(GapSchedulerTest, CalibrateTimesStepsAndReportsThem) {
   EXPECT_EQ(summary["lanes"]["a"]["steps"], 0);  // calibration is not bubble work
 }
 
+TEST(GapSchedulerTest, ALaneLongerThanEveryGapIsReportedOnceAfterProfiling) {
+  Harness h;
+  h.start({{"small", 0.001}, {"huge", 0.050}}, options_with(0.9, 1));
+  h.scheduler->calibrate();
+  h.gap(0, 5, 0.010);
+  h.gap(0, 6, 0.030);
+  h.scheduler->end_iteration(0);
+  ASSERT_EQ(h.messages.size(), 1u);
+  EXPECT_NE(h.messages[0].find("lane huge takes 50 ms a step, more than the largest gap (30 ms"), std::string::npos)
+      << h.messages[0];
+  h.gap(1, 6, 0.030);
+  h.scheduler->end_iteration(1);
+  EXPECT_EQ(h.messages.size(), 1u);  // once
+  // The small lane fills the gap (0.9 x 30 ms of 1 ms steps, less the polls' time); huge never runs.
+  const std::vector<std::string> ran = h.steps_in(1, 6);
+  EXPECT_GE(ran.size(), 26u);
+  EXPECT_EQ(std::count(ran.begin(), ran.end(), "huge"), 0);
+}
+
 TEST(GapSchedulerTest, ProfilingIterationsOnlyMeasure) {
   Harness h;
   h.start({{"a", 0.001}}, options_with(0.95, 2));

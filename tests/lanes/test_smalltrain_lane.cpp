@@ -69,7 +69,7 @@ struct Harness {
 std::map<std::string, std::string> tiny_options(const std::string& data) {
   return {{"data", data},        {"layers", "2"},      {"d_model", "32"},  {"heads", "2"},
           {"seq_len", "16"},     {"vocab_size", "64"}, {"micro_batch", "4"}, {"lr", "3e-3"},
-          {"seed", "11"}};
+          {"accumulation", "1"}, {"seed", "11"}};
 }
 
 void run_to_end(SmallTrainLane& lane, Harness& h, int max_steps = 100000) {
