@@ -186,10 +186,16 @@ int train_command(int argc, char** argv) {
 
   try {
     Topology topo = mpi ? Topology::from_mpi_world(dims) : Topology::single_process();
-    const int threads = opts.train.threads > 0
-                            ? opts.train.threads
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                              ranks_on_this_host());
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    const int ranks_here = mpi ? ranks_on_this_host() : 1;
+    const int threads = opts.train.threads > 0 ? opts.train.threads : std::max(1, cores / ranks_here);
+    // A rank's wait is idle hardware only when it has cores of its own; sharing cores, lane work
+    // in a wait takes them from the other ranks' compute (+16-30% at pp=4 on 2 cores).
+    if (leader && ranks_here > cores && !opts.lanes.enabled_lanes().empty())
+      std::fprintf(stderr,
+                   "pipelane train: warning: %d ranks share %d cores on this host, so their waits are not idle "
+                   "cores and lane work there slows training\n",
+                   ranks_here, cores);
     auto device = make_cpu_device(threads);
     const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
                                                    : cpu::measure_sgemm_gflops(1536, 4);

@@ -8,44 +8,14 @@
 #include "datasets/importers.h"
 #include "datasets/token_store.h"
 #include "tests/datasets/test_files.h"
+#include "tests/datasets/token_data_files.h"
 
 namespace pipelane {
 namespace {
 
-template <typename T>
-void put(std::string& out, T value) {
-  out.append(reinterpret_cast<const char*>(&value), sizeof value);
-}
+using test_support::write_megatron;
 
-// Megatron MMIDIDX with uint16 tokens, one sequence per document.
-void write_megatron(const std::string& prefix, const std::vector<std::vector<std::uint16_t>>& docs) {
-  std::string idx("MMIDIDX\0\0", 9), bin;
-  put<std::uint64_t>(idx, 1);
-  put<std::uint8_t>(idx, 8);
-  put<std::uint64_t>(idx, docs.size());
-  put<std::uint64_t>(idx, docs.size() + 1);
-  for (const auto& d : docs) put<std::int32_t>(idx, static_cast<std::int32_t>(d.size()));
-  std::int64_t pointer = 0;
-  for (const auto& d : docs) {
-    put<std::int64_t>(idx, pointer);
-    pointer += static_cast<std::int64_t>(d.size() * 2);
-    for (auto t : d) put(bin, t);
-  }
-  for (std::size_t i = 0; i <= docs.size(); ++i) put<std::int64_t>(idx, static_cast<std::int64_t>(i));
-  test_support::write_file(prefix + ".idx", idx);
-  test_support::write_file(prefix + ".bin", bin);
-}
-
-std::string llmc_shard(const std::vector<std::uint16_t>& tokens) {
-  std::string out;
-  std::int32_t header[256] = {};
-  header[0] = 20240520;
-  header[1] = 1;
-  header[2] = static_cast<std::int32_t>(tokens.size());
-  out.append(reinterpret_cast<const char*>(header), sizeof header);
-  for (auto t : tokens) put(out, t);
-  return out;
-}
+std::string llmc_shard(const std::vector<std::uint16_t>& tokens) { return test_support::llmc_shard(tokens, 1); }
 
 std::string error_of(const std::function<void()>& f) {
   try {

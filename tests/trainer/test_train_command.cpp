@@ -27,10 +27,10 @@ int run_train(std::vector<std::string> args) {
   return train_command(static_cast<int>(argv.size()), argv.data());
 }
 
-// A small byte corpus with structure a model can pick up.
-void write_corpus(const std::string& path) {
+// A corpus of one repeated text, so a model trained on it predicts it with a low loss and other
+// text with a high one.
+void write_repeated(const std::string& path, const std::string& text, const std::string& tokenizer = "byte") {
   TokenSplit train, valid;
-  const std::string text = "the quick brown fox jumps over the lazy dog. ";
   for (int doc = 0; doc < 40; ++doc) {
     train.doc_offsets.push_back(train.tokens.size());
     for (int r = 0; r < 3; ++r)
@@ -41,8 +41,11 @@ void write_corpus(const std::string& path) {
   for (int r = 0; r < 6; ++r)
     for (unsigned char ch : text) valid.tokens.push_back(ch);
   valid.doc_offsets.push_back(valid.tokens.size());
-  write_token_store(path, {"byte", 256, {"test"}}, train, valid);
+  write_token_store(path, {tokenizer, 256, {"test"}}, train, valid);
 }
+
+// A small byte corpus with structure a model can pick up.
+void write_corpus(const std::string& path) { write_repeated(path, "the quick brown fox jumps over the lazy dog. "); }
 
 std::string tiny_config(const std::string& data, const std::string& run_dir) {
   return "[model]\nlayers = 2\nd_model = 32\nheads = 2\nseq_len = 16\nvocab_size = 256\n"
@@ -138,23 +141,6 @@ TEST(TrainCommand, DataWithALargerVocabularyThanTheModelIsRejected) {
   write_file(dir.file("c.ini"), tiny_config(dir.file("data.h5"), dir.file("run")));
   EXPECT_NE(run_train({"--config", dir.file("c.ini"), "--model.vocab_size=100"}), 0);
   EXPECT_FALSE(fs::exists(dir.file("run")));
-}
-
-// A corpus of one repeated text, so a model trained on it predicts it with a low loss and other
-// text with a high one.
-void write_repeated(const std::string& path, const std::string& text, const std::string& tokenizer = "byte") {
-  TokenSplit train, valid;
-  for (int doc = 0; doc < 40; ++doc) {
-    train.doc_offsets.push_back(train.tokens.size());
-    for (int r = 0; r < 3; ++r)
-      for (unsigned char ch : text) train.tokens.push_back(ch);
-  }
-  train.doc_offsets.push_back(train.tokens.size());
-  valid.doc_offsets.push_back(0);
-  for (int r = 0; r < 6; ++r)
-    for (unsigned char ch : text) valid.tokens.push_back(ch);
-  valid.doc_offsets.push_back(valid.tokens.size());
-  write_token_store(path, {tokenizer, 256, {"test"}}, train, valid);
 }
 
 double final_val_loss(const std::string& run_dir) {
