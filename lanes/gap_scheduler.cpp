@@ -551,6 +551,7 @@ nlohmann::json GapScheduler::summary() const {
       // The same after the profile iterations (whose gaps are only measured): what a long run
       // converges to.
       {"bubble_after_profiling_s", bubble_filled},
+      {"harvested_after_profiling_s", harvested_filled},
       {"harvest_fraction_after_profiling", bubble_filled > 0 ? harvested_filled / bubble_filled : 0.0},
       {"overrun_s", overrun},
       {"margin", options_.margin},

@@ -83,7 +83,7 @@ nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
     harvested += number(r, "harvested_s");
     overrun += number(r, "overrun_s");
     bubble_filled += number(r, "bubble_after_profiling_s");
-    harvested_filled += number(r, "bubble_after_profiling_s") * number(r, "harvest_fraction_after_profiling");
+    harvested_filled += number(r, "harvested_after_profiling_s");
     if (r.contains("lanes"))
       for (const auto& [name, l] : r["lanes"].items()) {
         auto& t = lanes[name];
@@ -98,7 +98,7 @@ nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
     t["units_per_lane_s"] = t["lane_s"].get<double>() > 0 ? t["units"].get<double>() / t["lane_s"].get<double>() : 0.0;
   return {{"bubble_s", bubble}, {"harvested_s", harvested},
           {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0}, {"overrun_s", overrun},
-          {"bubble_after_profiling_s", bubble_filled},
+          {"bubble_after_profiling_s", bubble_filled}, {"harvested_after_profiling_s", harvested_filled},
           {"harvest_fraction_after_profiling", bubble_filled > 0 ? harvested_filled / bubble_filled : 0.0},
           {"lanes", lanes}, {"quarantined", quarantined}};
 }

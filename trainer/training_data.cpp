@@ -58,33 +58,22 @@ std::vector<WeightedSplit> TrainingData::train_splits() const {
   return splits;
 }
 
-std::size_t TrainingData::train_tokens() const {
-  std::size_t n = 0;
-  for (const WeightedSplit& s : train_splits()) n += s.split->tokens.size();
-  return n;
-}
-
+// Paths can be long, so the line is built from strings rather than into a fixed buffer.
 std::string TrainingData::describe() const {
-  char line[1024];
-  std::string text;
-  if (blend_.empty()) {
-    std::snprintf(line, sizeof line, "data %s: %zu train / %zu validation tokens (%s tokenizer)",
-                  main_path_.c_str(), main_.train().tokens.size(), main_.valid().tokens.size(),
-                  main_.meta().tokenizer.c_str());
-    return line;
-  }
+  const auto tokens = [](std::size_t n) { return std::to_string(n) + " tokens"; };
+  const std::string tokenizer = " (" + main_.meta().tokenizer + " tokenizer)";
+  if (blend_.empty())
+    return "data " + main_path_ + ": " + std::to_string(main_.train().tokens.size()) + " train / " +
+           tokens(main_.valid().tokens.size()) + " validation" + tokenizer;
   double total = 0;
   for (const BlendedStore& b : blend_) total += b.weight;
-  text = "data blend:";
+  std::string text = "data blend:";
   for (const BlendedStore& b : blend_) {
-    std::snprintf(line, sizeof line, " %s %.0f%% (%zu tokens),", b.path.c_str(), 100.0 * b.weight / total,
-                  b.store.train().tokens.size());
-    text += line;
+    char share[16];
+    std::snprintf(share, sizeof share, "%.0f%%", 100.0 * b.weight / total);
+    text += (&b == &blend_.front() ? " " : ", ") + b.path + " " + share + " (" + tokens(b.store.train().tokens.size()) + ")";
   }
-  text.pop_back();
-  std::snprintf(line, sizeof line, "; validation: %zu tokens (%s tokenizer)", main_.valid().tokens.size(),
-                main_.meta().tokenizer.c_str());
-  return text + line;
+  return text + "; validation: " + tokens(main_.valid().tokens.size()) + tokenizer;
 }
 
 }  // namespace pipelane

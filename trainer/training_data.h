@@ -30,7 +30,6 @@ class TrainingData {
   // `main`'s train split alone.
   std::vector<WeightedSplit> train_splits() const;
   const TokenSplit& valid() const { return main_.valid(); }
-  std::size_t train_tokens() const;
   // One line for the console: the files, their token counts and weights.
   std::string describe() const;
 
