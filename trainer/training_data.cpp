@@ -64,7 +64,7 @@ std::string TrainingData::describe() const {
   const std::string tokenizer = " (" + main_.meta().tokenizer + " tokenizer)";
   if (blend_.empty())
     return "data " + main_path_ + ": " + std::to_string(main_.train().tokens.size()) + " train / " +
-           tokens(main_.valid().tokens.size()) + " validation" + tokenizer;
+           std::to_string(main_.valid().tokens.size()) + " validation tokens" + tokenizer;
   double total = 0;
   for (const BlendedStore& b : blend_) total += b.weight;
   std::string text = "data blend:";
