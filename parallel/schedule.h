@@ -17,6 +17,10 @@ struct Instr {
   int microbatch = -1;  // -1 for GradSync / OptimizerStep
   int chunk = 0;        // model chunk on this stage (interleaved: 0..v-1; else 0)
   WaitKind wait = WaitKind::None;  // RecvFwd/RecvBwd/GradSync: what kind of bubble a wait here is
+  // Transfers (SendFwd, RecvFwd, SendBwd, RecvBwd) only, attached by build_schedule's lowering
+  // pass: the (stage, chunk) at the other end. -1 elsewhere.
+  int peer_stage = -1;
+  int peer_chunk = -1;
 };
 
 struct ScheduleSpec {
@@ -50,6 +54,25 @@ std::string instr_to_string(const Instr& instr);
 
 // True for RecvFwd, RecvBwd and GradSync: the places a stage can wait (the lane scheduler's gaps).
 bool is_wait(Op op);
+// True for Fwd, Bwd and BwdWeight: the instructions that compute.
+bool is_compute(Op op);
+// True for the four point-to-point instructions.
+bool is_transfer(Op op);
+// Zero-bubble kinds split the backward into Bwd (input gradient) and BwdWeight (weight gradient).
+bool backward_is_split(ScheduleKind kind);
+// The instruction after which microbatch activations are free again: BwdWeight when the backward
+// is split, else Bwd.
+Op releases_activations(ScheduleKind kind);
+
+// Most microbatch activations each chunk of this list holds at once (Fwd done, its releasing
+// instruction not yet), counted on the list itself: what the executor allocates. At least 1.
+std::vector<int> inflight_peak_per_chunk(const std::vector<Instr>& list, const ScheduleSpec& spec);
+
+// Checks the lowered lists of every stage against each other: every send has its receive, and
+// the messages of each directed channel (from stage, to stage, direction) are received in the
+// order they are sent — the data plane matches messages by issue order, without tags. Throws
+// std::logic_error naming the first mismatch.
+void check_transfer_order(const ScheduleSpec& spec);
 
 // --- topology of virtual stages (Megatron interleaving: virtual stage of (s, c) is c*pp + s) ---
 struct StageChunk {

@@ -51,8 +51,6 @@ ExecutorOptions executor_options(const TrainOptions& o, int dp) {
   return e;
 }
 
-bool is_compute(Op op) { return op == Op::Fwd || op == Op::Bwd || op == Op::BwdWeight; }
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -81,27 +79,8 @@ std::vector<int> injected_nan_steps() {
 // samples per epoch). The position counts every rank's samples, so a run resumes at any dp.
 constexpr const char* kShardedSamplerKind = "sharded_sampler_v1";
 
-constexpr int kTracedSteps = 20;
+constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
 
-// Every rank's string, on rank 0 (in rank order); other ranks get an empty vector.
-std::vector<std::string> gather_on_rank0(Communicator& world, const std::string& mine, int tag) {
-  std::vector<std::string> out;
-  if (world.rank() == 0) {
-    out.push_back(mine);
-    for (int r = 1; r < world.size(); ++r) {
-      std::uint64_t len = 0;
-      world.irecv(&len, sizeof len, r, tag)->wait();
-      std::string buf(len, ' ');
-      world.irecv(buf.data(), len, r, tag + 1)->wait();
-      out.push_back(std::move(buf));
-    }
-  } else {
-    const std::uint64_t len = mine.size();
-    world.isend(&len, sizeof len, 0, tag)->wait();
-    world.isend(mine.data(), len, 0, tag + 1)->wait();
-  }
-  return out;
-}  // trace.json keeps the first steps; a long run's would be huge
 
 // This rank's lane progress in `reader`, when it can be restored: same grid (tp, pp, dp) and the
 // same lane names configured on this world rank as when saved. Otherwise nullopt, with one line
@@ -161,16 +140,16 @@ struct ParallelTrainer::State {
   // Lane progress from the checkpoint restored, loaded in run() before calibration (nullopt: none).
   std::optional<std::map<std::string, std::string>> lanes_to_load;
 
-  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Device& device)
+  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Backend& backend)
       : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
-        exec_opts(executor_options(o, dp)), exec(exec_opts, t),
+        exec_opts(executor_options(o, dp)), exec(exec_opts, t, backend),
         sampler(d.train_splits(), SamplerOptions{o.model.seq_len, o.train.seed,
                                           parse_sample_mode(o.data.sample_mode), t.me.dp,
                                           t.grid.dims().dp}),
         guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}),
-        lanes(o, t, device, exec.clock_origin()) {
+        lanes(o, t, backend, exec.clock_origin()) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     all_tokens.resize(rows * micro_total);
     all_targets.resize(rows * micro_total);
@@ -227,8 +206,8 @@ struct ParallelTrainer::State {
 };
 
 ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TrainingData& data, Topology& topo,
-                                 double peak_gflops, Device& device)
-    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, device)) {}
+                                 double peak_gflops, Backend& backend)
+    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, backend)) {}
 ParallelTrainer::~ParallelTrainer() = default;
 std::size_t ParallelTrainer::arena_bytes() const { return s_->exec.arena_bytes(); }
 
@@ -376,8 +355,8 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
   nlohmann::json my_events = trace_events(traced, s.topo.world_rank, track);
   for (auto& e : s.lanes.trace_events(s.topo.world_rank)) my_events.push_back(std::move(e));
-  const auto events_by_rank = gather_on_rank0(*s.topo.world, my_events.dump(), 1);
-  const auto lanes_by_rank = gather_on_rank0(*s.topo.world, s.lanes.summary().dump(), 3);
+  const auto events_by_rank = gather_to_root(*s.topo.world, my_events.dump());
+  const auto lanes_by_rank = gather_to_root(*s.topo.world, s.lanes.summary().dump());
   if (!leader) return {};
   nlohmann::json all_events = nlohmann::json::array();
   for (const std::string& text : events_by_rank)

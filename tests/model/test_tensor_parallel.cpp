@@ -17,6 +17,7 @@
 #include "model/adamw.h"
 #include "model/gpt_model.h"
 #include "tests/model/thread_tp_comm.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -44,7 +45,7 @@ struct RankState {
   MicrobatchActivations acts;
   StageScratch scratch;
   RankState(const GptConfig& c, StageRange r, TensorParallelComm* comm, std::uint64_t seed) {
-    stage = std::make_unique<GptStage>(c, r, comm);
+    stage = std::make_unique<GptStage>(c, r, testing::cpu_backend(), testing::cpu_stream(), comm);
     arena = std::make_unique<Arena>("tp", stage->activation_bytes(kB, kT) + stage->scratch_bytes(kB, kT));
     const std::size_t n = stage->layout().total_floats();
     params.assign(n, 0.f);
@@ -257,11 +258,11 @@ TEST(TensorParallel, AdamWStepsWithClippingMatchTp1) {
   for (int s = 0; s < kSteps; ++s) {
     std::fill(whole.grads.begin(), whole.grads.end(), 0.f);
     loss1.push_back(whole.forward_backward(tokens[s], targets[s], scale));
-    EXPECT_EQ(grad_sum_squares_for_global_norm(whole.stage->layout(), whole.grads.data()),
-              grad_sum_squares(whole.stage->layout(), whole.grads.data()));
-    norm1.push_back(std::sqrt(grad_sum_squares(whole.stage->layout(), whole.grads.data())));
+    EXPECT_EQ(grad_sum_squares_for_global_norm(whole.stage->layout(), whole.grads.data(), testing::cpu_backend(), testing::cpu_stream()),
+              grad_sum_squares(whole.stage->layout(), whole.grads.data(), testing::cpu_backend(), testing::cpu_stream()));
+    norm1.push_back(std::sqrt(grad_sum_squares(whole.stage->layout(), whole.grads.data(), testing::cpu_backend(), testing::cpu_stream())));
     adamw_step(whole.stage->layout(), whole.params.data(), whole.grads.data(), whole.m.data(),
-               whole.v.data(), opt, lr, s + 1, clip_scale(norm1.back(), max_norm));
+               whole.v.data(), opt, lr, s + 1, clip_scale(norm1.back(), max_norm), testing::cpu_backend(), testing::cpu_stream());
   }
   ASSERT_GT(norm1[0], max_norm) << "the test means to exercise clipping";
 
@@ -276,11 +277,11 @@ TEST(TensorParallel, AdamWStepsWithClippingMatchTp1) {
         std::fill(st.grads.begin(), st.grads.end(), 0.f);
         loss[r].push_back(st.forward_backward(tokens[s], targets[s], scale));
         float sq = static_cast<float>(
-            grad_sum_squares_for_global_norm(st.stage->layout(), st.grads.data()));
+            grad_sum_squares_for_global_norm(st.stage->layout(), st.grads.data(), testing::cpu_backend(), testing::cpu_stream()));
         comm.all_reduce_sum(&sq, 1);
         norm[r].push_back(std::sqrt(double(sq)));
         adamw_step(st.stage->layout(), st.params.data(), st.grads.data(), st.m.data(), st.v.data(),
-                   opt, lr, s + 1, clip_scale(norm[r].back(), max_norm));
+                   opt, lr, s + 1, clip_scale(norm[r].back(), max_norm), testing::cpu_backend(), testing::cpu_stream());
       }
     });
     double worst_loss = 0, worst_norm = 0, worst_param = 0;
