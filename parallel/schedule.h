@@ -98,7 +98,7 @@ int warmup_forwards(const ScheduleSpec& spec, int stage);
 // ZB-H1 min(p, m) on every stage (1F1B's peak; later stages hold W inputs longer, see README).
 int activation_bound(const ScheduleSpec& spec, int stage);
 
-// Bubble share of the iteration under REFERENCE.md's formulas. t_b is the full backward;
+// Bubble share of the iteration under the standard formulas (parallel/README.md). t_b is the full backward;
 // for ZB-H1 the input-gradient part is B = t_b - t_w and W = t_w.
 //   GPipe, 1F1B: (p-1)/(m+p-1)   Interleaved: (p-1)/(v*m+p-1)
 //   ZB-H1: idle = (p-1)(t_f + B - t_w) = (p-1)(t_f + t_b - 2 t_w) (floored at 0),
