@@ -18,6 +18,16 @@ class CommRequest {
   virtual void wait() = 0;
 };
 
+// A pollable barrier that can also say who it is waiting for: rank 0 collects every rank's
+// arrival, then releases them all, so rank 0 knows which ranks have not arrived (a stopped or
+// lost rank is named, not guessed). missing() may be called from another thread.
+class BarrierRequest : public CommRequest {
+ public:
+  // The ranks this barrier is still waiting for, as known here: on rank 0 those that have not
+  // arrived; elsewhere rank 0 until it releases ("" once complete or when nothing is known).
+  virtual std::string missing() const = 0;
+};
+
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;
@@ -32,7 +42,7 @@ class ControlPlane {
   virtual void barrier() = 0;
   // A barrier that can be polled: lets a stage that reached the step's gradient sync early fill
   // the wait for the slowest stage with other work.
-  virtual std::unique_ptr<CommRequest> ibarrier() = 0;
+  virtual std::unique_ptr<BarrierRequest> ibarrier() = 0;
 };
 
 // Every rank's string on rank 0 (in rank order); other ranks get an empty vector.

@@ -1,7 +1,10 @@
 #include "parallel/mpi_communicator.h"
 
 
+#include <atomic>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -98,6 +101,71 @@ class MpiComm {
   int rank_ = 0, size_ = 1;
 };
 
+// The control plane's pollable barrier: every rank sends rank 0 an arrival, rank 0 answers each
+// with a release once all have arrived. Rank 0 therefore knows who is missing. The flags are
+// atomics so a watchdog thread may read them while the owning thread polls.
+class MpiArrivalBarrier final : public BarrierRequest {
+ public:
+  static constexpr int kArriveTag = 7101, kReleaseTag = 7102;
+
+  MpiArrivalBarrier(MPI_Comm comm, int rank, int size)
+      : comm_(comm), rank_(rank), size_(size), arrived_(static_cast<std::size_t>(size)) {
+    if (rank_ == 0) {
+      arrived_[0] = true;
+      for (int r = 1; r < size_; ++r) {
+        arrivals_.emplace_back(std::make_unique<MpiRequest>());
+        check(MPI_Irecv(&token_, 0, MPI_BYTE, r, kArriveTag, comm_, arrivals_.back()->handle()), "MPI_Irecv");
+      }
+    } else {
+      auto arrive = std::make_unique<MpiRequest>();
+      check(MPI_Isend(&token_, 0, MPI_BYTE, 0, kArriveTag, comm_, arrive->handle()), "MPI_Isend");
+      sends_.push_back(std::move(arrive));
+      release_ = std::make_unique<MpiRequest>();
+      check(MPI_Irecv(&token_, 0, MPI_BYTE, 0, kReleaseTag, comm_, release_->handle()), "MPI_Irecv");
+    }
+  }
+
+  bool test() override {
+    if (done_) return true;
+    if (rank_ != 0) {
+      done_ = release_->test();
+      return done_;
+    }
+    bool all = true;
+    for (int r = 1; r < size_; ++r) {
+      if (!arrived_[r] && arrivals_[r - 1]->test()) arrived_[r] = true;
+      all = all && arrived_[r];
+    }
+    if (!all) return false;
+    for (int r = 1; r < size_; ++r) {
+      sends_.emplace_back(std::make_unique<MpiRequest>());
+      check(MPI_Isend(&token_, 0, MPI_BYTE, r, kReleaseTag, comm_, sends_.back()->handle()), "MPI_Isend");
+    }
+    done_ = true;
+    return true;
+  }
+  void wait() override {
+    while (!test()) std::this_thread::yield();
+  }
+  std::string missing() const override {
+    // Only rank 0 sees the arrivals; the others wait for its release.
+    if (rank_ != 0) return "0 (which collects the arrivals and has not released this barrier)";
+    std::string out;
+    for (int r = 0; r < size_; ++r)
+      if (!arrived_[r]) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return out;
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_, size_;
+  char token_ = 0;
+  std::vector<std::atomic<bool>> arrived_;
+  std::vector<std::unique_ptr<MpiRequest>> arrivals_, sends_;
+  std::unique_ptr<MpiRequest> release_;
+  bool done_ = false;
+};
+
 class MpiControlPlane final : public ControlPlane {
  public:
   explicit MpiControlPlane(MPI_Comm comm) : comm_(comm) {}
@@ -123,10 +191,8 @@ class MpiControlPlane final : public ControlPlane {
     if (size() > 1) check(MPI_Bcast(data, count_of(bytes), MPI_BYTE, root, comm_.get()), "MPI_Bcast");
   }
   void barrier() override { check(MPI_Barrier(comm_.get()), "MPI_Barrier"); }
-  std::unique_ptr<CommRequest> ibarrier() override {
-    auto r = std::make_unique<MpiRequest>();
-    check(MPI_Ibarrier(comm_.get(), r->handle()), "MPI_Ibarrier");
-    return r;
+  std::unique_ptr<BarrierRequest> ibarrier() override {
+    return std::make_unique<MpiArrivalBarrier>(comm_.get(), rank(), size());
   }
 
  private:

@@ -100,6 +100,38 @@ struct PipelineExecutor::Impl {
   std::vector<std::unique_ptr<Event>> dp_pending;
   Clock::time_point origin;
   UpdateGate update_gate;
+  ProgressWatchdog* watchdog = nullptr;
+
+  // World ranks of this rank's group along one grid dimension, others than itself: "1, 3".
+  std::string peers(int RankCoords::*dim, int count) const {
+    std::string out;
+    for (int k = 0; k < count; ++k) {
+      RankCoords c = topo.me;
+      if (c.*dim == k) continue;
+      c.*dim = k;
+      out += (out.empty() ? "" : ", ") + std::to_string(topo.grid.rank_of(c));
+    }
+    return out;
+  }
+  void note(const std::string& what) {
+    if (watchdog) watchdog->beat(what);
+  }
+
+  // "step 3 RecvBwd mb=1 chunk=0 from stage 1 (rank 1)": what a watchdog names if it stays here.
+  void report(int step_number, const Instr& in) {
+    if (!watchdog) return;
+    std::string what = "step " + std::to_string(step_number) + " " + instr_to_string(in);
+    if (is_transfer(in.op)) {
+      RankCoords peer = topo.me;
+      peer.pp = in.peer_stage;
+      const bool incoming = in.op == Op::RecvFwd || in.op == Op::RecvBwd;
+      what += std::string(incoming ? " from" : " to") + " stage " + std::to_string(in.peer_stage) +
+              " (rank " + std::to_string(topo.grid.rank_of(peer)) + ")";
+    } else if (is_compute(in.op) && topo.grid.dims().tp > 1) {
+      what += " (with its tensor-parallel ranks " + peers(&RankCoords::tp, topo.grid.dims().tp) + ")";
+    }
+    watchdog->beat(std::move(what));
+  }
 
   Impl(const ExecutorOptions& o, Topology& t, Backend& b)
       : opts(o), topo(t), backend(b), compute(b.create_stream(StreamPriority::High)),
@@ -224,6 +256,7 @@ struct PipelineExecutor::Impl {
     for (Chunk& ch : chunks)
       for (Slot& s : ch.slots) s.settle();
     // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
+    if (!dp_pending.empty()) note("data-parallel gradient all-reduce with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
     for (auto& e : dp_pending) e->wait_on(*compute);
     dp_pending.clear();
     // The tied embedding: the first virtual stage's lookup and the last one's head each hold a
@@ -242,6 +275,9 @@ struct PipelineExecutor::Impl {
         backend.add_inplace(a, b, n, *compute);
         backend.copy(b, a, n * sizeof(float), *compute);
       } else if (Chunk* end = emb ? emb : head; end && topo.embedding) {
+        RankCoords other = topo.me;
+        other.pp = topo.me.pp == 0 ? pp - 1 : 0;
+        note("tied-embedding gradient all-reduce with rank " + std::to_string(topo.grid.rank_of(other)));
         topo.embedding->all_reduce_sum(end->grads + end->model->layout().wte, n, *compute);
       }
     }
@@ -260,6 +296,7 @@ struct PipelineExecutor::Impl {
       local += s;
     }
     // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
+    note("gradient-norm all-reduce over every rank");
     topo.world->all_reduce_sum(&local, 1);
     return std::sqrt(local / topo.grid.dims().dp);
   }
@@ -281,6 +318,7 @@ std::vector<ChunkState> PipelineExecutor::chunk_states() {
   return out;
 }
 void PipelineExecutor::set_update_gate(UpdateGate gate) { impl_->update_gate = std::move(gate); }
+void PipelineExecutor::set_watchdog(ProgressWatchdog* watchdog) { impl_->watchdog = watchdog; }
 Backend& PipelineExecutor::backend() const { return impl_->backend; }
 Stream& PipelineExecutor::compute_stream() const { return *impl_->compute; }
 const std::vector<Instr>& PipelineExecutor::instructions() const { return impl_->instrs; }
@@ -304,6 +342,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
   for (std::size_t index = 0; index < s.instrs.size(); ++index) {
     const Instr& in = s.instrs[index];
     const int gap = static_cast<int>(index);
+    s.report(step_number, in);
     InstrRecord rec{in, s.now(), 0, 0};
     switch (in.op) {
       case Op::RecvFwd: {
@@ -364,9 +403,18 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
         break;
       }
       case Op::GradSync: {
-        // With lanes, the wait for the slowest stage is a pollable barrier the lanes can fill;
-        // the collectives after it then find every rank ready.
-        if (s.filler) rec.wait_s = s.wait_for(*s.topo.world->ibarrier(), step_number, gap, in.wait);
+        // The wait for the slowest stage is a pollable barrier: lanes fill it, the collectives
+        // after it find every rank ready, and a rank that never arrives is named by rank 0.
+        {
+          std::unique_ptr<BarrierRequest> all_here = s.topo.world->ibarrier();
+          if (s.watchdog)
+            s.watchdog->beat("step " + std::to_string(step_number) + " GradSync",
+                             [&all_here] {
+                               const std::string missing = all_here->missing();
+                               return missing.empty() ? std::string() : "waiting for rank(s) " + missing;
+                             });
+          rec.wait_s = s.wait_for(*all_here, step_number, gap, in.wait);
+        }
         rec.wait_s += s.sync_gradients();
         stats.grad_norm = s.global_grad_norm();
         break;
@@ -418,6 +466,9 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
     for (int c = 0; c < s.v; ++c) {
       Chunk& ch = s.chunks[c];
       Slot& slot = ch.slots[0];
+      if (s.watchdog)
+        s.watchdog->beat("evaluation microbatch " + std::to_string(mb) + " chunk " + std::to_string(c) +
+                         (ch.first() ? "" : " (waiting for stage " + std::to_string(s.prev_stage()) + ")"));
       slot.settle();
       if (!ch.first()) {
         std::unique_ptr<Event> arrived =

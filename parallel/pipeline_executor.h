@@ -14,6 +14,7 @@
 #include "model/adamw.h"
 #include "model/gpt_model.h"
 #include "parallel/gap_filler.h"
+#include "parallel/progress_watchdog.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
 #include "runtime/backend.h"
@@ -91,6 +92,9 @@ class PipelineExecutor {
   std::chrono::steady_clock::time_point clock_origin() const;  // what now_s() counts from
   // Null (the default): every step is applied, with no extra communication.
   void set_update_gate(UpdateGate gate);
+  // Each instruction started (and each evaluation microbatch) is reported to `watchdog` (null:
+  // none), naming the peer rank of a transfer, so a stalled job says where it stopped.
+  void set_watchdog(ProgressWatchdog* watchdog);
   std::size_t parameter_count() const;  // this rank's parameters
   const std::vector<Instr>& instructions() const;
   double now_s() const;  // on the executor's clock

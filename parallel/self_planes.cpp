@@ -1,6 +1,7 @@
 // A group of one, and gather_to_root (written once over any ControlPlane).
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "parallel/communicator.h"
 
@@ -23,6 +24,13 @@ class DoneEvent final : public Event {
   double elapsed_ms_since(const Event&) const override { return 0.0; }
 };
 
+class DoneBarrier final : public BarrierRequest {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+  std::string missing() const override { return ""; }
+};
+
 class SelfControlPlane final : public ControlPlane {
  public:
   int rank() const override { return 0; }
@@ -37,7 +45,7 @@ class SelfControlPlane final : public ControlPlane {
   void all_reduce_max(float*, std::size_t) override {}
   void broadcast(void*, std::size_t, int) override {}
   void barrier() override {}
-  std::unique_ptr<CommRequest> ibarrier() override { return std::make_unique<DoneRequest>(); }
+  std::unique_ptr<BarrierRequest> ibarrier() override { return std::make_unique<DoneBarrier>(); }
 };
 
 class SelfDataPlane final : public DataPlane {

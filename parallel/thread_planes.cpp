@@ -105,6 +105,13 @@ class Group {
       if (c < count) return false;
     return true;
   }
+  std::string not_arrived(long count) {
+    std::lock_guard lock(mutex_);
+    std::string out;
+    for (std::size_t r = 0; r < polled_.size(); ++r)
+      if (polled_[r] < count) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return out;
+  }
 
  private:
   struct Key {
@@ -208,6 +215,21 @@ class ThreadRequest final : public CommRequest {
   bool done_ = false;
 };
 
+class ThreadBarrier final : public BarrierRequest {
+ public:
+  ThreadBarrier(Group& g, long count) : g_(g), count_(count) {}
+  bool test() override { return done_ || (done_ = g_.all_arrived(count_)); }
+  void wait() override {
+    while (!test()) std::this_thread::yield();
+  }
+  std::string missing() const override { return g_.not_arrived(count_); }
+
+ private:
+  Group& g_;
+  long count_;
+  bool done_ = false;
+};
+
 class ThreadControlPlane final : public ControlPlane {
  public:
   ThreadControlPlane(Group& g, int rank) : g_(g), rank_(rank) {}
@@ -233,10 +255,8 @@ class ThreadControlPlane final : public ControlPlane {
     g_.broadcast(rank_, data, bytes, root);
   }
   void barrier() override { g_.arrive_and_wait(); }
-  std::unique_ptr<CommRequest> ibarrier() override {
-    const long count = g_.arrive_polled(rank_);
-    Group* g = &g_;
-    return std::make_unique<ThreadRequest>([g, count] { return g->all_arrived(count); });
+  std::unique_ptr<BarrierRequest> ibarrier() override {
+    return std::make_unique<ThreadBarrier>(g_, g_.arrive_polled(rank_));
   }
 
  private:

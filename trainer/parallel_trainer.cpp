@@ -16,6 +16,8 @@
 #include "parallel/pipeline_executor.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
+#include "trainer/preemption.h"
+#include "parallel/progress_watchdog.h"
 #include "trainer/chrome_trace.h"
 #include "trainer/progress_line.h"
 #include "trainer/stage_lanes.h"
@@ -260,6 +262,19 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const int every = s.opts.run.checkpoint_every;
   const int stop_after = stop_after_step();
   int last_saved = -1;
+  // No silent hang: each instruction is reported; a rank stuck past [run] timeout_s ends the job.
+  ProgressWatchdog watchdog(s.opts.run.timeout_s,
+                            "rank " + std::to_string(s.topo.world_rank) + " (" +
+                                s.topo.grid.describe(s.topo.world_rank) + ")");
+  s.exec.set_watchdog(&watchdog);
+  // Save on preemption: SIGTERM / SIGUSR1 finish the step, write a checkpoint and stop.
+  const PreemptionSignal preemption;
+  // A checkpoint write is not a hang, whatever it takes.
+  const auto save_unwatched = [&](int step) {
+    watchdog.disarm();
+    s.save(step, schedule);
+    watchdog.arm();
+  };
 
   // Lanes: restore saved progress (load_lanes sets the lanes up first), then set up and time a
   // few steps of each before training starts, then fill the waits. Loading before calibrating
@@ -270,6 +285,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   s.topo.world->barrier();
   if (s.lanes.scheduler()) s.exec.set_gap_filler(s.lanes.scheduler());
 
+  watchdog.arm();
   for (int step = s.start_step; step < t.steps; ++step) {
     current = step;
     s.draw_batch();
@@ -331,13 +347,23 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
     }
     s.guard.check_stop(step + 1);
     if (every > 0 && ((step + 1) % every == 0 || last)) {
-      s.save(step + 1, schedule);
+      save_unwatched(step + 1);
       last_saved = step + 1;
+    }
+    // Preemption: every rank learns whether any was signalled, so all stop after the same step.
+    float signal = static_cast<float>(preemption.received());
+    s.topo.world->all_reduce_max(&signal, 1);
+    if (signal > 0 && !last) {
+      if (last_saved != step + 1) save_unwatched(step + 1);
+      s.exec.set_watchdog(nullptr);
+      s.lanes.teardown();
+      throw Preempted(step + 1, static_cast<int>(signal),
+                      s.opts.run.dir + "/checkpoints/" + checkpoint_dir_name(step + 1));
     }
     if (stop_after > 0 && step + 1 == stop_after) break;
   }
   // A resumed run with nothing left to do still leaves its final state in its own run directory.
-  if (every > 0 && last_saved < 0 && s.start_step == t.steps) s.save(t.steps, schedule);
+  if (every > 0 && last_saved < 0 && s.start_step == t.steps) save_unwatched(t.steps);
   s.exec.set_update_gate(nullptr);
   if (leader) progress.finish();
 

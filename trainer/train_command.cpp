@@ -20,6 +20,7 @@
 #include "parallel/mpi_communicator.h"
 #include "runtime/backend.h"
 #include "runtime/backend_registry.h"
+#include "trainer/preemption.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
@@ -286,6 +287,10 @@ int train_command(int argc, char** argv) {
       print_summary(opts, summary, unigram);
     }
     return 0;
+  } catch (const Preempted& e) {
+    // Every rank agreed to stop after the same step and the checkpoint is complete.
+    if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());
+    return PreemptionSignal::kExitCode;
   } catch (const NumericalFaultError& e) {
     // Every rank judged the same values and stops at the same step: no abort needed.
     if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());

@@ -248,7 +248,10 @@ std::vector<OptionKey> train_option_keys() {
                "steps between checkpoints in <dir>/checkpoints; 0 turns them off")
       .integer("keep_last", &RunOptions::keep_last, 1, "complete checkpoints to keep")
       .text("resume", &RunOptions::resume, {},
-            "auto: newest complete checkpoint in <dir>/checkpoints; none; or a checkpoint directory");
+            "auto: newest complete checkpoint in <dir>/checkpoints; none; or a checkpoint directory")
+      .number("timeout_s", &RunOptions::timeout_s, greater_than(0),
+              "a rank that makes no progress this long (a stopped or lost rank, a hung transfer) ends "
+              "the job with one line naming what it waited for");
   SectionKeys<LanesOptions>(keys, "lanes", &TrainOptions::lanes)
       .text("enabled", &LanesOptions::enabled, {}, "lanes run in pipeline bubbles, comma-separated; empty: off")
       .integer("memory_mb", &LanesOptions::memory_mb, 1, "arena quota of each lane (MiB)")

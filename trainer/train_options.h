@@ -69,6 +69,7 @@ struct RunOptions {
   int checkpoint_every = 0;     // steps between checkpoints; 0: off
   int keep_last = 3;            // complete checkpoints kept
   std::string resume = "auto";  // auto | none | PATH of a checkpoint directory
+  double timeout_s = 600;       // no progress for this long ends the job, naming the wait
   friend bool operator==(const RunOptions&, const RunOptions&) = default;
 };
 
