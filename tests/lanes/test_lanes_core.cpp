@@ -55,6 +55,7 @@ struct FakeClock {
 // What a fake lane did, visible to the test after the scheduler owns the lane.
 struct FakeLog {
   int setups = 0;
+  int world_size = 0, instance_index = -1, instance_count = 0;  // what setup() was given
   int steps = 0;
   int teardowns = 0;
 };
@@ -67,6 +68,9 @@ class FakeLane : public Lane {
   std::string work_unit() const override { return "ticks"; }
   void setup(LaneContext& ctx) override {
     ++log_.setups;
+    log_.world_size = ctx.world_size;
+    log_.instance_index = ctx.instance_index;
+    log_.instance_count = ctx.instance_count;
     ctx.options.reject_unknown();
     arena_ = &ctx.arena;
   }
@@ -184,6 +188,19 @@ TEST(GapSchedulerTest, CalibrateTimesStepsAndReportsThem) {
   EXPECT_EQ(a.harvested_s, 0);
 }
 
+TEST(GapSchedulerTest, LanesLearnWhereTheirInstanceSitsInTheJob) {
+  Harness h;
+  GapSchedulerOptions options = options_with();
+  options.world_size = 8;
+  options.instance_index = 5;
+  options.instance_count = 6;
+  h.start({{"a", 0.001}}, options);
+  h.scheduler->calibrate();
+  EXPECT_EQ(h.logs["a"].world_size, 8);
+  EXPECT_EQ(h.logs["a"].instance_index, 5);
+  EXPECT_EQ(h.logs["a"].instance_count, 6);
+}
+
 TEST(GapSchedulerTest, ALaneLongerThanEveryGapIsReportedOnceAfterProfiling) {
   Harness h;
   h.start({{"small", 0.001}, {"huge", 0.050}}, options_with(0.9, 1));
@@ -192,8 +209,9 @@ TEST(GapSchedulerTest, ALaneLongerThanEveryGapIsReportedOnceAfterProfiling) {
   h.gap(0, 6, 0.030);
   h.scheduler->end_iteration(0);
   ASSERT_EQ(h.messages.size(), 1u);
-  EXPECT_NE(h.messages[0].find("lane huge takes 50 ms a step, more than the largest gap (30 ms"), std::string::npos)
-      << h.messages[0];
+  EXPECT_EQ(h.messages[0].rfind("lanes: stage 0 rank 0: lane huge takes 50 ms a step, more than the largest gap (30 ms", 0),
+            0u)
+      << h.messages[0];  // one prefix, then the message
   h.gap(1, 6, 0.030);
   h.scheduler->end_iteration(1);
   EXPECT_EQ(h.messages.size(), 1u);  // once
