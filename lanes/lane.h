@@ -58,6 +58,11 @@ struct LaneContext {
   std::string output_dir;  // the lane's own directory (created by the runtime)
   int rank = 0;            // world rank: lanes on different ranks can seed/shard by it
   std::uint64_t seed = 0;
+  // The same lanes run on every rank of every stage that runs lanes: one instance per such rank.
+  // An instance doing its share of one job (one input split over the job) shards by these.
+  int world_size = 1;
+  int instance_index = 0;  // 0 .. instance_count - 1, in world-rank order
+  int instance_count = 1;
 };
 
 class Lane {

@@ -99,6 +99,7 @@ int lane_bench_command(int argc, char** argv) {
       busy += d;
       step_s.push_back(d);
     }
+    const bool finished = lane->finished();  // before teardown: a torn-down lane has nothing left to ask
     lane->teardown(ctx);
     std::sort(step_s.begin(), step_s.end());
     const double median_ms = step_s.empty() ? 0 : 1e3 * step_s[step_s.size() / 2];
@@ -106,14 +107,14 @@ int lane_bench_command(int argc, char** argv) {
                                    {"units", units}, {"steps", step_s.size()}, {"step_s", busy},
                                    {"units_per_s", busy > 0 ? units / busy : 0.0},
                                    {"step_ms_median", median_ms}, {"setup_s", setup_s},
-                                   {"finished", lane->finished()}};
+                                   {"finished", finished}};
     if (json) {
       std::cout << result.dump() << "\n";
     } else {
       std::printf("lane %s alone on one core: %zu steps in %.2f s (setup %.2f s)\n", name.c_str(),
                   step_s.size(), busy, setup_s);
       std::printf("  %.4g %s/s, median step %.2f ms%s\n", busy > 0 ? units / busy : 0.0,
-                  lane->work_unit().c_str(), median_ms, lane->finished() ? " (finished)" : "");
+                  lane->work_unit().c_str(), median_ms, finished ? " (finished)" : "");
     }
     return 0;
   } catch (const std::exception& e) {

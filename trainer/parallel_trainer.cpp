@@ -229,7 +229,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   return p.step;
 }
 
-nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
+nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const LaneValuation& lane_valuation) {
   State& s = *s_;
   const TrainLoopOptions& t = s.opts.train;
   const bool leader = s.topo.world_rank == 0;
@@ -388,8 +388,6 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   for (const std::string& text : events_by_rank)
     for (auto& e : nlohmann::json::parse(text)) all_events.push_back(std::move(e));
   write_chrome_trace(run->path() + "/trace.json", all_events);
-  nlohmann::json lane_ranks = nlohmann::json::array();
-  for (const std::string& text : lanes_by_rank) lane_ranks.push_back(nlohmann::json::parse(text));
 
   const ParallelDims dims = s.topo.grid.dims();
   nlohmann::json stages = nlohmann::json::array();
@@ -441,9 +439,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
                          {"spike", s.guard.state.skipped_spike}}},
       {"lanes", s.opts.lanes.enabled_lanes().empty()
                     ? nlohmann::json(nullptr)
-                    : nlohmann::json{{"total", combine_lane_summaries(lane_ranks)},
-                                     {"per_stage", lane_summaries_per_stage(lane_ranks, dims.pp)},
-                                     {"per_rank", lane_ranks}}},
+                    : lanes_summary_json(lanes_by_rank, dims.pp, lane_valuation, train_seconds, med * 1e3, world)},
   };
 }
 

@@ -25,6 +25,7 @@
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
 #include "trainer/train_options.h"
+#include "trainer/lane_plan.h"
 #include "trainer/lane_valuation.h"
 #include "trainer/training_data.h"
 
@@ -113,9 +114,12 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
                   100 * t["overhead"]["step_median_fraction"].get<double>());
     if (t.contains("cost_saving") && t["cost_saving"].is_object()) {
       const auto& c = t["cost_saving"];
-      std::printf("    saving     %.1f%%%s: lane work worth %.1f device-s alone, over %.1f device-s of training\n",
-                  100 * c["fraction"].get<double>(), c["gross"].get<bool>() ? " (gross: no [lanes] baseline)" : "",
-                  c["value_device_s"].get<double>(), c["training_device_s"].get<double>());
+      char net[64] = "unknown (no [lanes] baseline)";
+      if (c["net_fraction"].is_number()) std::snprintf(net, sizeof net, "%.1f%%", 100 * c["net_fraction"].get<double>());
+      std::printf("    saving     gross %.1f%%, net %s: lane work worth %.1f device-s alone (at %.3gx the training "
+                  "device's price), over %.1f device-s of training\n",
+                  100 * c["gross_fraction"].get<double>(), net, c["value_device_s"].get<double>(),
+                  c["price_ratio"].get<double>(), c["training_device_s"].get<double>());
     }
     for (const auto& q : t["quarantined"])
       std::printf("    quarantined: %s on rank %d: %s\n", q["lane"].get<std::string>().c_str(),
@@ -164,6 +168,7 @@ int train_command(int argc, char** argv) {
     dims = resolve_dims(opts, world);
     data.emplace(TrainingData::open(opts));
     valuation = LaneValuation::load(opts, dims.world());
+    if (!opts.lanes.plan.empty()) (void)load_lane_plans(opts, dims);  // refused here, before training
   } catch (const ConfigError& e) {
     error = e.what();
     code = 2;
@@ -273,16 +278,11 @@ int train_command(int argc, char** argv) {
       std::filesystem::remove(saved, ignored);
     }
     maybe_inject_fault(rank);
-    nlohmann::json summary = trainer.run(run.get(), stdout);
+    nlohmann::json summary = trainer.run(run.get(), stdout, valuation);
     if (leader) {
       const double unigram = unigram_cross_entropy(data->main().train(), data->valid(), data->main().meta().vocab_size);
       summary["unigram_val_loss"] = unigram;
       summary["config"] = opts.config_path;
-      if (summary.contains("lanes") && summary["lanes"].is_object()) {
-        const double train_s = summary["train_seconds"].get<double>();
-        valuation.annotate(summary["lanes"]["total"], train_s, summary["step_ms_median"].get<double>(), world);
-        for (auto& stage : summary["lanes"]["per_stage"]) valuation.annotate_lanes(stage, train_s);
-      }
       run->write_summary(summary);
       print_summary(opts, summary, unigram);
     }

@@ -265,7 +265,13 @@ std::vector<OptionKey> train_option_keys() {
             "summary.json of a lanes-off run of this config: summary.json then reports the training overhead")
       .text("dedicated", &LanesOptions::dedicated, {},
             "file of `pipelane lane-bench NAME --json` lines, one per enabled lane: summary.json then "
-            "reports the FreeRide-style cost saving");
+            "reports the FreeRide-style cost saving")
+      .text("plan", &LanesOptions::plan, {},
+            "summary.json of a deterministic run of this config: run exactly its lane plan (implies deterministic)")
+      .number("train_price_per_hour", &LanesOptions::train_price_per_hour, at_least(0),
+              "price of one training device per hour, for the cost saving; 0: not given")
+      .number("dedicated_price_per_hour", &LanesOptions::dedicated_price_per_hour, at_least(0),
+              "price per hour of the dedicated device lane work is valued on; 0: the training device's");
   return keys;
 }
 
@@ -643,6 +649,9 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
     if (stages.empty())
       throw ConfigError(where("lanes.stages") + ": [lanes] stages = '': expected all, or stage numbers");
   }
+  if (lanes.dedicated_price_per_hour > 0 && !(lanes.train_price_per_hour > 0))
+    throw ConfigError(where("lanes.dedicated_price_per_hour") +
+                      ": [lanes] dedicated_price_per_hour needs train_price_per_hour too (the saving compares the two)");
   for (const std::string& path : lanes.plugin_paths()) {
     if (path.empty())
       throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + lanes.plugins + "': an empty path");
