@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "datasets/data_error.h"
@@ -99,6 +100,59 @@ TEST(Gpt2Tokenizer, MatchesReferenceFixture) {
     EXPECT_EQ(tok.encode(text), entry["ids"].get<std::vector<std::uint32_t>>()) << "text: " << text;
     EXPECT_EQ(tok.decode(tok.encode(text)), text);
   }
+}
+
+// Long pieces merge through a priority queue, short ones by rescanning; both must give GPT-2's
+// ids. The rescanning loop is GPT-2's own, so it is the reference here.
+TEST(Gpt2Tokenizer, QueueMergesGiveTheIdsOfTheRescanningLoop) {
+  const std::string dir = default_gpt2_tokenizer_dir();
+  if (!gpt2_tokenizer_files_present(dir))
+    GTEST_SKIP() << "no GPT-2 tokenizer files in " << dir << " (run scripts/fetch_gpt2_tokenizer.sh)";
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(dir);
+  ASSERT_TRUE(tok.merges_by_queue()) << "GPT-2's merge table should be ordered as learned by BPE";
+  std::mt19937 generator(11);
+  const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
+  std::vector<std::string> texts;
+  for (int length : {32, 33, 100, 1000, 4000}) {
+    // One long word from frequent letters (many merges), one of a repeated short pattern (equal
+    // ranks overlapping, "aaaa"), and long runs of digits and of symbols.
+    std::string word, repeated, digits, symbols;
+    for (int i = 0; i < length; ++i) {
+      word += letters[generator() % (i % 7 == 0 ? letters.size() : 8)];
+      repeated += "ab"[i % 3 == 2];
+      digits += static_cast<char>('0' + generator() % 10);
+      symbols += "!-=.,*"[generator() % 6];
+    }
+    texts.insert(texts.end(), {word, " " + word, repeated, std::string(length, 'a'), digits, symbols});
+  }
+  for (const std::string& text : texts)
+    EXPECT_EQ(tok.encode(text), tok.encode_by_rescanning(text)) << "text: " << text.substr(0, 60) << "...";
+}
+
+// A merge table that makes a token after a merge uses it cannot merge through the queue (a new
+// pair could rank below the merge that made it); it falls back to rescanning.
+TEST(Gpt2Tokenizer, UnorderedMergeTableFallsBackToRescanning) {
+  ToyVocab ordered;
+  EXPECT_TRUE(Gpt2Tokenizer::load_dir(ordered.dir.path().string()).merges_by_queue());
+  ToyVocab unordered("#version: 0.2\nhe l\nh e\n");
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(unordered.dir.path().string());
+  EXPECT_FALSE(tok.merges_by_queue());
+  const std::string long_word(40, 'h');
+  EXPECT_EQ(tok.encode("hel" + long_word + "hel"), tok.encode_by_rescanning("hel" + long_word + "hel"));
+}
+
+// One word of 1 MB: through the queue it is linear-logarithmic (the rescanning loop took ~56 s).
+// Correctness here; the time is in scripts/bench/data_throughput.sh.
+TEST(Gpt2Tokenizer, MegabyteWordRoundTrips) {
+  const std::string dir = default_gpt2_tokenizer_dir();
+  if (!gpt2_tokenizer_files_present(dir)) GTEST_SKIP() << "no GPT-2 tokenizer files in " << dir;
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(dir);
+  std::mt19937 generator(5);
+  std::string word;
+  for (int i = 0; i < (1 << 20); ++i) word += static_cast<char>('a' + generator() % 26);
+  const std::vector<std::uint32_t> ids = tok.encode(word);
+  EXPECT_LT(ids.size(), word.size() * 2 / 3);  // merges happened (random letters merge little)
+  EXPECT_EQ(tok.decode(ids), word);
 }
 
 TEST(Utf8, ReplacesMaximalSubpartsOrFails) {
