@@ -9,11 +9,13 @@
 //   # comment / ; comment, and blank lines
 // A '#' or ';' at the start of a line or after a space or tab starts a comment, so
 // "lr = 3e-4  # peak" is the value "3e-4" while "path = a#b" keeps its '#'.
+// A UTF-8 byte order mark at the start of the file (Windows editors write one) is skipped.
 // The scanner knows nothing about which sections or keys are valid; callers decide.
 
 #include <istream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pipelane {
@@ -45,6 +47,12 @@ class IniSyntaxError : public std::runtime_error {
  private:
   int line_;
 };
+
+// `text` as it may appear inside a one-line message: control characters, DEL and bytes that are
+// not UTF-8 become \xNN, invisible or line-breaking code points (C1 controls, zero-width and
+// direction marks, U+2028/9, a byte order mark) become \u{XXXX}, a backslash stays one; printable
+// text, including non-ASCII letters, is unchanged.
+std::string printable(std::string_view text);
 
 // Throws IniSyntaxError for a line that is neither a comment, a header nor key = value,
 // and for a key that appears before any [section].
