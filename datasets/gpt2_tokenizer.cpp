@@ -27,9 +27,39 @@ struct Gpt2Vocab {
   // rescanning loop runs.
   bool parts_made_before_use = false;
 
+  // The merges again, in an open-addressing table (one cache line per lookup instead of a bucket
+  // and a node): lookups are BPE's inner loop.
+  struct Slot {
+    std::uint64_t key = kEmptyKey;
+    Merge merge{};
+  };
+  static constexpr std::uint64_t kEmptyKey = ~std::uint64_t{0};  // ids are < 2^32 - 1
+  std::vector<Slot> slots;
+  int slot_shift = 64;
+
+  static std::uint64_t key_of(std::uint32_t left, std::uint32_t right) { return (std::uint64_t{left} << 32) | right; }
+  std::size_t home(std::uint64_t key) const {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> slot_shift);  // Fibonacci hashing
+  }
+  void build_lookup() {
+    int bits = 1;
+    while ((std::size_t{1} << bits) < 2 * merges.size()) ++bits;  // load factor <= 1/2
+    slots.assign(std::size_t{1} << bits, Slot{});
+    slot_shift = 64 - bits;
+    const std::size_t mask = slots.size() - 1;
+    for (const auto& [key, merge] : merges) {
+      std::size_t i = home(key);
+      while (slots[i].key != kEmptyKey) i = (i + 1) & mask;
+      slots[i] = {key, merge};
+    }
+  }
   const Merge* find(std::uint32_t left, std::uint32_t right) const {
-    const auto it = merges.find((std::uint64_t{left} << 32) | right);
-    return it == merges.end() ? nullptr : &it->second;
+    const std::uint64_t key = key_of(left, right);
+    const std::size_t mask = slots.size() - 1;
+    for (std::size_t i = home(key);; i = (i + 1) & mask) {
+      if (slots[i].key == key) return &slots[i].merge;
+      if (slots[i].key == kEmptyKey) return nullptr;
+    }
   }
 };
 
@@ -165,6 +195,7 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::st
   }
   if (vocab->merges.empty()) throw DataError(vocab_bpe + ": no merges, expected GPT-2's vocab.bpe");
   vocab->parts_made_before_use = parts_made_before_use(*vocab);
+  vocab->build_lookup();
 
   Gpt2Tokenizer tokenizer(std::move(vocab));
   const auto eot = id_of.find("<|endoftext|>");
@@ -268,17 +299,20 @@ void Gpt2Tokenizer::merge_with_queue(std::vector<std::uint32_t>& word) const {
     next[i] = i + 1 < n ? i + 1 : kNone;
     previous[i] = i > 0 ? i - 1 : kNone;
   }
-  std::vector<Candidate> storage;
-  storage.reserve(n);
+  std::vector<Candidate> initial;
+  initial.reserve(n);
+  for (std::uint32_t i = 0; i + 1 < n; ++i)
+    if (const Gpt2Vocab::Merge* merge = vocab_->find(word[i], word[i + 1]))
+      initial.push_back({merge->rank, i, word[i], word[i + 1], merge->merged});
+  // Built from all initial pairs at once: O(n), where n pushes would be O(n log n).
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue(std::greater<>{},
-                                                                               std::move(storage));
+                                                                               std::move(initial));
   const auto consider = [&](std::uint32_t left) {
     if (left == kNone || next[left] == kNone) return;
     if (const Gpt2Vocab::Merge* merge = vocab_->find(word[left], word[next[left]]))
       queue.push({merge->rank, left, word[left], word[next[left]], merge->merged});
   };
-  for (std::uint32_t i = 0; i + 1 < n; ++i) consider(i);
-  std::vector<bool> alive(n, true);
+  std::vector<std::uint8_t> alive(n, 1);
   while (!queue.empty()) {
     const Candidate top = queue.top();
     queue.pop();
@@ -286,7 +320,7 @@ void Gpt2Tokenizer::merge_with_queue(std::vector<std::uint32_t>& word) const {
     if (!alive[top.left] || right == kNone || word[top.left] != top.left_id || word[right] != top.right_id)
       continue;
     word[top.left] = top.merged;
-    alive[right] = false;
+    alive[right] = 0;
     next[top.left] = next[right];
     if (next[right] != kNone) previous[next[right]] = top.left;
     consider(previous[top.left]);
