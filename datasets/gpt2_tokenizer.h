@@ -46,6 +46,18 @@ class Gpt2Tokenizer {
   // Raw bytes (a prefix of a multi-byte character may be cut). DataError for an id out of range.
   std::string decode(const std::vector<std::uint32_t>& ids) const;
 
+  // Where a document may be cut so that tokenizing the two sides gives the ids of the whole (see
+  // CutRule in text_documents.h): before a space or line break that follows a printable ASCII
+  // character. No piece of GPT-2's pattern holds a non-space followed by whitespace (a space only
+  // ever starts a piece, " ?X+"), so a piece ends there; and the only rule that looks past a
+  // piece's end, \s+(?!\S), applies to whitespace runs, none of which ends at the cut. So both
+  // sides split into the pieces of the whole, and BPE works within pieces.
+  static bool can_cut(std::string_view text, std::size_t p) {
+    const auto before = static_cast<unsigned char>(text[p - 1]);
+    return (text[p] == ' ' || text[p] == '\n') && before > ' ' && before < 0x7F;
+  }
+  static constexpr const char* kCutDescription = "a space or line break after a printable ASCII character";
+
   // Copies share the tables but not the piece cache, so each thread can own one cheaply.
   Gpt2Tokenizer(const Gpt2Tokenizer& other) : vocab_(other.vocab_), end_of_text_(other.end_of_text_) {}
   Gpt2Tokenizer(Gpt2Tokenizer&&) = default;

@@ -1,8 +1,5 @@
 #include "datasets/token_store.h"
 
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -23,38 +20,7 @@ class FormatProblem : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// ---- writing ----
-
-void write_vector(hid_t group, const std::string& name, hid_t file_type, hid_t memory_type,
-                  const void* data, std::size_t count, std::size_t chunk_elements) {
-  h5::PropertyList create_props = h5::create_properties(H5P_DATASET_CREATE);
-  // An empty dataset cannot be chunked (chunks must fit the fixed extent), so it stays contiguous.
-  if (count > 0) {
-    const hsize_t chunk[1] = {std::min<hsize_t>(count, chunk_elements)};
-    h5::check(H5Pset_chunk(create_props.get(), 1, chunk), group, "cannot chunk " + name);
-    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0)
-      h5::check(H5Pset_deflate(create_props.get(), 4), group, "cannot compress " + name);
-  }
-  h5::Dataset dataset = h5::create_dataset(group, name, file_type, {count}, create_props.get());
-  if (count > 0) h5::write_dataset(dataset, memory_type, data);
-}
-
-void write_split(hid_t file, const std::string& name, const TokenSplit& split, hid_t token_type) {
-  h5::Group group = h5::create_group(file, name);
-  write_vector(group.get(), "tokens", token_type, H5T_NATIVE_UINT32, split.tokens.data(),
-               split.tokens.size(), 1 << 16);
-  write_vector(group.get(), "doc_offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, split.doc_offsets.data(),
-               split.doc_offsets.size(), 1 << 13);
-}
-
-std::string join_lines(const std::vector<std::string>& lines) {
-  std::string joined;
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    if (i > 0) joined += '\n';
-    joined += lines[i];
-  }
-  return joined;
-}
+// ---- reading ----
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
@@ -68,8 +34,6 @@ std::vector<std::string> split_lines(const std::string& text) {
   }
   return lines;
 }
-
-// ---- reading ----
 
 // A rank-1 integer dataset read whole, converted by HDF5 to `memory_type`. Integers wider than
 // `max_file_bytes` are refused: converting them down would clip values silently.
@@ -117,75 +81,6 @@ void check_token_split(const TokenSplit& split, std::uint32_t vocab_size, const 
     throw DataError(where + ": token id " + std::to_string(*bad) + " at position " +
                     std::to_string(bad - split.tokens.begin()) + " is >= vocab_size " +
                     std::to_string(vocab_size));
-}
-
-void write_token_store(const std::string& path, const TokenStoreMeta& meta,
-                       const TokenSplit& train, const TokenSplit& valid) {
-  if (meta.vocab_size == 0) throw DataError(path + ": vocab_size must be positive");
-  check_token_split(train, meta.vocab_size, path + " /train");
-  check_token_split(valid, meta.vocab_size, path + " /valid");
-  const std::filesystem::path target(path);
-  const std::filesystem::path directory = target.parent_path().empty() ? "." : target.parent_path();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(directory, ec))
-    throw DataError(path + ": directory " + directory.string() + " does not exist");
-  const h5::ErrorSilencer quiet;
-
-  // Same directory as the target, so the final rename is atomic and never crosses filesystems.
-  std::filesystem::path partial = target;
-  partial += ".partial-" + std::to_string(::getpid());
-  try {
-    const hid_t token_type = meta.vocab_size <= 65536 ? H5T_STD_U16LE : H5T_STD_U32LE;
-    h5::PropertyList access = h5::file_access_properties();
-    h5::File file = h5::create_file(partial.string(), access.get());
-    const hid_t root = file.get();
-    h5::write_string_attribute(root, "format", kTokenStoreFormat);
-    const int version = kTokenStoreFormatVersion;
-    h5::write_scalar_attribute(root, "format_version", H5T_STD_I32LE, H5T_NATIVE_INT, &version);
-    h5::write_string_attribute(root, "tokenizer", meta.tokenizer);
-    h5::write_scalar_attribute(root, "vocab_size", H5T_STD_U32LE, H5T_NATIVE_UINT32, &meta.vocab_size);
-    h5::write_string_attribute(root, "sources", join_lines(meta.sources));
-    h5::write_string_attribute(root, "checksum", token_store_checksum(train, valid));
-    write_split(root, "train", train, token_type);
-    write_split(root, "valid", valid, token_type);
-    h5::close_file(file, partial.string());
-    std::filesystem::rename(partial, target);
-  } catch (const h5::Hdf5Error& failure) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
-    throw DataError(path + ": cannot write token file (" + failure.what() + ")");
-  } catch (const std::filesystem::filesystem_error& failure) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
-    throw DataError(path + ": cannot move the finished file into place (" +
-                    failure.code().message() + ")");
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(partial, ignored);
-    throw;
-  }
-}
-
-std::string token_store_checksum(const TokenSplit& train, const TokenSplit& valid) {
-  // Little-endian words hashed through a small buffer, so the value is the same on every host.
-  uLong crc = crc32(0L, Z_NULL, 0);
-  unsigned char buffer[8 * 1024];
-  std::size_t used = 0;
-  auto put = [&](std::uint64_t value, int bytes) {
-    if (used + 8 > sizeof buffer) {
-      crc = crc32(crc, buffer, static_cast<uInt>(used));
-      used = 0;
-    }
-    for (int i = 0; i < bytes; ++i) buffer[used++] = static_cast<unsigned char>(value >> (8 * i));
-  };
-  for (const TokenSplit* split : {&train, &valid}) {
-    for (std::uint32_t t : split->tokens) put(t, 4);
-    for (std::uint64_t o : split->doc_offsets) put(o, 8);
-  }
-  crc = crc32(crc, buffer, static_cast<uInt>(used));
-  char text[16];
-  std::snprintf(text, sizeof text, "%08lx", static_cast<unsigned long>(crc));
-  return std::string("crc32:") + text;
 }
 
 TokenStore TokenStore::from_splits(TokenStoreMeta meta, TokenSplit train, TokenSplit valid,

@@ -56,12 +56,12 @@ std::size_t find_invalid_utf8(std::string_view text) {
 }
 
 std::string repair_utf8(std::string_view text, InvalidUtf8 policy, const std::string& where,
-                        std::size_t* replaced) {
+                        std::size_t* replaced, std::uint64_t offset) {
   std::size_t first_bad = find_invalid_utf8(text);
   if (replaced) *replaced = 0;
   if (first_bad == std::string_view::npos) return std::string(text);
   if (policy == InvalidUtf8::kFail)
-    throw DataError(where + ": invalid UTF-8 at byte " + std::to_string(first_bad) +
+    throw DataError(where + ": invalid UTF-8 at byte " + std::to_string(offset + first_bad) +
                     " (expected UTF-8 text; use --invalid-utf8 replace to substitute U+FFFD)");
   std::string out(text.substr(0, first_bad));
   std::size_t pos = first_bad, bad = 0, count = 0;

@@ -3,6 +3,7 @@
 // same (or refusing the text) keeps our ids equal to the reference and the corpus honest.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,10 +20,11 @@ InvalidUtf8 parse_invalid_utf8(std::string_view name);
 // Offset of the first invalid byte, or npos when `text` is valid UTF-8.
 std::size_t find_invalid_utf8(std::string_view text);
 
-// `text` made valid. kFail: DataError "<where>: invalid UTF-8 at byte N ...". `replaced` (optional)
-// receives the number of U+FFFD inserted.
+// `text` made valid. kFail: DataError "<where>: invalid UTF-8 at byte N ..." where N counts from
+// `offset` (the position of `text` in its file). `replaced` (optional) receives the number of
+// U+FFFD inserted.
 std::string repair_utf8(std::string_view text, InvalidUtf8 policy, const std::string& where,
-                        std::size_t* replaced = nullptr);
+                        std::size_t* replaced = nullptr, std::uint64_t offset = 0);
 
 // Decodes the code point at text[pos] of valid UTF-8; sets `length` to its byte count.
 inline char32_t decode_utf8_at(std::string_view text, std::size_t pos, std::size_t& length) {
