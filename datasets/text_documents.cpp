@@ -93,6 +93,11 @@ std::vector<std::string> split_documents(std::string_view text, DocumentSplit sp
   return documents;
 }
 
+std::string unsplit_limit_text(const SegmentLimits& limits) {
+  const std::size_t bytes = limits.max_unsplit_bytes;
+  return bytes % (std::size_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+}
+
 DocumentCutter::DocumentCutter(DocumentSplit split, CutRule cut, SegmentLimits limits, std::string where)
     : split_(split), cut_(cut), limits_(limits), where_(std::move(where)) {
   if (limits_.max_unsplit_bytes < limits_.segment_bytes)
@@ -123,8 +128,8 @@ void DocumentCutter::feed(std::string_view bytes, const Emit& emit) {
         blank_line_.append(part);
         if (blank_line_.size() > limits_.max_unsplit_bytes)
           throw DataError(where_ + ": byte " + std::to_string(offset_ + part.size() - blank_line_.size()) +
-                          ": a line of more than " + std::to_string(limits_.max_unsplit_bytes >> 20) +
-                          " MiB of blank characters (the most held whole; prepare-data's --max-unsplit-mb)");
+                          ": a line of more than " + unsplit_limit_text(limits_) +
+                          " of blank characters (the most held whole; prepare-data's --max-unsplit-mb)");
       }
     } else {  // the line has text: it joins the document, blank start included
       if (document_.empty()) document_offset_ = offset_ - blank_line_.size();
@@ -146,22 +151,35 @@ void DocumentCutter::finish(const Emit& emit) {
 }
 
 void DocumentCutter::cut_if_long(const Emit& emit) {
+  const auto emit_up_to = [&](std::size_t cut) {
+    emit(std::string_view(document_).substr(0, cut), false, document_offset_);
+    document_.erase(0, cut);
+    document_offset_ += cut;
+    scanned_ = std::max<std::size_t>(1, scanned_ - cut);  // what was searched stays searched
+    last_cut_ = 0;  // none in what was searched of the rest
+  };
   while (document_.size() > limits_.segment_bytes) {
-    for (; scanned_ < document_.size(); ++scanned_)
-      if (cut_.can_cut(document_, scanned_)) last_cut_ = scanned_;
-    if (last_cut_ == 0) {
-      if (document_.size() > limits_.max_unsplit_bytes)
-        throw DataError(where_ + ": byte " + std::to_string(document_offset_) + ": more than " +
-                        std::to_string(limits_.max_unsplit_bytes >> 20) +
-                        " MiB of text with no place to cut it between tokens (" + cut_.description +
-                        "); it would be held whole (the limit is prepare-data's --max-unsplit-mb)");
-      return;
+    // The first cut point at or past the segment size ends the segment.
+    std::size_t cut = 0;
+    for (; scanned_ < document_.size() && cut == 0; ++scanned_)
+      if (cut_.can_cut(document_, scanned_)) {
+        last_cut_ = scanned_;
+        if (scanned_ >= limits_.segment_bytes) cut = scanned_;
+      }
+    if (cut > 0) {
+      emit_up_to(cut);
+      continue;
     }
-    emit(std::string_view(document_).substr(0, last_cut_), false, document_offset_);
-    document_.erase(0, last_cut_);
-    document_offset_ += last_cut_;
-    scanned_ = document_.size();  // no cut point after the one just used
-    last_cut_ = 0;
+    // None yet: what follows the last cut point is held until one comes, up to the limit.
+    if (document_.size() - last_cut_ > limits_.max_unsplit_bytes)
+      throw DataError(where_ + ": byte " + std::to_string(document_offset_ + last_cut_) + ": more than " +
+                      unsplit_limit_text(limits_) + " of text with no place to cut it between tokens (" +
+                      cut_.description + "); it would be held whole (the limit is prepare-data's --max-unsplit-mb)");
+    if (document_.size() > limits_.max_unsplit_bytes && last_cut_ > 0) {
+      emit_up_to(last_cut_);  // a short segment, to keep what is held within the limit
+      continue;
+    }
+    return;
   }
 }
 

@@ -61,12 +61,15 @@ struct CutRule {
 };
 
 struct SegmentLimits {
-  // Documents longer than this are cut at the last cut point found once they are past it.
-  std::size_t segment_bytes = std::size_t{1} << 20;
+  // Documents longer than this are cut at the first cut point past it.
+  std::size_t segment_bytes = std::size_t{256} << 10;
   // The most held whole: a stretch of a document with no cut point, a blank-so-far line, a JSON
   // Lines record. Past it the input is refused with one line that says how to raise it.
   std::size_t max_unsplit_bytes = std::size_t{64} << 20;
 };
+
+// "64 MiB" (or "4096 bytes" below 1 MiB): max_unsplit_bytes for messages.
+std::string unsplit_limit_text(const SegmentLimits& limits);
 
 // split_documents over a stream: bytes go in as they are read, documents come out as raw
 // segments (the bytes as stored, before any UTF-8 repair), long documents cut into segments of

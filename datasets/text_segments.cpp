@@ -60,10 +60,7 @@ void TextSegmentReader::take_jsonl(std::string_view bytes) {
     const std::size_t newline = bytes.find('\n', pos);
     if (newline == std::string_view::npos) {
       line_.append(bytes.substr(pos));
-      if (line_.size() > limits_.max_unsplit_bytes)
-        throw DataError(path_ + ":" + std::to_string(line_number_ + 1) + ": a line longer than " +
-                        std::to_string(limits_.max_unsplit_bytes >> 20) +
-                        " MiB (a record is held whole; the limit is prepare-data's --max-unsplit-mb)");
+      check_line_length(line_.size());
       return;
     }
     if (line_.empty()) {
@@ -77,7 +74,14 @@ void TextSegmentReader::take_jsonl(std::string_view bytes) {
   }
 }
 
+void TextSegmentReader::check_line_length(std::size_t bytes) const {
+  if (bytes > limits_.max_unsplit_bytes)
+    throw DataError(path_ + ":" + std::to_string(line_number_ + 1) + ": a line longer than " + unsplit_limit_text(limits_) +
+                    " (a record is held whole; the limit is prepare-data's --max-unsplit-mb)");
+}
+
 void TextSegmentReader::take_jsonl_line(std::string_view raw) {
+  check_line_length(raw.size());
   ++line_number_;
   if (is_blank(raw)) return;
   const std::string where = path_ + ":" + std::to_string(line_number_);

@@ -46,6 +46,7 @@ class TextSegmentReader {
   void take_text_segment(std::string_view raw, bool ends_document, std::uint64_t offset);
   void take_jsonl(std::string_view bytes);
   void take_jsonl_line(std::string_view raw);
+  void check_line_length(std::size_t bytes) const;
 
   std::string path_;
   TextFormat format_;

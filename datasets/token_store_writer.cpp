@@ -19,7 +19,7 @@ namespace h5 = hdf5;
 
 constexpr hsize_t kTokenChunk = hsize_t{1} << 16;   // elements per HDF5 chunk
 constexpr hsize_t kOffsetChunk = hsize_t{1} << 13;
-constexpr std::size_t kFlushTokens = std::size_t{1} << 20;  // buffered before a write
+constexpr std::size_t kFlushTokens = std::size_t{1} << 18;  // buffered before a write (4 chunks)
 constexpr std::size_t kFlushOffsets = std::size_t{1} << 16;
 
 // CRC-32 of values as little-endian words of `bytes` bytes, the same on every host.

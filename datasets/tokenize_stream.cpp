@@ -13,7 +13,7 @@
 namespace pipelane {
 namespace {
 
-constexpr std::size_t kBatchBytes = std::size_t{1} << 20;
+constexpr std::size_t kBatchBytes = std::size_t{256} << 10;  // text per batch, ~100 ms of GPT-2 BPE
 
 struct Batch {
   std::uint64_t sequence = 0;

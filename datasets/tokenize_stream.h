@@ -1,5 +1,5 @@
 // Tokenizing a stream of text segments on worker threads, the ids handed back in input order.
-// At most 2 batches per worker are in flight, so memory follows the batch size (about 1 MiB of
+// At most 2 batches per worker are in flight, so memory follows the batch size (about 256 KiB of
 // text each) and the longest segment, never the size of the input.
 #pragma once
 #include <cstdint>

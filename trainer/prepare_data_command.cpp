@@ -83,7 +83,7 @@ po::options_description describe_options(PrepareDataOptions& options) {
       ("max-unsplit-mb", po::value(&options.max_unsplit_mb)->default_value(64),
        "most text held whole, in MiB: a JSON Lines record, or a stretch of text with no place to cut "
        "it between tokens (byte: any character boundary; gpt2: a space or line break after a printable "
-       "ASCII character). Input is read and tokenized in pieces of about 1 MiB, so memory follows this "
+       "ASCII character). Input is read and tokenized in pieces of about 256 KiB, so memory follows this "
        "and --threads, not the size of the input; longer unsplittable text stops with one line")
       ("progress", po::value(&options.progress)->default_value("auto"),
        "progress bar on stderr: auto (inputs of 16 MiB or more), always or never");

@@ -9,6 +9,7 @@
 
 #include "datasets/data_error.h"
 #include "datasets/token_store.h"
+#include "datasets/token_store_writer.h"
 #include "tests/datasets/test_files.h"
 
 namespace pipelane {
@@ -191,6 +192,68 @@ TEST(TokenStore, TokenIdAtOrAboveVocabSizeIsRejected) {
   replace_root_attribute(path, "vocab_size", H5T_NATIVE_UINT32, &vocab_size);
   const std::string message = open_error(path);
   EXPECT_TRUE(contains(message, "token id 255 at position 2 is >= vocab_size 100")) << message;
+}
+
+// The streaming writer: documents of both splits interleaved and appended in pieces, with more
+// tokens than one write buffer, read back as the splits they make; the checksum is the one of
+// the whole splits.
+TEST(TokenStoreWriter, InterleavedPiecesReadBackAsWholeSplits) {
+  TempDir dir;
+  const std::string path = dir.file("stream.h5");
+  std::mt19937 generator(17);
+  TokenSplit expected[2] = {{{}, {0}}, {{}, {0}}};
+  {
+    TokenStoreWriter writer(path, {"gpt2", 50257, {"a.txt", "b.jsonl"}, ""});
+    for (int document = 0; document < 3000; ++document) {
+      const int split = generator() % 5 == 0;  // about a fifth validates
+      const auto which = split ? TokenStoreWriter::Split::kValid : TokenStoreWriter::Split::kTrain;
+      const std::size_t length = generator() % 1000;  // empty documents too
+      std::vector<std::uint32_t> tokens(length);
+      for (auto& t : tokens) t = generator() % 50257;
+      for (std::size_t pos = 0; pos < length;) {
+        const std::size_t piece = std::min<std::size_t>(length - pos, 1 + generator() % 300);
+        writer.append(which, std::span<const std::uint32_t>(tokens).subspan(pos, piece));
+        pos += piece;
+      }
+      writer.end_document(which);
+      expected[split].tokens.insert(expected[split].tokens.end(), tokens.begin(), tokens.end());
+      expected[split].doc_offsets.push_back(expected[split].tokens.size());
+    }
+    EXPECT_EQ(writer.tokens(TokenStoreWriter::Split::kTrain), expected[0].tokens.size());
+    EXPECT_EQ(writer.documents(TokenStoreWriter::Split::kValid), expected[1].doc_offsets.size() - 1);
+    writer.finish();
+  }
+  ASSERT_GT(expected[0].tokens.size(), std::size_t{1} << 20);  // several write buffers
+  const TokenStore store = TokenStore::open(path);
+  EXPECT_EQ(store.train().tokens, expected[0].tokens);
+  EXPECT_EQ(store.train().doc_offsets, expected[0].doc_offsets);
+  EXPECT_EQ(store.valid().tokens, expected[1].tokens);
+  EXPECT_EQ(store.valid().doc_offsets, expected[1].doc_offsets);
+  EXPECT_EQ(store.meta().checksum, token_store_checksum(expected[0], expected[1]));
+  EXPECT_EQ(store.meta().sources, (std::vector<std::string>{"a.txt", "b.jsonl"}));
+  EXPECT_EQ(token_dataset_width(path), 2u);  // GPT-2's 50257 ids fit uint16
+}
+
+TEST(TokenStoreWriter, UnfinishedOrRefusedWritesLeaveNoFile) {
+  TempDir dir;
+  {
+    TokenStoreWriter writer(dir.file("a.h5"), byte_meta());
+    const std::vector<std::uint32_t> tokens{1, 2, 3};
+    writer.append(TokenStoreWriter::Split::kTrain, tokens);
+  }  // an error on the way: never finished
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  {
+    TokenStoreWriter writer(dir.file("b.h5"), byte_meta());
+    const std::vector<std::uint32_t> tokens{1, 256};
+    try {
+      writer.append(TokenStoreWriter::Split::kValid, tokens);
+      FAIL() << "expected DataError";
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()), dir.file("b.h5") + ": token id 256 is >= vocab_size 256");
+    }
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  EXPECT_THROW(TokenStoreWriter(dir.file("no/such/dir/c.h5"), byte_meta()), DataError);
 }
 
 // Replaces /train/tokens by a dataset declaring `count` uint16 tokens whose data is never written
