@@ -2,12 +2,15 @@
 // fixture of ids from the npm reference encoder (skipped without the tokenizer files), UTF-8 repair.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <nlohmann/json.hpp>
 
+#include "datasets/byte_tokenizer.h"
 #include "datasets/data_error.h"
 #include "datasets/gpt2_tokenizer.h"
+#include "datasets/text_documents.h"
 #include "tests/datasets/test_files.h"
 
 namespace pipelane {
@@ -153,6 +156,55 @@ TEST(Gpt2Tokenizer, MegabyteWordRoundTrips) {
   const std::vector<std::uint32_t> ids = tok.encode(word);
   EXPECT_LT(ids.size(), word.size() * 2 / 3);  // merges happened (random letters merge little)
   EXPECT_EQ(tok.decode(ids), word);
+}
+
+// Text that exercises GPT-2's rules next to spaces and line breaks: contractions, runs of
+// whitespace of every kind, symbols, digits, non-ASCII letters and spaces, invalid UTF-8.
+std::string tricky_text(std::uint32_t seed, int pieces) {
+  const char* parts[] = {"word", " ", "\n", "  ", "\n\n", "\t", "\r\n", "'s", "'ll", "'", "it's", "123", " 45",
+                         "!?", "...", "caf\xC3\xA9", "\xC2\xA0", "\xE2\x80\x83", "\xFF", "\xE2\x82", " x", "x ",
+                         "\u00e9t\u00e9", "\xF0\x9F\x98\x80", "-", "A", "z"};
+  std::mt19937 generator(seed);
+  std::string text;
+  for (int i = 0; i < pieces; ++i) text += parts[generator() % (sizeof parts / sizeof *parts)];
+  return text;
+}
+
+// Ids of `text` encoded in pieces cut at every `every`-th position the rule allows, each piece
+// repaired on its own, as prepare-data does with segments.
+template <typename Encode>
+std::vector<std::uint32_t> encode_cut(std::string_view text, bool (*can_cut)(std::string_view, std::size_t),
+                                      std::size_t every, Encode&& encode) {
+  std::vector<std::uint32_t> ids;
+  std::size_t start = 0, allowed = 0;
+  for (std::size_t p = 1; p <= text.size(); ++p) {
+    if (p < text.size() && !(can_cut(text, p) && ++allowed % every == 0)) continue;
+    encode(repair_utf8(text.substr(start, p - start), InvalidUtf8::kReplace, "t"), ids);
+    start = p;
+  }
+  return ids;
+}
+
+TEST(CutRules, CuttingWhereTheByteTokenizerAllowsKeepsIdsAndRepair) {
+  const std::string text = tricky_text(1, 5000);
+  const ByteTokenizer bytes;
+  const auto encode = [&](const std::string& piece, std::vector<std::uint32_t>& ids) { bytes.encode_append(piece, ids); };
+  const std::vector<std::uint32_t> whole = bytes.encode(repair_utf8(text, InvalidUtf8::kReplace, "t"));
+  for (const std::size_t every : {1, 3, 50}) EXPECT_EQ(encode_cut(text, &ByteTokenizer::can_cut, every, encode), whole);
+}
+
+TEST(CutRules, CuttingWhereGpt2AllowsKeepsIds) {
+  const std::string dir = default_gpt2_tokenizer_dir();
+  if (!gpt2_tokenizer_files_present(dir)) GTEST_SKIP() << "no GPT-2 tokenizer files in " << dir;
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(dir);
+  const auto encode = [&](const std::string& piece, std::vector<std::uint32_t>& ids) { tok.encode_append(piece, ids); };
+  std::vector<std::string> texts = {tricky_text(2, 20000), tricky_text(3, 20000)};
+  const std::string corpus = "/usr/share/doc/jargon-text/jargon.txt.gz";
+  if (std::filesystem::exists(corpus)) texts.push_back(read_text_file(corpus));
+  for (const std::string& text : texts) {
+    const std::vector<std::uint32_t> whole = tok.encode(repair_utf8(text, InvalidUtf8::kReplace, "t"));
+    for (const std::size_t every : {1, 7}) EXPECT_EQ(encode_cut(text, &Gpt2Tokenizer::can_cut, every, encode), whole);
+  }
 }
 
 TEST(Utf8, ReplacesMaximalSubpartsOrFails) {
