@@ -151,14 +151,14 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::st
   std::string raw;
   for (const auto& [symbol, value] : encoder.items()) {
     if (!value.is_number_unsigned() || value.get<std::uint64_t>() >= encoder.size())
-      throw DataError(encoder_json + ": id of '" + symbol + "' must be an integer in [0, " +
+      throw DataError(encoder_json + ": id of '" + printable(symbol) + "' must be an integer in [0, " +
                       std::to_string(encoder.size()) + ")");
     const auto id = value.get<std::uint32_t>();
     if (seen[id]) throw DataError(encoder_json + ": id " + std::to_string(id) + " is used twice");
     seen[id] = true;
     if (symbol == "<|endoftext|>") raw = symbol;  // the one special token: its bytes are its name
     else if (!to_raw_bytes(symbol, inverse, raw))
-      throw DataError(encoder_json + ": token '" + symbol + "' is not in GPT-2's byte alphabet");
+      throw DataError(encoder_json + ": token '" + printable(symbol) + "' is not in GPT-2's byte alphabet");
     vocab->token_bytes[id] = raw;
     id_of[symbol] = id;
   }
@@ -184,11 +184,11 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& encoder_json, const std::st
     const std::size_t space = line.find(' ');
     if (space == std::string::npos || space == 0 || line.find(' ', space + 1) != std::string::npos)
       throw DataError(vocab_bpe + ":" + std::to_string(line_number) +
-                      ": expected a merge 'LEFT RIGHT', got '" + line + "'");
+                      ": expected a merge 'LEFT RIGHT', got '" + printable(line) + "'");
     const std::string left = line.substr(0, space), right = line.substr(space + 1);
     const auto l = id_of.find(left), r = id_of.find(right), m = id_of.find(left + right);
     if (l == id_of.end() || r == id_of.end() || m == id_of.end())
-      throw DataError(vocab_bpe + ":" + std::to_string(line_number) + ": merge '" + line +
+      throw DataError(vocab_bpe + ":" + std::to_string(line_number) + ": merge '" + printable(line) +
                       "' uses a token missing from " + encoder_json + " (files from different releases?)");
     const std::uint64_t key = (std::uint64_t{l->second} << 32) | r->second;
     vocab->merges.emplace(key, Gpt2Vocab::Merge{rank++, m->second});  // first occurrence wins

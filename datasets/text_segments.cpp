@@ -92,12 +92,12 @@ void TextSegmentReader::take_jsonl_line(std::string_view raw) {
   try {
     object = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(where + ": invalid JSON, expected one object per line (" + e.what() + ")");
+    throw DataError(where + ": invalid JSON, expected one object per line (" + printable(e.what()) + ")");
   }
   if (!object.is_object()) throw DataError(where + ": expected a JSON object, got " + object.type_name());
   const auto it = object.find(format_.jsonl_field);
   if (it == object.end())
-    throw DataError(where + ": no field \"" + format_.jsonl_field + "\" (set the field name with --jsonl-field)");
+    throw DataError(where + ": no field \"" + printable(format_.jsonl_field) + "\" (set the field name with --jsonl-field)");
   if (!it->is_string())
     throw DataError(where + ": field \"" + format_.jsonl_field + "\" is " + it->type_name() + ", expected a string");
   std::string document = it->get<std::string>();

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <utility>
 
 #include "datasets/data_error.h"
 #include "datasets/hdf5_handle.h"
 #include "datasets/importers.h"
+#include "datasets/utf8.h"
 
 namespace pipelane {
 namespace {
@@ -98,7 +100,18 @@ TokenStore TokenStore::open(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec) && !is_imported_format(path))
     throw DataError(path + ": no such file (run 'pipelane prepare-data' first)");
-  if (is_imported_format(path)) return import_token_file(path);
+  try {
+    if (is_imported_format(path)) return import_token_file(path);
+    return open_hdf5(path);
+  } catch (const std::bad_alloc&) {  // what HDF5 reads is checked before; this is the rest
+    const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+    throw DataError(path + ": out of memory loading the token file" +
+                    (ec ? std::string() : " (" + std::to_string(bytes >> 20) + " MiB on disk)"));
+  }
+}
+
+TokenStore TokenStore::open_hdf5(const std::string& path) {
+  std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw DataError(path + ": not a regular file, expected an HDF5 token file");
   const h5::ErrorSilencer quiet;
@@ -118,7 +131,7 @@ TokenStore TokenStore::open(const std::string& path) {
                           kTokenStoreFormat + "')");
     const std::string format = h5::read_string_attribute(root, "format", 4096);
     if (format != kTokenStoreFormat)
-      throw FormatProblem("format is '" + format + "', expected '" + kTokenStoreFormat + "'");
+      throw FormatProblem("format is '" + printable(format) + "', expected '" + kTokenStoreFormat + "'");
     const std::int64_t version = h5::read_integer_attribute(root, "format_version");
     if (version != kTokenStoreFormatVersion)
       throw FormatProblem("format_version is " + std::to_string(version) + ", this build reads " +

@@ -1,6 +1,5 @@
 #include "trainer/ini_scan.h"
 
-#include <cstdio>
 #include <string_view>
 
 #include "datasets/utf8.h"
@@ -8,18 +7,7 @@
 namespace pipelane {
 namespace {
 
-constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
-
-// Byte length of the UTF-8 sequence a lead byte announces (1 for ASCII and for invalid leads).
-std::size_t sequence_length(unsigned char lead) {
-  return lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF8 ? 4 : 1;
-}
-
-// Code points that print as nothing or break a line.
-bool invisible(char32_t c) {
-  return (c >= 0x80 && c <= 0x9F) || c == 0xAD || (c >= 0x200B && c <= 0x200F) || (c >= 0x2028 && c <= 0x202E) ||
-         (c >= 0x2060 && c <= 0x206F) || c == 0xFEFF;
-}
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";  // Windows editors start UTF-8 files with it
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -38,49 +26,6 @@ std::string_view without_comment(std::string_view line) {
 }
 
 }  // namespace
-
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  char escape[16];
-  for (std::size_t pos = 0; pos < text.size();) {
-    const auto byte = static_cast<unsigned char>(text[pos]);
-    if (byte == '\t') {
-      out += "\\t";
-      ++pos;
-      continue;
-    }
-    if (byte < 0x20 || byte == 0x7F) {
-      std::snprintf(escape, sizeof escape, "\\x%02X", byte);
-      out += escape;
-      ++pos;
-      continue;
-    }
-    if (byte < 0x80) {
-      out += static_cast<char>(byte);
-      ++pos;
-      continue;
-    }
-    const std::size_t length = sequence_length(byte);
-    const std::string_view sequence = text.substr(pos, length);
-    if (length == 1 || sequence.size() < length || find_invalid_utf8(sequence) != std::string_view::npos) {
-      std::snprintf(escape, sizeof escape, "\\x%02X", byte);
-      out += escape;
-      ++pos;
-      continue;
-    }
-    std::size_t decoded_length = 0;
-    const char32_t c = decode_utf8_at(sequence, 0, decoded_length);
-    if (invisible(c)) {
-      std::snprintf(escape, sizeof escape, "\\u{%04X}", static_cast<unsigned>(c));
-      out += escape;
-    } else {
-      out += sequence;
-    }
-    pos += length;
-  }
-  return out;
-}
 
 IniScan scan_ini(std::istream& text) {
   IniScan scan;

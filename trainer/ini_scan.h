@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/utf8.h"  // printable(): what the scanner's messages echo goes through it
+
 namespace pipelane {
 
 struct IniSectionHeader {
@@ -47,12 +49,6 @@ class IniSyntaxError : public std::runtime_error {
  private:
   int line_;
 };
-
-// `text` as it may appear inside a one-line message: control characters, DEL and bytes that are
-// not UTF-8 become \xNN, invisible or line-breaking code points (C1 controls, zero-width and
-// direction marks, U+2028/9, a byte order mark) become \u{XXXX}, a backslash stays one; printable
-// text, including non-ASCII letters, is unchanged.
-std::string printable(std::string_view text);
 
 // Throws IniSyntaxError for a line that is neither a comment, a header nor key = value,
 // and for a key that appears before any [section].

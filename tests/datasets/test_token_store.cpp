@@ -265,7 +265,9 @@ void declare_unstored_train_tokens(const std::string& path, hsize_t count, bool 
   ASSERT_GE(H5Ldelete(file, "/train/doc_offsets", H5P_DEFAULT), 0);
   const hid_t create = H5Pcreate(H5P_DATASET_CREATE);
   const hsize_t chunk = 1 << 16;
-  if (chunked) ASSERT_GE(H5Pset_chunk(create, 1, &chunk), 0);
+  if (chunked) {
+    ASSERT_GE(H5Pset_chunk(create, 1, &chunk), 0);
+  }
   const hid_t space = H5Screate_simple(1, &count, nullptr);
   const hid_t tokens = H5Dcreate2(file, "/train/tokens", H5T_STD_U16LE, space, H5P_DEFAULT, create, H5P_DEFAULT);
   ASSERT_GE(tokens, 0);
