@@ -1,11 +1,8 @@
 #include "trainer/prepare_data_command.h"
 
-#include <unistd.h>
 
-#include <atomic>
 #include <boost/program_options.hpp>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -13,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,50 +135,52 @@ void check_common(const PrepareDataOptions& options) {
     throw DataError("--progress must be auto, always or never, got '" + options.progress + "'");
 }
 
-struct SplitCounts {
-  std::uint64_t train_documents = 0, valid_documents = 0, train_tokens = 0, valid_tokens = 0;
-};
-
-void report(const SplitCounts& counts, const TokenStoreMeta& meta, const std::string& output, double seconds) {
-  const std::uint64_t tokens = counts.train_tokens + counts.valid_tokens;
-  std::cout << "prepare-data: " << counts.train_documents + counts.valid_documents << " documents ("
-            << counts.train_documents << " train, " << counts.valid_documents << " valid), "
-            << counts.train_tokens << " train tokens, " << counts.valid_tokens << " valid tokens, tokenizer "
-            << meta.tokenizer << " -> " << output << "\n";
-  std::printf("prepare-data: %.2f s, %.0f tokens/s\n", seconds, static_cast<double>(tokens) / std::max(seconds, 1e-9));
+void finish_and_report(TokenStoreWriter& writer, const TokenStoreMeta& meta, const std::string& output,
+                       std::chrono::steady_clock::time_point start) {
+  using Split = TokenStoreWriter::Split;
+  writer.finish();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::uint64_t train = writer.tokens(Split::kTrain), valid = writer.tokens(Split::kValid);
+  std::cout << "prepare-data: " << writer.documents(Split::kTrain) + writer.documents(Split::kValid)
+            << " documents (" << writer.documents(Split::kTrain) << " train, " << writer.documents(Split::kValid)
+            << " valid), " << train << " train tokens, " << valid << " valid tokens, tokenizer " << meta.tokenizer
+            << " -> " << output << "\n";
+  std::printf("prepare-data: %.2f s, %.0f tokens/s\n", seconds,
+              static_cast<double>(train + valid) / std::max(seconds, 1e-9));
 }
 
-SplitCounts counts_of(const TokenSplit& train, const TokenSplit& valid) {
-  return {train.doc_offsets.size() - 1, valid.doc_offsets.size() - 1, train.tokens.size(), valid.tokens.size()};
-}
-
-// Megatron / llm.c inputs: documents as stored, re-split by --valid-fraction.
+// Megatron / llm.c inputs: documents as stored, re-split by --valid-fraction, written as each
+// input is read (one input in memory at a time).
 int convert(const PrepareDataOptions& options) {
+  using Split = TokenStoreWriter::Split;
   const auto start = std::chrono::steady_clock::now();
-  ImportedTokens all{{}, {{}, {0}}};
+  std::optional<TokenStoreWriter> writer;
+  TokenStoreMeta meta;
+  std::uint64_t document = 0;
   for (const std::string& input : options.inputs) {
-    ImportedTokens part = read_imported(input);
-    if (all.meta.tokenizer.empty()) {
-      all.meta = part.meta;
-      all.meta.sources = {input};  // as given (the importer names the .bin of X.idx)
-    } else if (part.meta.tokenizer != all.meta.tokenizer)
+    const ImportedTokens part = read_imported(input);
+    if (!writer) {
+      meta = part.meta;
+      meta.sources = options.inputs;  // as given (the importer names the .bin of X.idx)
+      create_parent_directory(options.output);
+      writer.emplace(options.output, meta);
+    } else if (part.meta.tokenizer != meta.tokenizer) {
       throw DataError(input + ": tokenized with " + part.meta.tokenizer + ", the inputs before with " +
-                      all.meta.tokenizer);
-    else all.meta.sources.push_back(input);
-    const std::uint64_t base = all.all.tokens.size();
-    all.all.tokens.insert(all.all.tokens.end(), part.all.tokens.begin(), part.all.tokens.end());
-    for (std::size_t i = 1; i < part.all.doc_offsets.size(); ++i)
-      all.all.doc_offsets.push_back(base + part.all.doc_offsets[i]);
+                      meta.tokenizer);
+    }
+    const std::span<const std::uint32_t> tokens(part.all.tokens);
+    const std::vector<std::uint64_t>& offsets = part.all.doc_offsets;
+    for (std::size_t d = 0; d + 1 < offsets.size(); ++d) {
+      const Split split = is_held_out_document(document++, options.valid_fraction) ? Split::kValid : Split::kTrain;
+      writer->append(split, tokens.subspan(offsets[d], offsets[d + 1] - offsets[d]));
+      writer->end_document(split);
+    }
   }
-  if (all.all.tokens.empty()) throw DataError("the inputs hold no tokens");
-  TokenSplit train, valid;
-  split_documents_by_fraction(all.all, options.valid_fraction, train, valid);
-  if (train.tokens.empty())
+  if (writer->tokens(Split::kTrain) + writer->tokens(Split::kValid) == 0)
+    throw DataError("the inputs hold no tokens");
+  if (writer->tokens(Split::kTrain) == 0)
     throw DataError("every document went to the validation split; lower --valid-fraction or add data");
-  create_parent_directory(options.output);
-  write_token_store(options.output, all.meta, train, valid);
-  report(counts_of(train, valid), all.meta, options.output,
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  finish_and_report(*writer, meta, options.output, start);
   return 0;
 }
 
@@ -241,13 +241,9 @@ int tokenize_inputs(const PrepareDataOptions& options, const TokenStoreMeta& met
   progress.finish();
   if (document == 0) throw DataError("the inputs hold no text (expected at least one non-blank document)");
   if (replaced > 0) std::fprintf(stderr, "prepare-data: replaced %zu invalid UTF-8 sequences with U+FFFD\n", replaced);
-  using Split = TokenStoreWriter::Split;
-  if (writer.tokens(Split::kTrain) == 0)
+  if (writer.tokens(TokenStoreWriter::Split::kTrain) == 0)
     throw DataError("every document went to the validation split; lower --valid-fraction or add text");
-  writer.finish();
-  report({writer.documents(Split::kTrain), writer.documents(Split::kValid), writer.tokens(Split::kTrain),
-          writer.tokens(Split::kValid)},
-         meta, options.output, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  finish_and_report(writer, meta, options.output, start);
   return 0;
 }
 
