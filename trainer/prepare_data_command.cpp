@@ -1,6 +1,5 @@
 #include "trainer/prepare_data_command.h"
 
-
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
