@@ -29,8 +29,10 @@ bool TextSegmentReader::next(TextSegment& segment) {
   while (ready_.empty() && !at_end_) {
     buffer_.clear();
     if (file_.read(buffer_, kReadBytes)) {
-      if (format_.jsonl) take_jsonl(buffer_);
-      else cutter_.feed(buffer_, take);
+      if (format_.jsonl)
+        take_jsonl(buffer_);
+      else
+        cutter_.feed(buffer_, take);
       continue;
     }
     at_end_ = true;
@@ -76,7 +78,8 @@ void TextSegmentReader::take_jsonl(std::string_view bytes) {
 
 void TextSegmentReader::check_line_length(std::size_t bytes) const {
   if (bytes > limits_.max_unsplit_bytes)
-    throw DataError(path_ + ":" + std::to_string(line_number_ + 1) + ": a line longer than " + unsplit_limit_text(limits_) +
+    throw DataError(path_ + ":" + std::to_string(line_number_ + 1) + ": a line longer than " +
+                    unsplit_limit_text(limits_) +
                     " (a record is held whole; the limit is prepare-data's --max-unsplit-mb)");
 }
 
@@ -97,9 +100,11 @@ void TextSegmentReader::take_jsonl_line(std::string_view raw) {
   if (!object.is_object()) throw DataError(where + ": expected a JSON object, got " + object.type_name());
   const auto it = object.find(format_.jsonl_field);
   if (it == object.end())
-    throw DataError(where + ": no field \"" + printable(format_.jsonl_field) + "\" (set the field name with --jsonl-field)");
+    throw DataError(where + ": no field \"" + printable(format_.jsonl_field) +
+                    "\" (set the field name with --jsonl-field)");
   if (!it->is_string())
-    throw DataError(where + ": field \"" + format_.jsonl_field + "\" is " + it->type_name() + ", expected a string");
+    throw DataError(where + ": field \"" + format_.jsonl_field + "\" is " + it->type_name() +
+                    ", expected a string");
   std::string document = it->get<std::string>();
   if (!is_blank(document)) ready_.push_back({std::move(document), true, where});
 }

@@ -17,7 +17,7 @@ namespace {
 
 namespace h5 = hdf5;
 
-constexpr hsize_t kTokenChunk = hsize_t{1} << 16;   // elements per HDF5 chunk
+constexpr hsize_t kTokenChunk = hsize_t{1} << 16;  // elements per HDF5 chunk
 constexpr hsize_t kOffsetChunk = hsize_t{1} << 13;
 constexpr std::size_t kFlushTokens = std::size_t{1} << 18;  // buffered before a write (4 chunks)
 constexpr std::size_t kFlushOffsets = std::size_t{1} << 16;
@@ -45,7 +45,8 @@ uLong crc_little_endian(uLong crc, std::span<const T> values, int bytes) {
       crc = crc32(crc, buffer, static_cast<uInt>(used));
       used = 0;
     }
-    for (int i = 0; i < bytes; ++i) buffer[used++] = static_cast<unsigned char>(static_cast<std::uint64_t>(value) >> (8 * i));
+    for (int i = 0; i < bytes; ++i)
+      buffer[used++] = static_cast<unsigned char>(static_cast<std::uint64_t>(value) >> (8 * i));
   }
   return crc32(crc, buffer, static_cast<uInt>(used));
 }
@@ -87,7 +88,8 @@ struct GrowingDataset {
   void append(hid_t memory_type, const void* data, hsize_t count) {
     if (count == 0) return;
     const hsize_t new_size = size + count;
-    h5::check(H5Dset_extent(dataset.get(), &new_size), dataset.get(), "cannot grow to " + std::to_string(new_size));
+    h5::check(H5Dset_extent(dataset.get(), &new_size), dataset.get(),
+              "cannot grow to " + std::to_string(new_size));
     h5::Dataspace file_space(H5Dget_space(dataset.get()));
     if (!file_space.valid()) h5::fail(dataset.get(), "cannot read its shape");
     h5::check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &size, nullptr, &count, nullptr),
@@ -108,7 +110,8 @@ GrowingDataset create_growing(hid_t group, const std::string& name, hid_t file_t
   const hsize_t empty = 0, unlimited = H5S_UNLIMITED;
   h5::Dataspace space(H5Screate_simple(1, &empty, &unlimited));
   if (!space.valid()) h5::fail_child(group, name, "cannot create its dataspace");
-  h5::Dataset dataset(H5Dcreate2(group, name.c_str(), file_type, space.get(), H5P_DEFAULT, create.get(), H5P_DEFAULT));
+  h5::Dataset dataset(
+      H5Dcreate2(group, name.c_str(), file_type, space.get(), H5P_DEFAULT, create.get(), H5P_DEFAULT));
   if (!dataset.valid()) h5::fail_child(group, name, "cannot create dataset");
   return GrowingDataset{std::move(dataset), 0};
 }
@@ -227,7 +230,8 @@ void TokenStoreWriter::append(Split which, std::span<const std::uint32_t> tokens
   State& s = *state_;
   const int i = static_cast<int>(which);
   State::SplitState& split = s.splits[i];
-  const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](std::uint32_t t) { return t >= s.meta.vocab_size; });
+  const auto bad =
+      std::find_if(tokens.begin(), tokens.end(), [&](std::uint32_t t) { return t >= s.meta.vocab_size; });
   if (bad != tokens.end())
     throw DataError(s.path + ": token id " + std::to_string(*bad) + " is >= vocab_size " +
                     std::to_string(s.meta.vocab_size));
@@ -264,7 +268,9 @@ void TokenStoreWriter::finish() {
   s.finished = true;
 }
 
-std::uint64_t TokenStoreWriter::tokens(Split split) const { return state_->splits[static_cast<int>(split)].token_count; }
+std::uint64_t TokenStoreWriter::tokens(Split split) const {
+  return state_->splits[static_cast<int>(split)].token_count;
+}
 
 std::uint64_t TokenStoreWriter::documents(Split split) const {
   return state_->splits[static_cast<int>(split)].document_count;

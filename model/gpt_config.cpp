@@ -68,7 +68,8 @@ std::optional<std::uint64_t> GptConfig::total_params() const {
   const auto per_layer = params_per_layer(C);
   if (!per_layer) return std::nullopt;
   const auto blocks = multiply_add(*per_layer, static_cast<std::uint64_t>(layers), 2 * C);  // + final norm
-  const std::uint64_t table_rows = static_cast<std::uint64_t>(padded_vocab_64()) + static_cast<std::uint64_t>(max_seq_len);
+  const std::uint64_t table_rows =
+      static_cast<std::uint64_t>(padded_vocab_64()) + static_cast<std::uint64_t>(max_seq_len);
   if (!blocks) return std::nullopt;
   return multiply_add(table_rows, C, *blocks);
 }

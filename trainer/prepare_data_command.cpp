@@ -90,7 +90,8 @@ po::options_description describe_options(PrepareDataOptions& options) {
 // The progress line on stderr, redrawn at most every 250 ms.
 class ProgressBar {
  public:
-  ProgressBar(bool enabled, std::uint64_t total_bytes) : enabled_(enabled), total_(std::max<std::uint64_t>(1, total_bytes)) {}
+  ProgressBar(bool enabled, std::uint64_t total_bytes)
+      : enabled_(enabled), total_(std::max<std::uint64_t>(1, total_bytes)) {}
   void update(std::uint64_t done_bytes) {
     if (!enabled_) return;
     const auto now = std::chrono::steady_clock::now();
@@ -274,7 +275,8 @@ int run(const PrepareDataOptions& options) {
   limits.max_unsplit_bytes = static_cast<std::size_t>(options.max_unsplit_mb) << 20;
   const std::function<SegmentEncoder()> make_encoder = [&gpt2]() -> SegmentEncoder {
     if (gpt2)
-      return [tokenizer = std::make_shared<Gpt2Tokenizer>(*gpt2)](std::string_view text, std::vector<std::uint32_t>& ids) {
+      return [tokenizer = std::make_shared<Gpt2Tokenizer>(*gpt2)](std::string_view text,
+                                                                  std::vector<std::uint32_t>& ids) {
         tokenizer->encode_append(text, ids);
       };
     return [](std::string_view text, std::vector<std::uint32_t>& ids) { ByteTokenizer().encode_append(text, ids); };

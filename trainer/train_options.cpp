@@ -603,8 +603,8 @@ void check_resources(const TrainOptions& options, const Settings& settings) {
   const auto key_of = [](const std::string& word) { return "model." + word; };
   const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page_bytes > 0) {
-    const int ranks_splitting_model = static_cast<int>(
-        std::min<std::int64_t>(std::int64_t{options.parallel.tp} * options.parallel.pp, std::numeric_limits<int>::max()));
+    const std::int64_t ranks = std::int64_t{options.parallel.tp} * options.parallel.pp;
+    const int ranks_splitting_model = static_cast<int>(std::min<std::int64_t>(ranks, std::numeric_limits<int>::max()));
     const std::uint64_t memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_bytes);
     if (const auto problem = config.memory_problem(memory, ranks_splitting_model))
       throw ConfigError(location_of(settings, key_of(problem->key), "model.d_model") + ": [model] " +
@@ -678,7 +678,8 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
   }
   for (const std::string& path : lanes.plugin_paths()) {
     if (path.empty())
-      throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + printable(lanes.plugins) + "': an empty path");
+      throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + printable(lanes.plugins) +
+                        "': an empty path");
   }
 }
 

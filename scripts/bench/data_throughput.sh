@@ -50,8 +50,8 @@ done
 
 if [ "$tokenizer" = gpt2 ]; then
   echo "== GPT-2 BPE on one word of 1 MB (random lowercase letters)"
-  python3 -c "import random; random.seed(1); print(''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(1 << 20)))" \
-    >"$out/word.txt"
+  python3 -c "import random; random.seed(1)
+print(''.join(random.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(1 << 20)))" >"$out/word.txt"
   for b in "${builds[@]}"; do
     printf '%-24s ' "$b:"
     measure "$b/pipelane" prepare-data --tokenizer gpt2 --input "$out/word.txt" --output "$out/word.h5"

@@ -188,7 +188,9 @@ std::vector<std::uint32_t> encode_cut(std::string_view text, bool (*can_cut)(std
 TEST(CutRules, CuttingWhereTheByteTokenizerAllowsKeepsIdsAndRepair) {
   const std::string text = tricky_text(1, 5000);
   const ByteTokenizer bytes;
-  const auto encode = [&](const std::string& piece, std::vector<std::uint32_t>& ids) { bytes.encode_append(piece, ids); };
+  const auto encode = [&](const std::string& piece, std::vector<std::uint32_t>& ids) {
+    bytes.encode_append(piece, ids);
+  };
   const std::vector<std::uint32_t> whole = bytes.encode(repair_utf8(text, InvalidUtf8::kReplace, "t"));
   for (const std::size_t every : {1, 3, 50}) EXPECT_EQ(encode_cut(text, &ByteTokenizer::can_cut, every, encode), whole);
 }

@@ -138,7 +138,8 @@ TEST(DocumentCutter, TextWithNoCutPointPastTheLimitIsOneLine) {
 
 TEST(TextSegmentReader, JsonlRecordLongerThanTheLimitIsOneLine) {
   test_support::TempDir dir;
-  test_support::write_file(dir.file("big.jsonl"), "{\"text\": \"a\"}\n{\"text\": \"" + std::string(10000, 'b') + "\"}\n");
+  test_support::write_file(dir.file("big.jsonl"),
+                           "{\"text\": \"a\"}\n{\"text\": \"" + std::string(10000, 'b') + "\"}\n");
   TextSegmentReader reader(dir.file("big.jsonl"), TextFormat{true}, InvalidUtf8::kReplace, kSpaces,
                            SegmentLimits{1024, 4096});
   TextSegment segment;
@@ -146,7 +147,9 @@ TEST(TextSegmentReader, JsonlRecordLongerThanTheLimitIsOneLine) {
     reader.next(segment);  // lines are checked as they are read, before the records before them are used
     FAIL() << "expected DataError";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("big.jsonl:2: a line longer than 4096 bytes (a record is held whole"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("big.jsonl:2: a line longer than 4096 bytes (a record is held whole"),
+              std::string::npos)
+        << e.what();
   }
 }
 

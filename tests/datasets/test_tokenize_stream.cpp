@@ -1,7 +1,5 @@
 // The threaded tokenize stream: input order kept whatever the workers' speed, failures of a
 // worker (an exception, running out of memory) come back to the caller as one clear error.
-#include "datasets/tokenize_stream.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +9,7 @@
 #include <thread>
 
 #include "datasets/data_error.h"
+#include "datasets/tokenize_stream.h"
 
 namespace pipelane {
 namespace {
@@ -28,7 +27,8 @@ std::function<bool(TextSegment&)> numbered_segments(int count) {
 // Encodes a segment as its number, after a random pause so that workers finish out of order.
 std::function<SegmentEncoder()> slow_number_encoder() {
   return [] {
-    return [generator = std::mt19937(std::random_device{}())](std::string_view text, std::vector<std::uint32_t>& ids) mutable {
+    return [generator = std::mt19937(std::random_device{}())](std::string_view text,
+                                                              std::vector<std::uint32_t>& ids) mutable {
       std::this_thread::sleep_for(std::chrono::microseconds(generator() % 200));
       ids.push_back(static_cast<std::uint32_t>(std::stoul(std::string(text))));
     };

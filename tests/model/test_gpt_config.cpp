@@ -1,9 +1,9 @@
 // GptConfig's size arithmetic: exact for real models, overflow-checked for absurd ones.
-#include "model/gpt_config.h"
-
 #include <gtest/gtest.h>
 
 #include <climits>
+
+#include "model/gpt_config.h"
 
 namespace pipelane {
 namespace {
@@ -40,10 +40,12 @@ TEST(GptConfigSizes, MemoryProblemNamesTheKeyThatMakesTheModelLarge) {
   ASSERT_TRUE(layers);
   EXPECT_EQ(layers->key, "layers");
   // (1e6 x (12 x 128^2 + 13 x 128) + 384 x 128 + 256) parameters x 16 bytes = 2.9 TiB.
-  EXPECT_EQ(layers->message.rfind("layers = 1000000 (layers 1000000, d_model 128, vocab_size 256) needs 2.9 TiB for "
-                                  "parameters, gradients and AdamW moments (1.98e+11 parameters x 16 bytes), more "
-                                  "than 16.0 GiB per rank", 0),
-            0u)
+  EXPECT_EQ(
+      layers->message.rfind("layers = 1000000 (layers 1000000, d_model 128, vocab_size 256) needs 2.9 TiB for "
+                            "parameters, gradients and AdamW moments (1.98e+11 parameters x 16 bytes), more "
+                            "than 16.0 GiB per rank",
+                            0),
+      0u)
       << layers->message;
   const auto vocab = config(4, 128, 4, 128, INT_MAX).memory_problem(16 * kGiB, 1);
   ASSERT_TRUE(vocab);
@@ -61,8 +63,9 @@ TEST(GptConfigSizes, MemoryIsSharedByTheRanksThatSplitTheModel) {
   const GptConfig deep = config(10000, 128, 4, 128, 256);  // 1,982,769,408 parameters: 29.5 GiB
   EXPECT_TRUE(deep.memory_problem(16 * kGiB, 1));
   EXPECT_FALSE(deep.memory_problem(16 * kGiB, 2));
-  EXPECT_NE(deep.memory_problem(4 * kGiB, 2)->message.find(", 14.8 GiB on each of 2 ranks, more than 4.0 GiB per rank"),
-            std::string::npos)
+  EXPECT_NE(
+      deep.memory_problem(4 * kGiB, 2)->message.find(", 14.8 GiB on each of 2 ranks, more than 4.0 GiB per rank"),
+      std::string::npos)
       << deep.memory_problem(4 * kGiB, 2)->message;
 }
 

@@ -471,7 +471,9 @@ TEST_F(TrainOptionsTest, ModelTooLargeForMemoryNamesTheKeyAndTheSize) {
   // Each used to end in std::bad_alloc, or in an arena asked for 18446741737250788864 bytes.
   const std::string layers = write_config("[model]\nlayers = 1000000\n", "layers.ini");
   std::string message = parse_error({"--config", layers});
-  EXPECT_EQ(message.rfind(layers + ":2: [model] layers = 1000000 (layers 1000000, d_model 128, vocab_size 256) needs ", 0), 0u)
+  EXPECT_EQ(
+      message.rfind(layers + ":2: [model] layers = 1000000 (layers 1000000, d_model 128, vocab_size 256) needs ", 0),
+      0u)
       << message;
   EXPECT_TRUE(contains(message, " TiB for parameters, gradients and AdamW moments (")) << message;
   EXPECT_TRUE(contains(message, "(the memory of this host)")) << message;
