@@ -83,7 +83,7 @@ po::options_description describe_options(PrepareDataOptions& options) {
        "ASCII character). Input is read and tokenized in pieces of about 256 KiB, so memory follows this "
        "and --threads, not the size of the input; longer unsplittable text stops with one line")
       ("progress", po::value(&options.progress)->default_value("auto"),
-       "progress bar on stderr: auto (inputs of 16 MiB or more), always or never");
+       "progress bar on stderr: auto (inputs of 16 MiB or more as stored, compressed for .gz), always or never");
   return description;
 }
 
