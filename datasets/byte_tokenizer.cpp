@@ -6,10 +6,14 @@ namespace pipelane {
 
 std::vector<std::uint32_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<std::uint32_t> ids;
-  ids.reserve(text.size());
+  encode_append(text, ids);
+  return ids;
+}
+
+void ByteTokenizer::encode_append(std::string_view text, std::vector<std::uint32_t>& ids) const {
+  ids.reserve(ids.size() + text.size());
   // Through unsigned char: plain char is signed here, and bytes >= 0x80 must map to 128..255.
   for (char c : text) ids.push_back(static_cast<unsigned char>(c));
-  return ids;
 }
 
 std::string ByteTokenizer::decode(const std::vector<std::uint32_t>& ids) const {

@@ -57,6 +57,7 @@ class TokenStore {
 
  private:
   TokenStore() = default;
+  static TokenStore open_hdf5(const std::string& path);
   TokenStoreMeta meta_;
   TokenSplit train_;
   TokenSplit valid_;

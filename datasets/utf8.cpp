@@ -1,5 +1,7 @@
 #include "datasets/utf8.h"
 
+#include <cstdio>
+
 #include "datasets/data_error.h"
 
 namespace pipelane {
@@ -35,6 +37,12 @@ std::size_t valid_sequence_length(std::string_view text, std::size_t pos, std::s
   return need + 1;
 }
 
+// Code points that print as nothing or break a line.
+bool invisible(char32_t c) {
+  return (c >= 0x80 && c <= 0x9F) || c == 0xAD || (c >= 0x200B && c <= 0x200F) || (c >= 0x2028 && c <= 0x202E) ||
+         (c >= 0x2060 && c <= 0x206F) || c == 0xFEFF;
+}
+
 }  // namespace
 
 InvalidUtf8 parse_invalid_utf8(std::string_view name) {
@@ -56,12 +64,12 @@ std::size_t find_invalid_utf8(std::string_view text) {
 }
 
 std::string repair_utf8(std::string_view text, InvalidUtf8 policy, const std::string& where,
-                        std::size_t* replaced) {
+                        std::size_t* replaced, std::uint64_t offset) {
   std::size_t first_bad = find_invalid_utf8(text);
   if (replaced) *replaced = 0;
   if (first_bad == std::string_view::npos) return std::string(text);
   if (policy == InvalidUtf8::kFail)
-    throw DataError(where + ": invalid UTF-8 at byte " + std::to_string(first_bad) +
+    throw DataError(where + ": invalid UTF-8 at byte " + std::to_string(offset + first_bad) +
                     " (expected UTF-8 text; use --invalid-utf8 replace to substitute U+FFFD)");
   std::string out(text.substr(0, first_bad));
   std::size_t pos = first_bad, bad = 0, count = 0;
@@ -77,6 +85,43 @@ std::string repair_utf8(std::string_view text, InvalidUtf8 policy, const std::st
     }
   }
   if (replaced) *replaced = count;
+  return out;
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  char escape[16];
+  for (std::size_t pos = 0, bad = 0; pos < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[pos]);
+    if (byte == '\t') {
+      out += "\\t";
+      ++pos;
+    } else if (byte < 0x20 || byte == 0x7F) {
+      std::snprintf(escape, sizeof escape, "\\x%02X", byte);
+      out += escape;
+      ++pos;
+    } else if (byte < 0x80) {
+      out += static_cast<char>(byte);
+      ++pos;
+    } else if (const std::size_t length = valid_sequence_length(text, pos, bad); length == 0) {
+      for (std::size_t i = 0; i < bad; ++i) {
+        std::snprintf(escape, sizeof escape, "\\x%02X", static_cast<unsigned char>(text[pos + i]));
+        out += escape;
+      }
+      pos += bad;
+    } else {
+      std::size_t decoded = 0;
+      const char32_t c = decode_utf8_at(text, pos, decoded);
+      if (invisible(c)) {
+        std::snprintf(escape, sizeof escape, "\\u{%04X}", static_cast<unsigned>(c));
+        out += escape;
+      } else {
+        out.append(text.substr(pos, length));
+      }
+      pos += length;
+    }
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // same (or refusing the text) keeps our ids equal to the reference and the corpus honest.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,10 +20,17 @@ InvalidUtf8 parse_invalid_utf8(std::string_view name);
 // Offset of the first invalid byte, or npos when `text` is valid UTF-8.
 std::size_t find_invalid_utf8(std::string_view text);
 
-// `text` made valid. kFail: DataError "<where>: invalid UTF-8 at byte N ...". `replaced` (optional)
-// receives the number of U+FFFD inserted.
+// `text` made valid. kFail: DataError "<where>: invalid UTF-8 at byte N ..." where N counts from
+// `offset` (the position of `text` in its file). `replaced` (optional) receives the number of
+// U+FFFD inserted.
 std::string repair_utf8(std::string_view text, InvalidUtf8 policy, const std::string& where,
-                        std::size_t* replaced = nullptr);
+                        std::size_t* replaced = nullptr, std::uint64_t offset = 0);
+
+// `text` as it may appear inside a one-line message: control characters, DEL and bytes that are
+// not UTF-8 become \xNN (a tab \t), invisible or line-breaking code points (C1 controls, zero-width
+// and direction marks, U+2028/9, a byte order mark) become \u{XXXX}; printable text, non-ASCII
+// letters included, is unchanged. What a file or a user wrote is echoed through it.
+std::string printable(std::string_view text);
 
 // Decodes the code point at text[pos] of valid UTF-8; sets `length` to its byte count.
 inline char32_t decode_utf8_at(std::string_view text, std::size_t pos, std::size_t& length) {

@@ -2,8 +2,12 @@
 
 #include <string_view>
 
+#include "datasets/utf8.h"
+
 namespace pipelane {
 namespace {
+
+constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";  // Windows editors start UTF-8 files with it
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -31,6 +35,8 @@ IniScan scan_ini(std::istream& text) {
   int line_number = 0;
   while (std::getline(text, raw_line)) {
     ++line_number;
+    if (line_number == 1 && std::string_view(raw_line).substr(0, kByteOrderMark.size()) == kByteOrderMark)
+      raw_line.erase(0, kByteOrderMark.size());
     const std::string_view line = trim(without_comment(raw_line));
     if (line.empty()) continue;
 
@@ -40,7 +46,7 @@ IniScan scan_ini(std::istream& text) {
       const std::string_view name = close == std::string_view::npos ? "" : trim(inside.substr(0, close));
       if (close == std::string_view::npos || close + 1 != inside.size() || name.empty() ||
           name.find('[') != std::string_view::npos) {
-        throw IniSyntaxError(line_number, "malformed section header '" + std::string(line) + "'");
+        throw IniSyntaxError(line_number, "malformed section header '" + printable(line) + "'");
       }
       current_section = std::string(name);
       inside_section = true;
@@ -51,14 +57,14 @@ IniScan scan_ini(std::istream& text) {
     const std::size_t equals = line.find('=');
     if (equals == std::string_view::npos) {
       throw IniSyntaxError(line_number,
-                           "expected 'key = value' or '[section]', got '" + std::string(line) + "'");
+                           "expected 'key = value' or '[section]', got '" + printable(line) + "'");
     }
     const std::string_view key = trim(line.substr(0, equals));
     if (key.empty()) {
-      throw IniSyntaxError(line_number, "missing key before '=' in '" + std::string(line) + "'");
+      throw IniSyntaxError(line_number, "missing key before '=' in '" + printable(line) + "'");
     }
     if (!inside_section) {
-      throw IniSyntaxError(line_number, "key '" + std::string(key) + "' appears before any [section]");
+      throw IniSyntaxError(line_number, "key '" + printable(key) + "' appears before any [section]");
     }
     scan.entries.push_back(
         {current_section, std::string(key), std::string(trim(line.substr(equals + 1))), line_number});

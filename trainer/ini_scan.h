@@ -9,12 +9,16 @@
 //   # comment / ; comment, and blank lines
 // A '#' or ';' at the start of a line or after a space or tab starts a comment, so
 // "lr = 3e-4  # peak" is the value "3e-4" while "path = a#b" keeps its '#'.
+// A UTF-8 byte order mark at the start of the file (Windows editors write one) is skipped.
 // The scanner knows nothing about which sections or keys are valid; callers decide.
 
 #include <istream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "datasets/utf8.h"  // printable(): what the scanner's messages echo goes through it
 
 namespace pipelane {
 

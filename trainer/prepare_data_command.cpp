@@ -1,15 +1,15 @@
 #include "trainer/prepare_data_command.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <boost/program_options.hpp>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <memory>
+#include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,7 +19,10 @@
 #include "datasets/gpt2_tokenizer.h"
 #include "datasets/importers.h"
 #include "datasets/text_documents.h"
+#include "datasets/text_segments.h"
 #include "datasets/token_store.h"
+#include "datasets/token_store_writer.h"
+#include "datasets/tokenize_stream.h"
 
 namespace pipelane {
 namespace {
@@ -40,6 +43,7 @@ struct PrepareDataOptions {
   std::string progress;
   double valid_fraction = 0.05;
   int threads = 0;
+  int max_unsplit_mb = 64;
 };
 
 po::options_description describe_options(PrepareDataOptions& options) {
@@ -73,49 +77,42 @@ po::options_description describe_options(PrepareDataOptions& options) {
        "floor((i+1)*f) > floor(i*f); 0 <= f < 1")
       ("threads", po::value(&options.threads)->default_value(0),
        "tokenizer threads; 0 uses every core")
+      ("max-unsplit-mb", po::value(&options.max_unsplit_mb)->default_value(64),
+       "most text held whole, in MiB: a JSON Lines record, or a stretch of text with no place to cut "
+       "it between tokens (byte: any character boundary; gpt2: a space or line break after a printable "
+       "ASCII character). Input is read and tokenized in pieces of about 256 KiB, so memory follows this "
+       "and --threads, not the size of the input; longer unsplittable text stops with one line")
       ("progress", po::value(&options.progress)->default_value("auto"),
-       "progress bar on stderr: auto (inputs of 16 MiB or more), always or never");
+       "progress bar on stderr: auto (inputs of 16 MiB or more as stored, compressed for .gz), always or never");
   return description;
 }
 
-// Tokenizes documents on `threads` threads, each with its own tokenizer copy (the GPT-2 piece
-// cache is per copy). Documents are dealt out in contiguous blocks so results need no reordering.
-template <typename Tokenizer>
-std::vector<std::vector<std::uint32_t>> tokenize_all(const std::vector<std::string>& documents,
-                                                     const Tokenizer& prototype, std::optional<std::uint32_t> eot,
-                                                     int threads, bool progress, std::size_t total_bytes) {
-  std::vector<std::vector<std::uint32_t>> ids(documents.size());
-  std::atomic<std::size_t> bytes_done{0};
-  std::atomic<int> running{threads};
-  auto work = [&](std::size_t begin, std::size_t end) {
-    Tokenizer tokenizer(prototype);
-    for (std::size_t d = begin; d < end; ++d) {
-      ids[d] = tokenizer.encode(documents[d]);
-      if (eot) ids[d].push_back(*eot);
-      bytes_done += documents[d].size();
-    }
-    --running;
-  };
-  std::vector<std::thread> pool;
-  const std::size_t per = (documents.size() + threads - 1) / threads;
-  for (int t = 0; t < threads; ++t) {
-    const std::size_t begin = std::min(documents.size(), t * per), end = std::min(documents.size(), begin + per);
-    pool.emplace_back(work, begin, end);
+// The progress line on stderr, redrawn at most every 250 ms.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, std::uint64_t total_bytes)
+      : enabled_(enabled), total_(std::max<std::uint64_t>(1, total_bytes)) {}
+  void update(std::uint64_t done_bytes) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(250)) return;
+    last_ = now;
+    const double done = static_cast<double>(std::min(done_bytes, total_));
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    const int width = 30, filled = static_cast<int>(width * done / static_cast<double>(total_));
+    std::fprintf(stderr, "\rprepare-data: [%s%s] %5.1f%%  %.1f MB/s of input", std::string(filled, '#').c_str(),
+                 std::string(width - filled, '.').c_str(), 100.0 * done / static_cast<double>(total_),
+                 done / 1e6 / std::max(seconds, 1e-9));
   }
-  const auto start = std::chrono::steady_clock::now();
-  while (progress && running > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    const double done = static_cast<double>(bytes_done), secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int width = 30, filled = static_cast<int>(width * done / std::max<double>(1, total_bytes));
-    std::fprintf(stderr, "\rprepare-data: [%s%s] %5.1f%%  %.1f MB/s", std::string(filled, '#').c_str(),
-                 std::string(width - filled, '.').c_str(), 100.0 * done / std::max<double>(1, total_bytes),
-                 done / 1e6 / std::max(secs, 1e-9));
+  void finish() {
+    if (enabled_) std::fprintf(stderr, "\n");
   }
-  for (auto& thread : pool) thread.join();
-  if (progress) std::fprintf(stderr, "\n");
-  return ids;
-}
+
+ private:
+  bool enabled_;
+  std::uint64_t total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_{};
+};
 
 void create_parent_directory(const std::string& output) {
   const std::filesystem::path output_directory = std::filesystem::path(output).parent_path();
@@ -132,47 +129,121 @@ void check_common(const PrepareDataOptions& options) {
     throw DataError("--valid-fraction must be in [0, 1), got " + std::to_string(options.valid_fraction));
   if (options.inputs.empty()) throw DataError("no --input files given");
   if (options.threads < 0) throw DataError("--threads must be >= 0, got " + std::to_string(options.threads));
+  if (options.max_unsplit_mb < 1 || options.max_unsplit_mb > (1 << 20))
+    throw DataError("--max-unsplit-mb must be in [1, 1048576], got " + std::to_string(options.max_unsplit_mb));
   if (options.progress != "auto" && options.progress != "always" && options.progress != "never")
     throw DataError("--progress must be auto, always or never, got '" + options.progress + "'");
 }
 
-void report(std::size_t documents, const TokenSplit& train, const TokenSplit& valid,
-            const TokenStoreMeta& meta, const std::string& output, double seconds) {
-  const std::size_t tokens = train.tokens.size() + valid.tokens.size();
-  std::cout << "prepare-data: " << documents << " documents (" << train.doc_offsets.size() - 1
-            << " train, " << valid.doc_offsets.size() - 1 << " valid), " << train.tokens.size()
-            << " train tokens, " << valid.tokens.size() << " valid tokens, tokenizer "
-            << meta.tokenizer << " -> " << output << "\n";
-  std::printf("prepare-data: %.2f s, %.0f tokens/s\n", seconds, tokens / std::max(seconds, 1e-9));
+void finish_and_report(TokenStoreWriter& writer, const TokenStoreMeta& meta, const std::string& output,
+                       std::chrono::steady_clock::time_point start) {
+  using Split = TokenStoreWriter::Split;
+  writer.finish();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::uint64_t train = writer.tokens(Split::kTrain), valid = writer.tokens(Split::kValid);
+  std::cout << "prepare-data: " << writer.documents(Split::kTrain) + writer.documents(Split::kValid)
+            << " documents (" << writer.documents(Split::kTrain) << " train, " << writer.documents(Split::kValid)
+            << " valid), " << train << " train tokens, " << valid << " valid tokens, tokenizer " << meta.tokenizer
+            << " -> " << output << "\n";
+  std::printf("prepare-data: %.2f s, %.0f tokens/s\n", seconds,
+              static_cast<double>(train + valid) / std::max(seconds, 1e-9));
 }
 
-// Megatron / llm.c inputs: documents as stored, re-split by --valid-fraction.
+// Megatron / llm.c inputs: documents as stored, re-split by --valid-fraction, written as each
+// input is read (one input in memory at a time).
 int convert(const PrepareDataOptions& options) {
+  using Split = TokenStoreWriter::Split;
   const auto start = std::chrono::steady_clock::now();
-  ImportedTokens all{{}, {{}, {0}}};
+  std::optional<TokenStoreWriter> writer;
+  TokenStoreMeta meta;
+  std::uint64_t document = 0;
   for (const std::string& input : options.inputs) {
-    ImportedTokens part = read_imported(input);
-    if (all.meta.tokenizer.empty()) {
-      all.meta = part.meta;
-      all.meta.sources = {input};  // as given (the importer names the .bin of X.idx)
-    } else if (part.meta.tokenizer != all.meta.tokenizer)
+    const ImportedTokens part = read_imported(input);
+    if (!writer) {
+      meta = part.meta;
+      meta.sources = options.inputs;  // as given (the importer names the .bin of X.idx)
+      create_parent_directory(options.output);
+      writer.emplace(options.output, meta);
+    } else if (part.meta.tokenizer != meta.tokenizer) {
       throw DataError(input + ": tokenized with " + part.meta.tokenizer + ", the inputs before with " +
-                      all.meta.tokenizer);
-    else all.meta.sources.push_back(input);
-    const std::uint64_t base = all.all.tokens.size();
-    all.all.tokens.insert(all.all.tokens.end(), part.all.tokens.begin(), part.all.tokens.end());
-    for (std::size_t i = 1; i < part.all.doc_offsets.size(); ++i)
-      all.all.doc_offsets.push_back(base + part.all.doc_offsets[i]);
+                      meta.tokenizer);
+    }
+    const std::span<const std::uint32_t> tokens(part.all.tokens);
+    const std::vector<std::uint64_t>& offsets = part.all.doc_offsets;
+    for (std::size_t d = 0; d + 1 < offsets.size(); ++d) {
+      const Split split = is_held_out_document(document++, options.valid_fraction) ? Split::kValid : Split::kTrain;
+      writer->append(split, tokens.subspan(offsets[d], offsets[d + 1] - offsets[d]));
+      writer->end_document(split);
+    }
   }
-  if (all.all.tokens.empty()) throw DataError("the inputs hold no tokens");
-  TokenSplit train, valid;
-  split_documents_by_fraction(all.all, options.valid_fraction, train, valid);
-  if (train.tokens.empty())
+  if (writer->tokens(Split::kTrain) + writer->tokens(Split::kValid) == 0)
+    throw DataError("the inputs hold no tokens");
+  if (writer->tokens(Split::kTrain) == 0)
     throw DataError("every document went to the validation split; lower --valid-fraction or add data");
+  finish_and_report(*writer, meta, options.output, start);
+  return 0;
+}
+
+// Text inputs: read in segments, tokenized on worker threads, written as they come back, so
+// memory follows --max-unsplit-mb and --threads, not the input.
+int tokenize_inputs(const PrepareDataOptions& options, const TokenStoreMeta& meta,
+                    const std::function<SegmentEncoder()>& make_encoder, std::optional<std::uint32_t> end_of_text,
+                    DocumentSplit document_split, InvalidUtf8 utf8_policy, CutRule cut, SegmentLimits limits) {
+  const auto start = std::chrono::steady_clock::now();
+  std::uint64_t stored_bytes = 0;
+  for (const std::string& input : options.inputs) {
+    check_text_input(input);  // every input before the first is read: no hour lost to a typo
+    std::error_code ec;
+    stored_bytes += std::filesystem::file_size(input, ec);
+  }
+  const int threads = options.threads > 0 ? options.threads
+                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ProgressBar progress(options.progress == "always" || (options.progress == "auto" && stored_bytes >= kProgressBytes),
+                       stored_bytes);
   create_parent_directory(options.output);
-  write_token_store(options.output, all.meta, train, valid);
-  report(all.all.doc_offsets.size() - 1, train, valid, all.meta, options.output,
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  TokenStoreWriter writer(options.output, meta);
+
+  std::size_t next_input = 0, replaced = 0;
+  std::uint64_t bytes_of_finished_inputs = 0;
+  std::unique_ptr<TextSegmentReader> reader;
+  const auto next_segment = [&](TextSegment& segment) {
+    for (;;) {
+      if (!reader) {
+        if (next_input == options.inputs.size()) return false;
+        const std::string& input = options.inputs[next_input++];
+        TextFormat format{is_jsonl_path(input), document_split, options.jsonl_field};
+        reader = std::make_unique<TextSegmentReader>(input, std::move(format), utf8_policy, cut, limits);
+      }
+      if (reader->next(segment)) return true;
+      replaced += reader->replaced();
+      bytes_of_finished_inputs += reader->stored_bytes_read();
+      reader.reset();
+    }
+  };
+  std::uint64_t document = 0;
+  const auto write_segment = [&](TokenizedSegment&& segment) {
+    const auto split = is_held_out_document(document, options.valid_fraction) ? TokenStoreWriter::Split::kValid
+                                                                              : TokenStoreWriter::Split::kTrain;
+    if (segment.ends_document && end_of_text) segment.ids.push_back(*end_of_text);
+    writer.append(split, segment.ids);
+    if (segment.ends_document) {
+      writer.end_document(split);
+      ++document;
+    }
+    progress.update(bytes_of_finished_inputs + (reader ? reader->stored_bytes_read() : 0));
+  };
+  try {
+    tokenize_stream(threads, make_encoder, next_segment, write_segment);
+  } catch (const std::bad_alloc&) {
+    const std::string input = options.inputs[next_input == 0 ? 0 : next_input - 1];
+    throw DataError(input + ": out of memory while reading it (lower --max-unsplit-mb or --threads)");
+  }
+  progress.finish();
+  if (document == 0) throw DataError("the inputs hold no text (expected at least one non-blank document)");
+  if (replaced > 0) std::fprintf(stderr, "prepare-data: replaced %zu invalid UTF-8 sequences with U+FFFD\n", replaced);
+  if (writer.tokens(TokenStoreWriter::Split::kTrain) == 0)
+    throw DataError("every document went to the validation split; lower --valid-fraction or add text");
+  finish_and_report(writer, meta, options.output, start);
   return 0;
 }
 
@@ -196,56 +267,22 @@ int run(const PrepareDataOptions& options) {
       throw DataError(options.gpt2_dir + ": no encoder.json and vocab.bpe (run scripts/fetch_gpt2_tokenizer.sh)");
     gpt2.emplace(Gpt2Tokenizer::load_dir(options.gpt2_dir));
   }
-  const auto start = std::chrono::steady_clock::now();
-
-  std::vector<std::string> documents;
-  std::size_t total_bytes = 0, replaced_total = 0;
-  for (const std::string& input : options.inputs) {
-    std::vector<std::string> docs;
-    if (is_jsonl_path(input)) {
-      std::size_t replaced = 0;
-      docs = read_jsonl_documents(input, options.jsonl_field, utf8_policy, &replaced);
-      replaced_total += replaced;
-    } else {
-      std::size_t replaced = 0;
-      docs = split_documents(repair_utf8(read_text_file(input), utf8_policy, input, &replaced), document_split);
-      replaced_total += replaced;
-    }
-    for (auto& d : docs) {
-      total_bytes += d.size();
-      documents.push_back(std::move(d));
-    }
-  }
-  if (documents.empty())
-    throw DataError("the inputs hold no text (expected at least one non-blank document)");
-  if (replaced_total > 0)
-    std::fprintf(stderr, "prepare-data: replaced %zu invalid UTF-8 sequences with U+FFFD\n", replaced_total);
-
-  const int threads = options.threads > 0 ? options.threads
-                                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const bool progress = options.progress == "always" ||
-                        (options.progress == "auto" && total_bytes >= kProgressBytes);
-  std::vector<std::vector<std::uint32_t>> ids =
-      gpt2 ? tokenize_all(documents, *gpt2, gpt2->end_of_text(), threads, progress, total_bytes)
-           : tokenize_all(documents, ByteTokenizer{}, std::nullopt, threads, progress, total_bytes);
-
-  TokenSplit train{{}, {0}};
-  TokenSplit valid{{}, {0}};
-  for (std::size_t d = 0; d < ids.size(); ++d) {
-    TokenSplit& split = is_held_out_document(d, options.valid_fraction) ? valid : train;
-    split.tokens.insert(split.tokens.end(), ids[d].begin(), ids[d].end());
-    split.doc_offsets.push_back(split.tokens.size());
-  }
-  if (train.tokens.empty())
-    throw DataError("every document went to the validation split; lower --valid-fraction or add text");
-
-  create_parent_directory(options.output);
   const TokenStoreMeta meta{gpt2 ? Gpt2Tokenizer::kName : ByteTokenizer::kName,
                             gpt2 ? gpt2->vocab_size() : ByteTokenizer::kVocabSize, options.inputs, ""};
-  write_token_store(options.output, meta, train, valid);
-  report(documents.size(), train, valid, meta, options.output,
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return 0;
+  const CutRule cut = gpt2 ? CutRule{&Gpt2Tokenizer::can_cut, Gpt2Tokenizer::kCutDescription}
+                           : CutRule{&ByteTokenizer::can_cut, ByteTokenizer::kCutDescription};
+  SegmentLimits limits;
+  limits.max_unsplit_bytes = static_cast<std::size_t>(options.max_unsplit_mb) << 20;
+  const std::function<SegmentEncoder()> make_encoder = [&gpt2]() -> SegmentEncoder {
+    if (gpt2)
+      return [tokenizer = std::make_shared<Gpt2Tokenizer>(*gpt2)](std::string_view text,
+                                                                  std::vector<std::uint32_t>& ids) {
+        tokenizer->encode_append(text, ids);
+      };
+    return [](std::string_view text, std::vector<std::uint32_t>& ids) { ByteTokenizer().encode_append(text, ids); };
+  };
+  return tokenize_inputs(options, meta, make_encoder, gpt2 ? std::optional(gpt2->end_of_text()) : std::nullopt,
+                         document_split, utf8_policy, cut, limits);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <unistd.h>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -14,11 +15,13 @@
 #include <sstream>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "datasets/data_error.h"
 #include "datasets/sharded_sampler.h"
+#include "model/gpt_config.h"
 #include "trainer/ini_scan.h"
 
 namespace po = boost::program_options;
@@ -327,8 +330,9 @@ struct Setting {
 using Settings = std::map<std::string, Setting>;  // by "section.key"
 
 std::string value_error(const OptionKey& key, const Setting& setting, const std::string& reason) {
-  if (setting.from_command_line) return "command line: --" + key.full_name() + "=" + setting.value + ": " + reason;
-  return setting.location + ": [" + key.section + "] " + key.name + " = '" + setting.value + "': " + reason;
+  if (setting.from_command_line)
+    return "command line: --" + key.full_name() + "=" + printable(setting.value) + ": " + reason;
+  return setting.location + ": [" + key.section + "] " + key.name + " = '" + printable(setting.value) + "': " + reason;
 }
 
 // [lane.NAME] sections are not in the key table: their keys belong to lane NAME. They travel in
@@ -384,12 +388,12 @@ Settings read_config_file(const std::string& path, const std::vector<OptionKey>&
     if (std::find(known_sections.begin(), known_sections.end(), header.name) != known_sections.end()) continue;
     if (is_lane_section(header.name)) {
       if (!valid_lane_name(std::string_view(header.name).substr(kLaneSectionPrefix.size())))
-        throw ConfigError(location(header.line) + ": [" + header.name +
+        throw ConfigError(location(header.line) + ": [" + printable(header.name) +
                           "]: a lane name is letters, digits, '_' and '-', e.g. [lane.pagerank]");
       settings.emplace(header.name, Setting{"", location(header.line), false});  // first header wins
       continue;
     }
-    std::string message = location(header.line) + ": unknown section [" + header.name + "]";
+    std::string message = location(header.line) + ": unknown section [" + printable(header.name) + "]";
     if (const auto suggestion = closest(header.name, known_sections)) message += " (did you mean [" + *suggestion + "]?)";
     throw ConfigError(message);
   }
@@ -399,7 +403,7 @@ Settings read_config_file(const std::string& path, const std::vector<OptionKey>&
     if (is_lane_section(entry.section)) {  // any key: the lane validates its own
       const std::string full_name = entry.section + "." + entry.key;
       if (const auto previous = line_of_key.find(full_name); previous != line_of_key.end())
-        throw ConfigError(location(entry.line) + ": [" + entry.section + "] " + entry.key +
+        throw ConfigError(location(entry.line) + ": [" + entry.section + "] " + printable(entry.key) +
                           " given twice (first at line " + std::to_string(previous->second) + ")");
       line_of_key[full_name] = entry.line;
       settings[full_name] = {entry.value, location(entry.line), false};
@@ -410,7 +414,8 @@ Settings read_config_file(const std::string& path, const std::vector<OptionKey>&
       if (key.section == entry.section) section_keys.push_back(key.name);
     }
     if (std::find(section_keys.begin(), section_keys.end(), entry.key) == section_keys.end()) {
-      std::string message = location(entry.line) + ": unknown key '" + entry.key + "' in [" + entry.section + "]";
+      std::string message =
+          location(entry.line) + ": unknown key '" + printable(entry.key) + "' in [" + entry.section + "]";
       if (const auto suggestion = closest(entry.key, section_keys)) message += " (did you mean '" + *suggestion + "'?)";
       throw ConfigError(message);
     }
@@ -485,16 +490,16 @@ CommandLine read_command_line(int argc, const char* const* argv, const std::vect
     const std::size_t dot = name.find('.', kLaneSectionPrefix.size());
     if (dot == std::string::npos || dot + 1 == name.size() ||
         !valid_lane_name(std::string_view(name).substr(kLaneSectionPrefix.size(), dot - kLaneSectionPrefix.size())))
-      throw ConfigError("command line: --" + name + ": expected --lane.NAME.key=value");
+      throw ConfigError("command line: --" + printable(name) + ": expected --lane.NAME.key=value");
     std::string value;
     if (equals != std::string_view::npos) {
       value = std::string(argument.substr(equals + 1));
     } else if (i + 1 < argc && std::string_view(argv[i + 1]).substr(0, 2) != "--") {
       value = argv[++i];
     } else {
-      throw ConfigError("command line: --" + name + ": missing value");
+      throw ConfigError("command line: --" + printable(name) + ": missing value");
     }
-    if (lane_settings.count(name)) throw ConfigError("command line: --" + name + " given twice");
+    if (lane_settings.count(name)) throw ConfigError("command line: --" + printable(name) + " given twice");
     lane_settings[name] = {value, "command line", true};
     lane_settings.emplace(name.substr(0, dot), Setting{"", "command line", true});  // the section marker
   }
@@ -512,12 +517,12 @@ CommandLine read_command_line(int argc, const char* const* argv, const std::vect
     // Boost reports the whole token ("--train.lrr=3"); the key alone reads better.
     const std::string token = error.get_option_name();
     const std::string option = token.substr(0, token.find('='));
-    std::string message = "command line: " + option + ": unknown key";
+    std::string message = "command line: " + printable(option) + ": unknown key";
     const std::string_view bare_name = std::string_view(option).substr(option.find_first_not_of('-'));
     if (const auto suggestion = closest(bare_name, full_names)) message += " (did you mean --" + *suggestion + "?)";
     throw ConfigError(message);
   } catch (const po::error& error) {
-    throw ConfigError(std::string("command line: ") + error.what());
+    throw ConfigError("command line: " + printable(error.what()));
   }
 
   CommandLine command_line;
@@ -525,7 +530,7 @@ CommandLine read_command_line(int argc, const char* const* argv, const std::vect
     if (option.string_key.empty() || option.position_key >= 0) {
       std::string argument;
       for (const std::string& token : option.original_tokens) argument += token;
-      throw ConfigError("command line: unexpected argument '" + argument + "'");
+      throw ConfigError("command line: unexpected argument '" + printable(argument) + "'");
     }
     if (option.string_key == "help") {
       command_line.help = true;
@@ -597,9 +602,43 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
     } catch (const DataError& e) {
       const auto found = settings.find("data.blend");
       throw ConfigError((found == settings.end() ? std::string("defaults") : found->second.location) +
-                        ": [data] blend: " + e.what());
+                        ": [data] blend: " + printable(e.what()));
     }
   }
+}
+
+// Sizes that would otherwise overflow or fail at allocation, and thread counts that stall the
+// host: checked in 64-bit, overflow-checked arithmetic before anything is allocated.
+void check_resources(const TrainOptions& options, const Settings& settings) {
+  const ModelOptions& model = options.model;
+  const GptConfig config{model.layers, model.d_model, model.heads, model.seq_len, model.vocab_size};
+  const auto key_of = [](const std::string& word) { return "model." + word; };
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page_bytes > 0) {
+    const std::int64_t ranks = std::int64_t{options.parallel.tp} * options.parallel.pp;
+    const int ranks_splitting_model = static_cast<int>(std::min<std::int64_t>(ranks, std::numeric_limits<int>::max()));
+    const std::uint64_t memory = static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page_bytes);
+    if (const auto problem = config.memory_problem(memory, ranks_splitting_model))
+      throw ConfigError(location_of(settings, key_of(problem->key), "model.d_model") + ": [model] " +
+                        problem->message + " (the memory of this host)");
+  }
+  if (const std::string problem = config.problem(); !problem.empty()) {
+    const std::string word = problem.substr(0, problem.find(' '));  // "vocab_size (N) must be ..."
+    throw ConfigError(location_of(settings, key_of(word), "model.d_model") + ": [model] " + problem);
+  }
+  const TrainLoopOptions& train = options.train;
+  // Rows of one forward pass (micro_batch x seq_len) are an int in the model code.
+  if (std::int64_t{train.micro_batch} * model.seq_len > std::numeric_limits<int>::max())
+    throw ConfigError(location_of(settings, "train.micro_batch", "model.seq_len") + ": [train] micro_batch = " +
+                      std::to_string(train.micro_batch) + " x [model] seq_len = " + std::to_string(model.seq_len) +
+                      " tokens per forward pass is more than " + std::to_string(std::numeric_limits<int>::max()));
+  // More OpenMP threads than cores only spin against each other (threads = 2000 on 2 cores never
+  // got through start-up); twice the cores still lets a config written for 2 run on 1.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (train.threads > 2 * cores)
+    throw ConfigError(location_of(settings, "train.threads", "train.threads") + ": [train] threads = " +
+                      std::to_string(train.threads) + " is more than twice the " + std::to_string(cores) +
+                      " cores of this host (0 uses every core)");
 }
 
 // [lanes] and [lane.NAME]: values the key table cannot check on their own.
@@ -612,7 +651,7 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
   const std::vector<std::string> enabled = lanes.enabled_lanes();
   for (std::size_t i = 0; i < enabled.size(); ++i) {
     if (!valid_lane_name(enabled[i]))
-      throw ConfigError(where("lanes.enabled") + ": [lanes] enabled = '" + lanes.enabled +
+      throw ConfigError(where("lanes.enabled") + ": [lanes] enabled = '" + printable(lanes.enabled) +
                         "': lane names are letters, digits, '_' and '-', separated by commas");
     if (std::find(enabled.begin(), enabled.begin() + static_cast<std::ptrdiff_t>(i), enabled[i]) !=
         enabled.begin() + static_cast<std::ptrdiff_t>(i))
@@ -641,7 +680,7 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
     for (const std::string& item : stages) {
       const std::optional<int> stage = parse_integer<int>(item);
       if (!stage || *stage < 0 || *stage >= options.parallel.pp || std::count(seen.begin(), seen.end(), *stage))
-        throw ConfigError(where("lanes.stages") + ": [lanes] stages = '" + lanes.stages +
+        throw ConfigError(where("lanes.stages") + ": [lanes] stages = '" + printable(lanes.stages) +
                           "': expected all, or distinct stage numbers in [0, " +
                           std::to_string(options.parallel.pp - 1) + "] separated by commas");
       seen.push_back(*stage);
@@ -654,7 +693,8 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
                       ": [lanes] dedicated_price_per_hour needs train_price_per_hour too (the saving compares the two)");
   for (const std::string& path : lanes.plugin_paths()) {
     if (path.empty())
-      throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + lanes.plugins + "': an empty path");
+      throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + printable(lanes.plugins) +
+                        "': an empty path");
   }
 }
 
@@ -691,6 +731,7 @@ TrainOptions parse_train_options(int argc, const char* const* argv) {
     }
   }
   check_combinations(options, settings);
+  check_resources(options, settings);
   for (const auto& [name, setting] : settings) {  // "lane.NAME" markers and "lane.NAME.key" values
     if (!is_lane_section(name)) continue;
     const std::string rest = name.substr(kLaneSectionPrefix.size());

@@ -2,11 +2,15 @@
 // fixture of ids from the npm reference encoder (skipped without the tokenizer files), UTF-8 repair.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <nlohmann/json.hpp>
 
+#include "datasets/byte_tokenizer.h"
 #include "datasets/data_error.h"
 #include "datasets/gpt2_tokenizer.h"
+#include "datasets/text_documents.h"
 #include "tests/datasets/test_files.h"
 
 namespace pipelane {
@@ -98,6 +102,110 @@ TEST(Gpt2Tokenizer, MatchesReferenceFixture) {
     const std::string text = entry["text"];
     EXPECT_EQ(tok.encode(text), entry["ids"].get<std::vector<std::uint32_t>>()) << "text: " << text;
     EXPECT_EQ(tok.decode(tok.encode(text)), text);
+  }
+}
+
+// Long pieces merge through a priority queue, short ones by rescanning; both must give GPT-2's
+// ids. The rescanning loop is GPT-2's own, so it is the reference here.
+TEST(Gpt2Tokenizer, QueueMergesGiveTheIdsOfTheRescanningLoop) {
+  const std::string dir = default_gpt2_tokenizer_dir();
+  if (!gpt2_tokenizer_files_present(dir))
+    GTEST_SKIP() << "no GPT-2 tokenizer files in " << dir << " (run scripts/fetch_gpt2_tokenizer.sh)";
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(dir);
+  ASSERT_TRUE(tok.merges_by_queue()) << "GPT-2's merge table should be ordered as learned by BPE";
+  std::mt19937 generator(11);
+  const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
+  std::vector<std::string> texts;
+  for (int length : {32, 33, 100, 1000, 4000}) {
+    // One long word from frequent letters (many merges), one of a repeated short pattern (equal
+    // ranks overlapping, "aaaa"), and long runs of digits and of symbols.
+    std::string word, repeated, digits, symbols;
+    for (int i = 0; i < length; ++i) {
+      word += letters[generator() % (i % 7 == 0 ? letters.size() : 8)];
+      repeated += "ab"[i % 3 == 2];
+      digits += static_cast<char>('0' + generator() % 10);
+      symbols += "!-=.,*"[generator() % 6];
+    }
+    texts.insert(texts.end(), {word, " " + word, repeated, std::string(length, 'a'), digits, symbols});
+  }
+  for (const std::string& text : texts)
+    EXPECT_EQ(tok.encode(text), tok.encode_by_rescanning(text)) << "text: " << text.substr(0, 60) << "...";
+}
+
+// A merge table that makes a token after a merge uses it cannot merge through the queue (a new
+// pair could rank below the merge that made it); it falls back to rescanning.
+TEST(Gpt2Tokenizer, UnorderedMergeTableFallsBackToRescanning) {
+  ToyVocab ordered;
+  EXPECT_TRUE(Gpt2Tokenizer::load_dir(ordered.dir.path().string()).merges_by_queue());
+  ToyVocab unordered("#version: 0.2\nhe l\nh e\n");
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(unordered.dir.path().string());
+  EXPECT_FALSE(tok.merges_by_queue());
+  const std::string long_word(40, 'h');
+  EXPECT_EQ(tok.encode("hel" + long_word + "hel"), tok.encode_by_rescanning("hel" + long_word + "hel"));
+}
+
+// One word of 1 MB: through the queue it is linear-logarithmic (the rescanning loop took ~56 s).
+// Correctness here; the time is in scripts/bench/data_throughput.sh.
+TEST(Gpt2Tokenizer, MegabyteWordRoundTrips) {
+  const std::string dir = default_gpt2_tokenizer_dir();
+  if (!gpt2_tokenizer_files_present(dir)) GTEST_SKIP() << "no GPT-2 tokenizer files in " << dir;
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(dir);
+  std::mt19937 generator(5);
+  std::string word;
+  for (int i = 0; i < (1 << 20); ++i) word += static_cast<char>('a' + generator() % 26);
+  const std::vector<std::uint32_t> ids = tok.encode(word);
+  EXPECT_LT(ids.size(), word.size() * 2 / 3);  // merges happened (random letters merge little)
+  EXPECT_EQ(tok.decode(ids), word);
+}
+
+// Text that exercises GPT-2's rules next to spaces and line breaks: contractions, runs of
+// whitespace of every kind, symbols, digits, non-ASCII letters and spaces, invalid UTF-8.
+std::string tricky_text(std::uint32_t seed, int pieces) {
+  const char* parts[] = {"word", " ", "\n", "  ", "\n\n", "\t", "\r\n", "'s", "'ll", "'", "it's", "123", " 45",
+                         "!?", "...", "caf\xC3\xA9", "\xC2\xA0", "\xE2\x80\x83", "\xFF", "\xE2\x82", " x", "x ",
+                         "\u00e9t\u00e9", "\xF0\x9F\x98\x80", "-", "A", "z"};
+  std::mt19937 generator(seed);
+  std::string text;
+  for (int i = 0; i < pieces; ++i) text += parts[generator() % (sizeof parts / sizeof *parts)];
+  return text;
+}
+
+// Ids of `text` encoded in pieces cut at every `every`-th position the rule allows, each piece
+// repaired on its own, as prepare-data does with segments.
+template <typename Encode>
+std::vector<std::uint32_t> encode_cut(std::string_view text, bool (*can_cut)(std::string_view, std::size_t),
+                                      std::size_t every, Encode&& encode) {
+  std::vector<std::uint32_t> ids;
+  std::size_t start = 0, allowed = 0;
+  for (std::size_t p = 1; p <= text.size(); ++p) {
+    if (p < text.size() && !(can_cut(text, p) && ++allowed % every == 0)) continue;
+    encode(repair_utf8(text.substr(start, p - start), InvalidUtf8::kReplace, "t"), ids);
+    start = p;
+  }
+  return ids;
+}
+
+TEST(CutRules, CuttingWhereTheByteTokenizerAllowsKeepsIdsAndRepair) {
+  const std::string text = tricky_text(1, 5000);
+  const ByteTokenizer bytes;
+  const auto encode = [&](const std::string& piece, std::vector<std::uint32_t>& ids) {
+    bytes.encode_append(piece, ids);
+  };
+  const std::vector<std::uint32_t> whole = bytes.encode(repair_utf8(text, InvalidUtf8::kReplace, "t"));
+  for (const std::size_t every : {1, 3, 50}) EXPECT_EQ(encode_cut(text, &ByteTokenizer::can_cut, every, encode), whole);
+}
+
+TEST(CutRules, CuttingWhereGpt2AllowsKeepsIds) {
+  const std::string dir = default_gpt2_tokenizer_dir();
+  if (!gpt2_tokenizer_files_present(dir)) GTEST_SKIP() << "no GPT-2 tokenizer files in " << dir;
+  Gpt2Tokenizer tok = Gpt2Tokenizer::load_dir(dir);
+  const auto encode = [&](const std::string& piece, std::vector<std::uint32_t>& ids) { tok.encode_append(piece, ids); };
+  std::vector<std::string> texts = {tricky_text(2, 20000), tricky_text(3, 20000)};
+  const std::string corpus = "/usr/share/doc/jargon-text/jargon.txt.gz";
+  if (std::filesystem::exists(corpus)) texts.push_back(read_text_file(corpus));
+  for (const std::string& text : texts) {
+    const std::vector<std::uint32_t> whole = tok.encode(repair_utf8(text, InvalidUtf8::kReplace, "t"));
+    for (const std::size_t every : {1, 7}) EXPECT_EQ(encode_cut(text, &Gpt2Tokenizer::can_cut, every, encode), whole);
   }
 }
 

@@ -1,11 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "datasets/byte_tokenizer.h"
+#include "datasets/hdf5_handle.h"
 #include "datasets/importers.h"
 #include "datasets/token_store.h"
 #include "datasets/unigram.h"
@@ -152,6 +158,69 @@ TEST(PrepareData, DefaultCorpusBeatsUniformUnderUnigram) {
   const double entropy = unigram_cross_entropy(store.train(), store.valid(), 256);
   EXPECT_GT(entropy, 2.0);
   EXPECT_LT(entropy, 4.0);
+}
+
+// ---- hostile inputs: bounded memory, one clear line ----
+
+// `bytes` zero bytes, gzip-compressed (about a thousandth of their size), written a MiB at a time.
+void write_gzip_zeros(const std::string& path, std::size_t bytes) {
+  gzFile file = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(file, nullptr);
+  const std::string zeros(std::size_t{1} << 20, '\0');
+  for (std::size_t done = 0; done < bytes; done += zeros.size())
+    ASSERT_EQ(gzwrite(file, zeros.data(), static_cast<unsigned>(zeros.size())), static_cast<int>(zeros.size()));
+  ASSERT_EQ(gzclose(file), Z_OK);
+}
+
+long resident_kib() {  // VmRSS of this process
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+// A gzip bomb used to be read whole, split, then tokenized: ~9x its text in memory, and an
+// uncaught bad_alloc in a tokenizer thread (SIGABRT) once that did not fit. Streamed, memory grows
+// by a bounded amount whatever the text size: here by less than half of the text itself.
+TEST(PrepareData, GzipBombStreamsThroughInBoundedMemory) {
+  TempDir dir;
+  constexpr std::size_t kTextBytes = std::size_t{96} << 20;
+  write_gzip_zeros(dir.file("bomb.txt.gz"), kTextBytes);
+  ASSERT_LT(std::filesystem::file_size(dir.file("bomb.txt.gz")), kTextBytes / 500);
+  const std::string output = dir.file("bomb.h5");
+  // In a child process, so its peak resident memory is its own.
+  EXPECT_EXIT(
+      {
+        const long before = resident_kib();
+        std::fclose(stdout);  // the summary line is not what this test looks at
+        const int status = run_prepare_data({"--input", dir.file("bomb.txt.gz"), "--output", output,
+                                             "--documents", "whole-file", "--valid-fraction", "0", "--threads", "2"});
+        rusage usage{};
+        getrusage(RUSAGE_SELF, &usage);
+        const long growth_kib = usage.ru_maxrss - before;
+        std::fprintf(stderr, "status %d, memory growth %ld KiB\n", status, growth_kib);
+        std::exit(status == 0 && growth_kib < static_cast<long>(kTextBytes / 2 / 1024) ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "status 0, memory growth");
+  const hdf5::ErrorSilencer quiet;
+  hdf5::File file = hdf5::open_file(output);
+  hdf5::Dataset tokens = hdf5::open_dataset(file.get(), "/train/tokens");
+  EXPECT_EQ(hdf5::dataset_elements(tokens.get()), kTextBytes);  // every byte became a token
+}
+
+// Text with no place to cut it between tokens cannot stream: past --max-unsplit-mb it is one line.
+// (A bomb of zeros under the GPT-2 tokenizer is such text; for bytes, continuation bytes are.)
+TEST(PrepareData, UnsplittableTextPastTheLimitIsOneClearLine) {
+  TempDir dir;
+  test_support::write_file(dir.file("run.txt"), "fine\n\n" + std::string(std::size_t{3} << 20, '\x80'));
+  const std::string error = expect_failure({"--input", dir.file("run.txt"), "--output", dir.file("x.h5"),
+                                            "--max-unsplit-mb", "2", "--invalid-utf8", "replace"});
+  EXPECT_NE(error.find("run.txt: byte 6: more than 2 MiB of text with no place to cut it between tokens "
+                       "(a byte that does not continue a UTF-8 sequence)"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.h5")));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);  // no partial file either
 }
 
 // ---- JSON Lines inputs -----------------------------------------------------------------------

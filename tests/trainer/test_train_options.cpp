@@ -466,6 +466,79 @@ TEST_F(TrainOptionsTest, ToIniRoundTripsLanes) {
   EXPECT_EQ(reread.to_ini(), ini);
 }
 
+// ---- untrusted sizes and bytes: one clear line, before anything is allocated ----
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST_F(TrainOptionsTest, ModelTooLargeForMemoryNamesTheKeyAndTheSize) {
+  // Each used to end in std::bad_alloc, or in an arena asked for 18446741737250788864 bytes.
+  const std::string layers = write_config("[model]\nlayers = 1000000\n", "layers.ini");
+  std::string message = parse_error({"--config", layers});
+  EXPECT_EQ(
+      message.rfind(layers + ":2: [model] layers = 1000000 (layers 1000000, d_model 128, vocab_size 256) needs ", 0),
+      0u)
+      << message;
+  EXPECT_TRUE(contains(message, " TiB for parameters, gradients and AdamW moments (")) << message;
+  EXPECT_TRUE(contains(message, "(the memory of this host)")) << message;
+
+  const std::string vocab = write_config("[model]\nd_model = 128\nvocab_size = 2147483647\n", "vocab.ini");
+  message = parse_error({"--config", vocab});
+  EXPECT_EQ(message.rfind(vocab + ":3: [model] vocab_size = 2147483647 (", 0), 0u) << message;
+  EXPECT_TRUE(contains(message, "needs 4.0 TiB")) << message;  // (2^31 + 128) x 128 x 16 bytes
+
+  const std::string width = write_config("[model]\nd_model = 1000000000\n", "width.ini");
+  message = parse_error({"--config", width});
+  EXPECT_EQ(message.rfind(width + ":2: [model] d_model = 1000000000 (", 0), 0u) << message;
+  EXPECT_FALSE(contains(message, "bad_alloc")) << message;
+}
+
+TEST_F(TrainOptionsTest, ModelSplitOverRanksIsCheckedPerRank) {
+  // 1000000 layers over pp = 10000 stages is 0.3 GiB per stage, which parses; on one rank it
+  // is 2.9 TiB, which does not.
+  EXPECT_TRUE(contains(parse_error({"--model.layers=1000000"}), "more than"));
+  EXPECT_EQ(parse_error({"--model.layers=1000000", "--parallel.pp=10000"}), "");
+}
+
+TEST_F(TrainOptionsTest, ForwardPassRowsMustFitAnInt) {
+  EXPECT_EQ(parse_error({"--train.micro_batch=100000", "--train.global_batch=100000", "--model.seq_len=100000"}),
+            "command line: [train] micro_batch = 100000 x [model] seq_len = 100000 tokens per forward pass is "
+            "more than 2147483647");
+}
+
+TEST_F(TrainOptionsTest, ThreadsHaveAnUpperBound) {
+  // threads = 2000 used to hang with no output.
+  const std::string path = write_config("[train]\nthreads = 2000\n");
+  const std::string message = parse_error({"--config", path});
+  EXPECT_EQ(message.rfind(path + ":2: [train] threads = 2000 is more than twice the ", 0), 0u) << message;
+  EXPECT_TRUE(contains(message, " cores of this host (0 uses every core)")) << message;
+  EXPECT_EQ(parse_error({"--train.threads=1"}), "");
+}
+
+TEST_F(TrainOptionsTest, ConfigStartingWithAByteOrderMarkIsRead) {
+  const std::string path = write_config("\xEF\xBB\xBF[model]\nlayers = 2\n");
+  EXPECT_EQ(parse({"--config", path}).model.layers, 2);
+}
+
+TEST_F(TrainOptionsTest, BinaryBytesInAConfigAreEscapedInTheMessage) {
+  const std::string value = write_config(std::string("[model]\nlayers = \x01\xff\x1b[2J\n"), "value.ini");
+  EXPECT_EQ(parse_error({"--config", value}),
+            value + ":2: [model] layers = '\\x01\\xFF\\x1B[2J': expected an integer");
+  const std::string line = write_config(std::string("[model]\n\x7f\x00" "ELF\xc3\n", 15), "line.ini");
+  EXPECT_EQ(parse_error({"--config", line}),
+            line + ":2: expected 'key = value' or '[section]', got '\\x7F\\x00ELF\\xC3'");
+  // A byte order mark anywhere but the start is not skipped, and is shown.
+  const std::string mark = write_config("[model]\n\xEF\xBB\xBFlayers = 2\n", "mark.ini");
+  EXPECT_EQ(parse_error({"--config", mark}), mark + ":2: unknown key '\\u{FEFF}layers' in [model]");
+}
+
+TEST(IniScanTest, PrintableKeepsTextAndEscapesTheRest) {
+  EXPECT_EQ(printable("lr = 3e-4 caf\xc3\xa9 \xe2\x82\xac"), "lr = 3e-4 caf\xc3\xa9 \xe2\x82\xac");
+  EXPECT_EQ(printable(std::string("a\0b\tc\r\n", 7)), "a\\x00b\\tc\\x0D\\x0A");
+  EXPECT_EQ(printable("\xe2\x80\x8b\xe2\x80\xae\xc2\x85"), "\\u{200B}\\u{202E}\\u{0085}");
+  EXPECT_EQ(printable("\xe2\x82"), "\\xE2\\x82");  // a sequence cut short
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xED\\xA0\\x80");  // a surrogate is not UTF-8
+}
+
 TEST(IniScanTest, RecordsSectionsEntriesAndLines) {
   std::istringstream text("; c\n[a]\nx = 1\n\n[ b ]  # note\ny=\nz = p q\n[a]\nw = 2\n");
   const IniScan scan = scan_ini(text);
