@@ -13,6 +13,7 @@
 #include "datasets/sharded_sampler.h"
 #include "datasets/window_sampler.h"
 #include "model/lr_schedule.h"
+#include "parallel/checkpoint_gather.h"
 #include "parallel/pipeline_executor.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
@@ -81,27 +82,7 @@ std::vector<int> injected_nan_steps() {
 // samples per epoch). The position counts every rank's samples, so a run resumes at any dp.
 constexpr const char* kShardedSamplerKind = "sharded_sampler_v1";
 
-constexpr int kTracedSteps = 20;
-
-// Every rank's string, on rank 0 (in rank order); other ranks get an empty vector.
-std::vector<std::string> gather_on_rank0(Communicator& world, const std::string& mine, int tag) {
-  std::vector<std::string> out;
-  if (world.rank() == 0) {
-    out.push_back(mine);
-    for (int r = 1; r < world.size(); ++r) {
-      std::uint64_t len = 0;
-      world.irecv(&len, sizeof len, r, tag)->wait();
-      std::string buf(len, ' ');
-      world.irecv(buf.data(), len, r, tag + 1)->wait();
-      out.push_back(std::move(buf));
-    }
-  } else {
-    const std::uint64_t len = mine.size();
-    world.isend(&len, sizeof len, 0, tag)->wait();
-    world.isend(mine.data(), len, 0, tag + 1)->wait();
-  }
-  return out;
-}  // trace.json keeps the first steps; a long run's would be huge
+constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
 
 // This rank's lane progress in `reader`, when it can be restored: same grid (tp, pp, dp) and the
 // same lane names configured on this world rank as when saved. Otherwise nullopt, with one line
@@ -240,7 +221,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   if (p.step > s.opts.train.steps)
     throw CheckpointError("checkpoint " + checkpoint_dir + " is at step " + std::to_string(p.step) +
                           ", beyond [train] steps = " + std::to_string(s.opts.train.steps));
-  for (const ChunkState& c : s.exec.chunk_states()) reader.load_into(*c.layout, c.params, c.adam_m, c.adam_v);
+  load_chunk_states(reader, s.exec.chunk_states());
   s.restore_sampler(p.sampler);
   s.guard.state = p.guard;
   s.start_step = p.step;
@@ -376,8 +357,8 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
   nlohmann::json my_events = trace_events(traced, s.topo.world_rank, track);
   for (auto& e : s.lanes.trace_events(s.topo.world_rank)) my_events.push_back(std::move(e));
-  const auto events_by_rank = gather_on_rank0(*s.topo.world, my_events.dump(), 1);
-  const auto lanes_by_rank = gather_on_rank0(*s.topo.world, s.lanes.summary().dump(), 3);
+  const auto events_by_rank = gather_to_rank0(*s.topo.world, my_events.dump(), 1);
+  const auto lanes_by_rank = gather_to_rank0(*s.topo.world, s.lanes.summary().dump(), 3);
   if (!leader) return {};
   nlohmann::json all_events = nlohmann::json::array();
   for (const std::string& text : events_by_rank)
