@@ -85,19 +85,17 @@ inline void set_int_attribute(const std::string& path, const std::string& object
                           const std::vector<std::int64_t>& values) {
   hdf5::ErrorSilencer quiet;
   hdf5::File f = hdf5::open_file(path, H5F_ACC_RDWR);
-  hid_t obj = H5Oopen(f.get(), object.c_str(), H5P_DEFAULT);
-  if (obj < 0) throw std::runtime_error(path + ": no object " + object);
+  const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
+  if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
+  const hid_t obj = handle.get();
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   if (values.empty()) {  // an empty 1-D attribute
     const hsize_t zero = 0;
-    hid_t space = H5Screate_simple(1, &zero, nullptr);
-    hid_t a = H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-    H5Aclose(a);
-    H5Sclose(space);
+    const hdf5::Dataspace space(H5Screate_simple(1, &zero, nullptr));
+    const hdf5::Attribute a(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   } else {
     hdf5::write_int64_attribute(obj, name, values);
   }
-  H5Oclose(obj);
   hdf5::close_file(f, path);
 }
 
@@ -105,11 +103,11 @@ inline void set_string_attribute(const std::string& path, const std::string& obj
                           const std::string& text) {
   hdf5::ErrorSilencer quiet;
   hdf5::File f = hdf5::open_file(path, H5F_ACC_RDWR);
-  hid_t obj = H5Oopen(f.get(), object.c_str(), H5P_DEFAULT);
-  if (obj < 0) throw std::runtime_error(path + ": no object " + object);
+  const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
+  if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
+  const hid_t obj = handle.get();
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   hdf5::write_string_attribute(obj, name, text);
-  H5Oclose(obj);
   hdf5::close_file(f, path);
 }
 
@@ -117,11 +115,11 @@ inline void set_double_attribute(const std::string& path, const std::string& obj
                           double value) {
   hdf5::ErrorSilencer quiet;
   hdf5::File f = hdf5::open_file(path, H5F_ACC_RDWR);
-  hid_t obj = H5Oopen(f.get(), object.c_str(), H5P_DEFAULT);
-  if (obj < 0) throw std::runtime_error(path + ": no object " + object);
+  const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
+  if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
+  const hid_t obj = handle.get();
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   hdf5::write_scalar_attribute(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
-  H5Oclose(obj);
   hdf5::close_file(f, path);
 }
 
@@ -141,7 +139,7 @@ inline void replace_dataset(const std::string& path, const std::string& object, 
   hdf5::Dataset ds = hdf5::create_dataset(f.get(), object, type, dims);
   std::uint64_t n = 1;
   for (hsize_t d : dims) n *= d;
-  if (write_data && n > 0 && n < (1u << 26)) {
+  if (write_data && n > 0 && n < (1u << 16)) {
     std::vector<double> zeros(n, 0.5);
     hdf5::write_dataset(ds, H5T_NATIVE_DOUBLE, zeros.data());
   }
