@@ -111,11 +111,13 @@ std::uint32_t crc32_of(std::string_view bytes, std::uint32_t crc) {
   return static_cast<std::uint32_t>(c);
 }
 
-std::uint32_t file_crc32(const std::string& path) {
+namespace {
+// Hands every piece of the file at `path` to `take`, in order.
+template <class Take>
+void read_in_pieces(const std::string& path, Take&& take) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, "cannot read", errno);
   std::vector<char> buf(1 << 20);
-  std::uint32_t crc = 0;
   for (;;) {
     const ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
@@ -125,29 +127,21 @@ std::uint32_t file_crc32(const std::string& path) {
       fail(path, "cannot read", err);
     }
     if (n == 0) break;
-    crc = crc32_of(std::string_view(buf.data(), static_cast<std::size_t>(n)), crc);
+    take(std::string_view(buf.data(), static_cast<std::size_t>(n)));
   }
   ::close(fd);
+}
+}  // namespace
+
+std::uint32_t file_crc32(const std::string& path) {
+  std::uint32_t crc = 0;
+  read_in_pieces(path, [&](std::string_view piece) { crc = crc32_of(piece, crc); });
   return crc;
 }
 
 std::string read_whole_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, "cannot read", errno);
   std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail(path, "cannot read", err);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  read_in_pieces(path, [&](std::string_view piece) { out.append(piece); });
   return out;
 }
 

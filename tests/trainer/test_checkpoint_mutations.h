@@ -79,48 +79,42 @@ inline void refresh_manifest_record(const std::string& dir, const std::string& f
   write_json_file(mpath, m);
 }
 
-// Replaces attribute `name` of `object` ("/params/wte", "/" for the file) in an HDF5 file by
-// integers (a scalar for one value), a string, or a double.
-inline void set_int_attribute(const std::string& path, const std::string& object, const std::string& name,
-                          const std::vector<std::int64_t>& values) {
+// Replaces attribute `name` of `object` ("/params/wte", "/" for the file) in an HDF5 file by what
+// `write(object_id)` creates.
+template <class Write>
+void replace_attribute(const std::string& path, const std::string& object, const std::string& name, Write&& write) {
   hdf5::ErrorSilencer quiet;
   hdf5::File f = hdf5::open_file(path, H5F_ACC_RDWR);
-  const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
-  if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
-  const hid_t obj = handle.get();
-  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  if (values.empty()) {  // an empty 1-D attribute
-    const hsize_t zero = 0;
-    const hdf5::Dataspace space(H5Screate_simple(1, &zero, nullptr));
-    const hdf5::Attribute a(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
-  } else {
-    hdf5::write_int64_attribute(obj, name, values);
+  {
+    const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
+    if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
+    if (H5Aexists(handle.get(), name.c_str()) > 0) H5Adelete(handle.get(), name.c_str());
+    write(handle.get());
   }
   hdf5::close_file(f, path);
 }
 
+// Integers (a scalar for one value, an empty 1-D attribute for none), a string, a double.
+inline void set_int_attribute(const std::string& path, const std::string& object, const std::string& name,
+                              const std::vector<std::int64_t>& values) {
+  replace_attribute(path, object, name, [&](hid_t obj) {
+    if (!values.empty()) return hdf5::write_int64_attribute(obj, name, values);
+    const hsize_t zero = 0;
+    const hdf5::Dataspace space(H5Screate_simple(1, &zero, nullptr));
+    const hdf5::Attribute a(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  });
+}
+
 inline void set_string_attribute(const std::string& path, const std::string& object, const std::string& name,
-                          const std::string& text) {
-  hdf5::ErrorSilencer quiet;
-  hdf5::File f = hdf5::open_file(path, H5F_ACC_RDWR);
-  const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
-  if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
-  const hid_t obj = handle.get();
-  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  hdf5::write_string_attribute(obj, name, text);
-  hdf5::close_file(f, path);
+                                 const std::string& text) {
+  replace_attribute(path, object, name, [&](hid_t obj) { hdf5::write_string_attribute(obj, name, text); });
 }
 
 inline void set_double_attribute(const std::string& path, const std::string& object, const std::string& name,
-                          double value) {
-  hdf5::ErrorSilencer quiet;
-  hdf5::File f = hdf5::open_file(path, H5F_ACC_RDWR);
-  const hdf5::Handle<H5Oclose> handle(H5Oopen(f.get(), object.c_str(), H5P_DEFAULT));
-  if (!handle.valid()) throw std::runtime_error(path + ": no object " + object);
-  const hid_t obj = handle.get();
-  if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
-  hdf5::write_scalar_attribute(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
-  hdf5::close_file(f, path);
+                                 double value) {
+  replace_attribute(path, object, name, [&](hid_t obj) {
+    hdf5::write_scalar_attribute(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+  });
 }
 
 // Replaces dataset `object` by one of shape `dims` and `type`, its attributes copied over; with
