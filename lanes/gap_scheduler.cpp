@@ -80,9 +80,9 @@ std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::v
   return specs;
 }
 
-GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
+GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
                            std::chrono::steady_clock::time_point origin, Logger logger, Clock clock)
-    : device_(device), options_(std::move(options)), logger_(std::move(logger)), clock_(std::move(clock)) {
+    : backend_(backend), options_(std::move(options)), logger_(std::move(logger)), clock_(std::move(clock)) {
   if (!logger_) logger_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   if (!clock_) clock_ = [origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };
   if (!(options_.margin > 0)) throw LaneError("gap scheduler: margin must be > 0");
@@ -99,13 +99,13 @@ GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSched
     slot->work_unit = spec.lane->work_unit();
     slot->lane = std::move(spec.lane);
     slot->options = std::move(spec.options);
-    slot->arena = std::make_unique<Arena>("lane " + slot->name + " stage " + std::to_string(options_.stage),
-                                          options_.lane_memory_bytes);
-    slot->stream = device_.create_stream(StreamPriority::Low);
+    slot->arena = backend_.create_arena("lane " + slot->name + " stage " + std::to_string(options_.stage),
+                                        options_.lane_memory_bytes, MemoryKind::Device);
+    slot->stream = backend_.create_stream(StreamPriority::Low);
     if (!options_.output_root.empty())
       slot->output_dir = (std::filesystem::path(options_.output_root) / slot->name /
                           ("rank" + std::to_string(options_.rank))).string();
-    slot->ctx.reset(new LaneContext{device_, *slot->stream, *slot->arena, slot->options, slot->output_dir,
+    slot->ctx.reset(new LaneContext{backend_, *slot->stream, *slot->arena, slot->options, slot->output_dir,
                                     options_.rank, lane_seed(options_.seed, slot->name, options_.rank)});
     lanes_.push_back(std::move(slot));
   }

@@ -34,7 +34,7 @@
 #include "lanes/lane_registry.h"
 #include "parallel/gap_filler.h"
 #include "runtime/arena.h"
-#include "runtime/device.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -105,10 +105,10 @@ class GapScheduler : public GapFiller {
   // calibration); default: stderr.
   using Logger = std::function<void(const std::string&)>;
 
-  // Creates each lane's context (an Arena of lane_memory_bytes, a low-priority stream of `device`,
+  // Creates each lane's context (an arena of lane_memory_bytes and a low-priority stream of `backend`,
   // its output directory). LaneError when the lanes' quotas together exceed stage_memory_bytes.
   // Nothing of the lanes runs until calibrate().
-  GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
+  GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
                std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now(),
                Logger logger = {}, Clock clock = {});
   ~GapScheduler() override;  // teardown()
@@ -165,7 +165,7 @@ class GapScheduler : public GapFiller {
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
 
-  Device& device_;
+  Backend& backend_;
   GapSchedulerOptions options_;
   Logger logger_;
   Clock clock_;

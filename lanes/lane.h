@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/arena.h"
-#include "runtime/device.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -51,7 +51,7 @@ class LaneOptions {
 };
 
 struct LaneContext {
-  Device& device;
+  Backend& backend;        // the rank's backend: a lane computes through it, like training does
   Stream& stream;          // low priority
   Arena& arena;            // everything the lane allocates comes from here (hard quota)
   const LaneOptions& options;

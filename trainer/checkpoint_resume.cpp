@@ -171,7 +171,7 @@ ResumePlan decide_resume(const ResumeRequest& q) {
   return from_path(q, root, entries, std::move(plan));
 }
 
-ResumePlan plan_resume(const ResumeRequest& request, Communicator& world) {
+ResumePlan plan_resume(const ResumeRequest& request, ControlPlane& world) {
   nlohmann::json decided;
   if (world.rank() == 0) {
     try {
@@ -183,7 +183,7 @@ ResumePlan plan_resume(const ResumeRequest& request, Communicator& world) {
       decided = {{"error", e.what()}};
     }
   }
-  decided = nlohmann::json::parse(broadcast_from_rank0(world, world.rank() == 0 ? decided.dump() : ""));
+  decided = nlohmann::json::parse(broadcast_from_root(world, world.rank() == 0 ? decided.dump() : ""));
   if (decided.contains("error")) throw CheckpointError(decided["error"].get<std::string>());
   ResumePlan plan;
   if (!decided["dir"].is_null()) plan.dir = decided["dir"].get<std::string>();

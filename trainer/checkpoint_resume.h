@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "parallel/communicator.h"
+#include "parallel/control_plane.h"
 
 namespace pipelane {
 
@@ -40,7 +40,7 @@ struct ResumePlan {
 // One process decides (and moves files). CheckpointError with one line when the run must not start.
 ResumePlan decide_resume(const ResumeRequest& request);
 // Collective over `world`: rank 0 decides, every rank gets the same plan or the same error.
-ResumePlan plan_resume(const ResumeRequest& request, Communicator& world);
+ResumePlan plan_resume(const ResumeRequest& request, ControlPlane& world);
 
 // CheckpointError unless every file `dir`'s manifest lists is there with its size and CRC-32.
 void verify_checkpoint(const std::string& dir);

@@ -18,8 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kRecordTag = 7101;  // and 7102
-
 // Rank 0, before anyone writes: an empty staging directory.
 void prepare_staging(const std::string& root, const std::string& staging) {
   std::error_code ec;
@@ -38,7 +36,7 @@ nlohmann::json write_my_files(const std::string& staging, PipelineExecutor& exec
   nlohmann::json mine = nlohmann::json::object();
   try {
     if (writes_shard(topo))
-      mine["shard"] = to_json(write_shard(staging, topo.me.pp, topo.me.tp, exec.chunk_states(), progress));
+      mine["shard"] = to_json(write_shard(staging, topo.me.pp, topo.me.tp, training_memory(exec), progress));
     if (lanes) mine["lanes"] = to_json(write_lane_file(staging, topo.world_rank, *lanes));
   } catch (const std::exception& e) {
     mine["error"] = e.what();
@@ -106,7 +104,7 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
                             const TrainingProgress& progress, const GptConfig& model,
                             const nlohmann::json& topology, const std::string& config_ini, int keep_last,
                             const LaneStates* lanes) {
-  Communicator& world = *topo.world;
+  ControlPlane& world = *topo.world;
   const bool leader = topo.world_rank == 0;
   const std::string dir = (fs::path(root) / checkpoint_dir_name(step)).string();
   const std::string staging = (fs::path(root) / staging_dir_name(step)).string();
@@ -120,11 +118,11 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
       outcome = failed + e.what();
     }
   }
-  outcome = broadcast_from_rank0(world, outcome);
+  outcome = broadcast_from_root(world, outcome);
   if (!outcome.empty()) throw CheckpointSaveError(outcome + "; " + where_to_resume(root));
 
   const nlohmann::json mine = write_my_files(staging, exec, topo, progress, lanes);
-  const std::vector<std::string> parts = gather_to_rank0(world, mine.dump(), kRecordTag);
+  const std::vector<std::string> parts = gather_to_root(world, mine.dump());
   if (leader) {
     try {
       std::vector<nlohmann::json> by_rank;
@@ -154,7 +152,7 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
       outcome += "; its partial files were removed; " + where_to_resume(root);
     }
   }
-  outcome = broadcast_from_rank0(world, outcome);
+  outcome = broadcast_from_root(world, outcome);
   if (!outcome.empty()) throw CheckpointSaveError(outcome);
   return dir;
 }

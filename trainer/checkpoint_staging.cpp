@@ -1,6 +1,5 @@
 #include "trainer/checkpoint_staging.h"
 
-#include <algorithm>
 #include <map>
 #include <set>
 
@@ -19,6 +18,10 @@ float* buffer_of(const ChunkState& c, TensorGroup g) {
 
 }  // namespace
 
+TrainingMemory training_memory(PipelineExecutor& exec) {
+  return {exec.chunk_states(), exec.backend(), exec.compute_stream()};
+}
+
 std::vector<const ParamEntry*> checkpoint_tensors(const std::vector<ChunkState>& chunks) {
   std::vector<const ParamEntry*> out;
   std::set<std::string> seen;
@@ -28,26 +31,28 @@ std::vector<const ParamEntry*> checkpoint_tensors(const std::vector<ChunkState>&
   return out;
 }
 
-StageTensorOut stage_out_of(const std::vector<ChunkState>& chunks) {
+StageTensorOut stage_out_of(const TrainingMemory& memory) {
   std::map<std::string, ChunkState> holder;  // the first chunk holding each name
-  for (const ChunkState& c : chunks)
+  for (const ChunkState& c : memory.chunks)
     for (const ParamEntry& e : c.layout->entries()) holder.emplace(e.name, c);
-  return [holder = std::move(holder)](TensorGroup g, const ParamEntry& e, float* staging) {
-    const float* src = buffer_of(holder.at(e.name), g) + e.offset;
-    std::copy(src, src + e.numel, staging);
+  return [holder = std::move(holder), &backend = memory.backend, &stream = memory.stream](
+             TensorGroup g, const ParamEntry& e, float* staging) {
+    backend.copy(staging, buffer_of(holder.at(e.name), g) + e.offset, e.numel * sizeof(float), stream);
+    stream.synchronize();  // the host buffer is read right after
   };
 }
 
-ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank, const std::vector<ChunkState>& chunks,
+ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank, const TrainingMemory& memory,
                         const TrainingProgress& progress) {
-  return write_shard(dir, pp_rank, tp_rank, checkpoint_tensors(chunks), stage_out_of(chunks), progress);
+  return write_shard(dir, pp_rank, tp_rank, checkpoint_tensors(memory.chunks), stage_out_of(memory), progress);
 }
 
-void load_chunk_states(CheckpointReader& reader, const std::vector<ChunkState>& chunks) {
+void load_training_memory(CheckpointReader& reader, const TrainingMemory& memory) {
   const std::vector<TensorGroup> all(std::begin(kTensorGroups), std::end(kTensorGroups));
-  for (const ChunkState& c : chunks)
-    reader.load_into(*c.layout, all, [&c](TensorGroup g, const ParamEntry& e, const float* staging) {
-      std::copy(staging, staging + e.numel, buffer_of(c, g) + e.offset);
+  for (const ChunkState& c : memory.chunks)
+    reader.load_into(*c.layout, all, [&](TensorGroup g, const ParamEntry& e, const float* staging) {
+      memory.backend.copy(buffer_of(c, g) + e.offset, staging, e.numel * sizeof(float), memory.stream);
+      memory.stream.synchronize();  // the staging buffer is reused for the next tensor
     });
 }
 

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lanes/lane_registry.h"
-#include "runtime/device.h"
+#include "runtime/backend_registry.h"
 #include "trainer/train_options.h"
 
 namespace pipelane {
@@ -73,15 +73,18 @@ int lane_bench_command(int argc, char** argv) {
     for (const std::string& p : plugins) registry.load_plugin(p);
     auto lane = registry.create(name);
 
-    auto device = make_cpu_device(1);
-    auto stream = device->create_stream(StreamPriority::Low);
-    Arena arena("lane " + name, static_cast<std::size_t>(memory_mb) << 20);
+    BackendOptions one_core;
+    one_core.threads = 1;  // a lane's dedicated throughput is measured on one core
+    auto backend = BackendRegistry::with_builtins().create("cpu", one_core);
+    auto stream = backend->create_stream(StreamPriority::Low);
+    auto arena_owner = backend->create_arena("lane " + name, static_cast<std::size_t>(memory_mb) << 20);
+    Arena& arena = *arena_owner;
     const LaneOptions options(name, values, source);
     std::filesystem::path dir = out_dir.empty()
                                     ? std::filesystem::temp_directory_path() / ("pipelane-lane-bench-" + name)
                                     : std::filesystem::path(out_dir);
     std::filesystem::create_directories(dir);
-    LaneContext ctx{*device, *stream, arena, options, dir.string(), 0, 1};
+    LaneContext ctx{*backend, *stream, arena, options, dir.string(), 0, 1};
     using Clock = std::chrono::steady_clock;
     const auto t_setup = Clock::now();
     lane->setup(ctx);

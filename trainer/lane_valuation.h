@@ -1,5 +1,5 @@
 // What the lanes' work was worth and what it cost training, as FreeRide reports it
-// (../shared/REFERENCE.md):
+// (see README.md, 'Filling bubbles'):
 //   overhead    = (T_with_lanes - T_lanes_off) / T_lanes_off
 //   cost saving = (value of the lane work in dedicated device-seconds - extra training
 //                  device-seconds) / training device-seconds with lanes off

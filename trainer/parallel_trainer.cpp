@@ -13,7 +13,6 @@
 #include "datasets/sharded_sampler.h"
 #include "datasets/window_sampler.h"
 #include "model/lr_schedule.h"
-#include "parallel/checkpoint_gather.h"
 #include "parallel/pipeline_executor.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
@@ -51,8 +50,6 @@ ExecutorOptions executor_options(const TrainOptions& o, int dp) {
   e.grad_clip = static_cast<float>(o.train.grad_clip);
   return e;
 }
-
-bool is_compute(Op op) { return op == Op::Fwd || op == Op::Bwd || op == Op::BwdWeight; }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -142,16 +139,16 @@ struct ParallelTrainer::State {
   // Lane progress from the checkpoint restored, loaded in run() before calibration (nullopt: none).
   std::optional<std::map<std::string, std::string>> lanes_to_load;
 
-  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Device& device)
+  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Backend& backend)
       : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
-        exec_opts(executor_options(o, dp)), exec(exec_opts, t),
+        exec_opts(executor_options(o, dp)), exec(exec_opts, t, backend),
         sampler(d.train_splits(), SamplerOptions{o.model.seq_len, o.train.seed,
                                           parse_sample_mode(o.data.sample_mode), t.me.dp,
                                           t.grid.dims().dp}),
         guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}),
-        lanes(o, t, device, exec.clock_origin()) {
+        lanes(o, t, backend, exec.clock_origin()) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     all_tokens.resize(rows * micro_total);
     all_targets.resize(rows * micro_total);
@@ -208,8 +205,8 @@ struct ParallelTrainer::State {
 };
 
 ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TrainingData& data, Topology& topo,
-                                 double peak_gflops, Device& device)
-    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, device)) {}
+                                 double peak_gflops, Backend& backend)
+    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, backend)) {}
 ParallelTrainer::~ParallelTrainer() = default;
 std::size_t ParallelTrainer::arena_bytes() const { return s_->exec.arena_bytes(); }
 
@@ -221,7 +218,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   if (p.step > s.opts.train.steps)
     throw CheckpointError("checkpoint " + checkpoint_dir + " is at step " + std::to_string(p.step) +
                           ", beyond [train] steps = " + std::to_string(s.opts.train.steps));
-  load_chunk_states(reader, s.exec.chunk_states());
+  load_training_memory(reader, training_memory(s.exec));
   s.restore_sampler(p.sampler);
   s.guard.state = p.guard;
   s.start_step = p.step;
@@ -357,8 +354,8 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
   nlohmann::json my_events = trace_events(traced, s.topo.world_rank, track);
   for (auto& e : s.lanes.trace_events(s.topo.world_rank)) my_events.push_back(std::move(e));
-  const auto events_by_rank = gather_to_rank0(*s.topo.world, my_events.dump(), 1);
-  const auto lanes_by_rank = gather_to_rank0(*s.topo.world, s.lanes.summary().dump(), 3);
+  const auto events_by_rank = gather_to_root(*s.topo.world, my_events.dump());
+  const auto lanes_by_rank = gather_to_root(*s.topo.world, s.lanes.summary().dump());
   if (!leader) return {};
   nlohmann::json all_events = nlohmann::json::array();
   for (const std::string& text : events_by_rank)

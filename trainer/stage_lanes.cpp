@@ -7,7 +7,7 @@
 
 namespace pipelane {
 
-StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& device,
+StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& backend,
                        std::chrono::steady_clock::time_point origin) {
   const LanesOptions& lo = opts.lanes;
   const std::vector<std::string> names = lo.enabled_lanes();
@@ -26,7 +26,7 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& d
   g.output_root = (std::filesystem::path(opts.run.dir) / "lanes").string();
   const int rank = topo.world_rank;
   scheduler_ = std::make_unique<GapScheduler>(
-      device, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source), g, origin,
+      backend, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source), g, origin,
       [rank](const std::string& line) { std::fprintf(stderr, "pipelane lanes: rank %d: %s\n", rank, line.c_str()); });
 }
 

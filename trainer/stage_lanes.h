@@ -9,7 +9,7 @@
 
 #include "lanes/gap_scheduler.h"
 #include "parallel/topology.h"
-#include "runtime/device.h"
+#include "runtime/backend.h"
 #include "trainer/train_options.h"
 
 namespace pipelane {
@@ -17,7 +17,7 @@ namespace pipelane {
 class StageLanes {
  public:
   // Lanes off (nothing enabled, or not on this stage): scheduler() is null.
-  StageLanes(const TrainOptions& opts, const Topology& topo, Device& device,
+  StageLanes(const TrainOptions& opts, const Topology& topo, Backend& backend,
              std::chrono::steady_clock::time_point origin);
   GapScheduler* scheduler() { return scheduler_.get(); }
   // Rank-local calibration (setup + a few timed steps per lane, before training starts).

@@ -18,8 +18,8 @@
 #include "datasets/token_store.h"
 #include "datasets/unigram.h"
 #include "parallel/mpi_communicator.h"
-#include "runtime/device.h"
-#include "runtime/ops.h"
+#include "runtime/backend.h"
+#include "runtime/backend_registry.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
@@ -196,10 +196,13 @@ int train_command(int argc, char** argv) {
                    "pipelane train: warning: %d ranks share %d cores on this host, so their waits are not idle "
                    "cores and lane work there slows training\n",
                    ranks_here, cores);
-    auto device = make_cpu_device(threads);
+    BackendOptions backend_options;
+    backend_options.threads = threads;
+    const std::unique_ptr<Backend> backend =
+        BackendRegistry::with_builtins().create(opts.runtime.backend, backend_options);
     const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
-                                                   : cpu::measure_sgemm_gflops(1536, 4);
-    ParallelTrainer trainer(opts, *data, topo, peak, *device);
+                                                   : backend->measure_matmul_gflops(1536, 4);
+    ParallelTrainer trainer(opts, *data, topo, peak, *backend);
     // Resume: every rank loads its slice; any rank's failure stops all of them with one message.
     int resumed_at = 0;
     std::optional<std::string> resume_dir;
@@ -241,7 +244,7 @@ int train_command(int argc, char** argv) {
       std::printf("  %s\n", data->describe().c_str());
       std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, sgemm peak %.0f GFLOP/s%s, "
                   "training arena %s\n",
-                  world, dims.tp, dims.dp, dims.pp, device->name().c_str(), peak,
+                  world, dims.tp, dims.dp, dims.pp, backend->name().c_str(), peak,
                   opts.train.peak_gflops > 0 ? " (from config)" : " (measured)",
                   human_bytes(static_cast<double>(trainer.arena_bytes())).c_str());
       std::fflush(stdout);

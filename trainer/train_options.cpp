@@ -190,6 +190,9 @@ class SectionKeys {
 
 std::vector<OptionKey> train_option_keys() {
   std::vector<OptionKey> keys;
+  SectionKeys<RuntimeOptions>(keys, "runtime", &TrainOptions::runtime)
+      .text("backend", &RuntimeOptions::backend, {},
+            "compute backend: cpu, cuda or cuda:N (`pipelane devices` lists what this machine has)");
   SectionKeys<ModelOptions>(keys, "model", &TrainOptions::model)
       .integer("layers", &ModelOptions::layers, 1, "number of transformer blocks")
       .integer("d_model", &ModelOptions::d_model, 1, "width of the residual stream")

@@ -102,7 +102,14 @@ struct LanesOptions {
   }
 };
 
+// [runtime]: where training computes.
+struct RuntimeOptions {
+  std::string backend = "cpu";  // cpu | cuda | cuda:N (runtime/backend_registry.h)
+  friend bool operator==(const RuntimeOptions&, const RuntimeOptions&) = default;
+};
+
 struct TrainOptions {
+  RuntimeOptions runtime;
   ModelOptions model;
   TrainLoopOptions train;
   DataOptions data;

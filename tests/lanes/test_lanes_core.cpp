@@ -15,6 +15,7 @@
 #include "lanes/gap_scheduler.h"
 #include "lanes/lane_registry.h"
 #include "lanes/pipelane_lane.h"
+#include "runtime/cpu/cpu_backend.h"
 
 namespace pipelane {
 namespace {
@@ -35,17 +36,10 @@ class FakeEvent : public Event {
   void record(Stream&) override {}
   bool query() const override { return true; }
   void synchronize() override {}
+  void wait_on(Stream&) override {}
   double elapsed_ms_since(const Event&) const override { return 0; }
 };
 
-class FakeDevice : public Device {
- public:
-  DeviceKind kind() const override { return DeviceKind::Cpu; }
-  std::string name() const override { return "fake"; }
-  int threads() const override { return 1; }
-  std::unique_ptr<Stream> create_stream(StreamPriority) override { return std::make_unique<FakeStream>(); }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<FakeEvent>(); }
-};
 
 struct FakeClock {
   double t = 0;
@@ -102,7 +96,8 @@ class FakeLane : public Lane {
 };
 
 struct Harness {
-  FakeDevice device;
+  std::unique_ptr<Backend> backend_owner = make_cpu_backend(1);  // lanes here never compute
+  Backend& device = *backend_owner;
   FakeClock clock;
   std::map<std::string, FakeLog> logs;
   std::vector<std::string> messages;
@@ -593,7 +588,7 @@ class PluginLaneTest : public ::testing::Test {
     Arena arena;
     FakeStream stream;
     std::unique_ptr<LaneContext> ctx;
-    Run(std::unique_ptr<Lane> l, LaneOptions o, FakeDevice& device, const std::string& out, std::size_t quota)
+    Run(std::unique_ptr<Lane> l, LaneOptions o, Backend& device, const std::string& out, std::size_t quota)
         : lane(std::move(l)), options(std::move(o)), arena("test lane", quota) {
       ctx.reset(new LaneContext{device, stream, arena, options, out, 0, 1});
     }
@@ -605,7 +600,8 @@ class PluginLaneTest : public ::testing::Test {
 
   fs::path dir_;
   std::string input_;
-  FakeDevice device_;
+  std::unique_ptr<Backend> backend_owner_ = make_cpu_backend(1);
+  Backend& device_ = *backend_owner_;
   LaneRegistry registry_;
 };
 

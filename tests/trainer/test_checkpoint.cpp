@@ -13,6 +13,7 @@
 #include "tests/datasets/test_files.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
+#include "tests/support/cpu_backend_fixture.h"
 #include "tests/trainer/test_checkpoint_mutations.h"
 
 namespace pipelane {
@@ -73,7 +74,8 @@ void write_sharded(const std::string& dir, const FullModel& full, int pp, int tp
         slice_from_full(e, full.full(full.v, e.name), v.data() + e.offset);
       }
       ChunkState cs{&layout, s, p.data(), nullptr, m.data(), v.data()};
-      records.push_back(write_shard(dir, s, r, {cs}, progress));
+      records.push_back(write_shard(dir, s, r, TrainingMemory{{cs}, testing::cpu_backend(), testing::cpu_stream()},
+                                    progress));
     }
   write_manifest(dir, make_manifest(step, c, {{"pp", pp}, {"tp", tp}, {"dp", 1}}, "[model]\n", records));
 }
@@ -347,7 +349,7 @@ TEST(CheckpointSave, PrunesOnlyAfterANewerOneIsComplete) {
   o.schedule.pp = 1;
   o.schedule.microbatches = 1;
   o.seq_len = 16;
-  PipelineExecutor exec(o, topo);
+  PipelineExecutor exec(o, topo, testing::cpu_backend());
   const std::string root = tmp.file("checkpoints");
   TrainingProgress prog;
   prog.sampler = {"test", {0, 0}};

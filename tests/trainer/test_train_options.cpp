@@ -316,6 +316,7 @@ TEST_F(TrainOptionsTest, ToIniRoundTrips) {
 // Every key a user can set, with its default as text. Written out here rather than taken
 // from the implementation so that a key missing from the option table fails the test.
 const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWithDefault = {
+    {"runtime", "backend", "cpu"},
     {"model", "layers", "4"},          {"model", "d_model", "128"},       {"model", "heads", "4"},
     {"model", "seq_len", "128"},       {"model", "vocab_size", "256"},    {"train", "micro_batch", "8"},
     {"train", "global_batch", "8"},    {"train", "steps", "200"},         {"train", "lr", "0.001"},
