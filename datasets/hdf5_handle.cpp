@@ -146,6 +146,7 @@ void close_file(File& file, const std::string& path) {
 
 bool has_link(hid_t parent, const std::string& name) {
   // H5Lexists fails on a missing intermediate group, so walk the path one link at a time.
+  if (name.empty()) return false;
   std::string prefix = name.front() == '/' ? "/" : "";
   std::size_t start = prefix.size();
   while (start < name.size()) {
