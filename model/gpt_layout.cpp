@@ -135,11 +135,46 @@ std::size_t local_index_of(const ParamEntry& e, std::size_t full_index) {
   return (outer * s.local_dim + k) * s.inner + inner;
 }
 
+// Entries can come from files (checkpoints): before any index is computed from one, its fields
+// must describe a real slice, or full_index_of divides by zero or lands outside the buffers.
+void check_param_entry(const ParamEntry& e) {
+  const auto bad = [&](const std::string& what) {
+    throw std::invalid_argument(e.name + ": " + what);
+  };
+  const std::size_t rank = e.full_shape.size();
+  if (rank == 0 || e.shape.size() != rank)
+    bad("shape has " + std::to_string(e.shape.size()) + " dimensions, full_shape " + std::to_string(rank));
+  std::size_t numel = 1, full = 1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (e.shape[d] < 1 || e.full_shape[d] < 1) bad("a dimension is below 1");
+    if (__builtin_mul_overflow(numel, static_cast<std::size_t>(e.shape[d]), &numel) ||
+        __builtin_mul_overflow(full, static_cast<std::size_t>(e.full_shape[d]), &full))
+      bad("more elements than fit in memory");
+  }
+  if (numel != e.numel) bad("numel " + std::to_string(e.numel) + " is not the product of its shape");
+  if (e.tp_size < 1 || e.tp_rank < 0 || e.tp_rank >= e.tp_size)
+    bad("tensor-parallel rank " + std::to_string(e.tp_rank) + " of " + std::to_string(e.tp_size));
+  if (e.shard_dim < -1 || e.shard_dim >= static_cast<int>(rank) || e.shard_blocks < 1)
+    bad("shard_dim " + std::to_string(e.shard_dim) + " / shard_blocks " + std::to_string(e.shard_blocks) +
+        " do not fit a tensor of " + std::to_string(rank) + " dimensions");
+  for (std::size_t d = 0; d < rank; ++d) {
+    const bool split = e.sharded() && static_cast<int>(d) == e.shard_dim;
+    if (!split && e.shape[d] != e.full_shape[d]) bad("shape differs from full_shape outside the split dimension");
+    if (split && (e.full_shape[d] % (static_cast<std::int64_t>(e.shard_blocks) * e.tp_size) != 0 ||
+                  e.full_shape[d] / e.tp_size != e.shape[d]))
+      bad("dimension " + std::to_string(d) + " of " + std::to_string(e.full_shape[d]) + " cannot hold " +
+          std::to_string(e.shard_blocks) + " blocks split " + std::to_string(e.tp_size) + " ways into " +
+          std::to_string(e.shape[d]));
+  }
+}
+
 void slice_from_full(const ParamEntry& e, const float* full, float* shard) {
+  check_param_entry(e);
   for (std::size_t i = 0; i < e.numel; ++i) shard[i] = full[full_index_of(e, i)];
 }
 
 void place_into_full(const ParamEntry& e, const float* shard, float* full) {
+  check_param_entry(e);
   for (std::size_t i = 0; i < e.numel; ++i) full[full_index_of(e, i)] = shard[i];
 }
 
@@ -151,11 +186,14 @@ void gather_full_tensor(const std::vector<const ParamEntry*>& entries,
   if (static_cast<int>(entries.size()) != first.tp_size)
     throw std::invalid_argument("gather_full_tensor: " + first.name + " needs all " +
                                 std::to_string(first.tp_size) + " ranks");
-  for (std::size_t r = 0; r < entries.size(); ++r)
-    if (entries[r]->name != first.name || entries[r]->tp_rank != static_cast<int>(r) ||
-        entries[r]->full_shape != first.full_shape)
+  for (std::size_t r = 0; r < entries.size(); ++r) {
+    const ParamEntry& e = *entries[r];
+    if (e.name != first.name || e.tp_rank != static_cast<int>(r) || e.tp_size != first.tp_size ||
+        e.full_shape != first.full_shape || e.shard_dim != first.shard_dim || e.shard_blocks != first.shard_blocks)
       throw std::invalid_argument("gather_full_tensor: entry " + std::to_string(r) + " is not " +
-                                  first.name + " of tp rank " + std::to_string(r));
+                                  first.name + " of tp rank " + std::to_string(r) + " with the slicing of rank 0");
+    check_param_entry(e);
+  }
   if (!first.sharded()) {
     for (std::size_t i = 0; i < first.numel; ++i) full[i] = shards[0][i];
     return;

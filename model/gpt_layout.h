@@ -97,6 +97,11 @@ class ParamLayout {
   std::size_t total_ = 0;
 };
 
+// std::invalid_argument naming the first inconsistency unless `e` describes a real slice: shape and
+// full_shape of the same rank with dimensions >= 1, numel their product, the split dimension a
+// 1/tp piece of every one of shard_blocks blocks and the others whole. slice_from_full,
+// place_into_full and gather_full_tensor check their entries with it (entries can come from files).
+void check_param_entry(const ParamEntry& e);
 // Index (row-major) in the full tensor of element `local_index` of this rank's tensor.
 std::size_t full_index_of(const ParamEntry& e, std::size_t local_index);
 // Index in this rank's tensor of element `full_index` of the full tensor; ParamLayout::npos when

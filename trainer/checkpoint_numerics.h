@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "trainer/checkpoint.h"
+#include "trainer/checkpoint_progress.h"
 
 namespace pipelane {
 

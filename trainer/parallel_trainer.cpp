@@ -83,7 +83,6 @@ constexpr const char* kShardedSamplerKind = "sharded_sampler_v1";
 
 constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
 
-
 // This rank's lane progress in `reader`, when it can be restored: same grid (tp, pp, dp) and the
 // same lane names configured on this world rank as when saved. Otherwise nullopt, with one line
 // on stderr saying why (training state restores either way; the lanes start fresh).
@@ -221,7 +220,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   if (p.step > s.opts.train.steps)
     throw CheckpointError("checkpoint " + checkpoint_dir + " is at step " + std::to_string(p.step) +
                           ", beyond [train] steps = " + std::to_string(s.opts.train.steps));
-  for (const ChunkState& c : s.exec.chunk_states()) reader.load_into(*c.layout, c.params, c.adam_m, c.adam_v);
+  load_training_memory(reader, training_memory(s.exec));
   s.restore_sampler(p.sampler);
   s.guard.state = p.guard;
   s.start_step = p.step;

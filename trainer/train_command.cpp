@@ -214,11 +214,19 @@ int train_command(int argc, char** argv) {
     std::optional<std::string> resume_dir;
     {
       std::string resume_error;
+      ResumePlan plan;
       try {
-        resume_dir = resolve_resume(opts.run.resume, opts.run.dir + "/checkpoints");
-        if (resume_dir) resumed_at = trainer.restore(*resume_dir);
+        plan = plan_resume({opts.run.dir, opts.run.resume, opts.run.overwrite}, *topo.world);
+        resume_dir = plan.dir;
       } catch (const std::exception& e) {
         resume_error = e.what();
+      }
+      if (leader)
+        for (const std::string& note : plan.notes) std::printf("  %s\n", note.c_str());
+      try {
+        if (resume_dir) resumed_at = trainer.restore(*resume_dir);
+      } catch (const std::exception& e) {
+        resume_error = std::string(e.what()) + "; " + plan.fallback;
       }
       if (mpi) {
         const RankFailure f = first_failure(resume_error);
@@ -291,6 +299,10 @@ int train_command(int argc, char** argv) {
     // Every rank agreed to stop after the same step and the checkpoint is complete.
     if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());
     return PreemptionSignal::kExitCode;
+  } catch (const CheckpointSaveError& e) {
+    // Every rank left the save with this same message: no abort needed, one line.
+    if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());
+    return 1;
   } catch (const NumericalFaultError& e) {
     // Every rank judged the same values and stops at the same step: no abort needed.
     if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());

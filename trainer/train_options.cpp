@@ -251,7 +251,11 @@ std::vector<OptionKey> train_option_keys() {
                "steps between checkpoints in <dir>/checkpoints; 0 turns them off")
       .integer("keep_last", &RunOptions::keep_last, 1, "complete checkpoints to keep")
       .text("resume", &RunOptions::resume, {},
-            "auto: newest complete checkpoint in <dir>/checkpoints; none; or a checkpoint directory")
+            "auto: newest checkpoint in <dir>/checkpoints (stops if it is damaged); auto-skip-damaged: "
+            "newest intact one, damaged ones moved aside; none: a fresh start; or a checkpoint directory")
+      .text("overwrite", &RunOptions::overwrite, {"refuse", "archive"},
+            "when checkpoints in <dir> are in the way of resume = none or a PATH: refuse to start, or "
+            "archive them (with an earlier run's metrics) into <dir>/archive/<UTC time>/")
       .number("timeout_s", &RunOptions::timeout_s, greater_than(0),
               "a rank that makes no progress this long (a stopped or lost rank, a hung transfer) ends "
               "the job with one line naming what it waited for");

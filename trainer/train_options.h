@@ -68,7 +68,8 @@ struct RunOptions {
   int log_every = 10;
   int checkpoint_every = 0;     // steps between checkpoints; 0: off
   int keep_last = 3;            // complete checkpoints kept
-  std::string resume = "auto";  // auto | none | PATH of a checkpoint directory
+  std::string resume = "auto";  // auto | auto-skip-damaged | none | PATH (trainer/checkpoint_resume.h)
+  std::string overwrite = "refuse";  // refuse | archive: checkpoints in the way of a fresh start
   double timeout_s = 600;       // no progress for this long ends the job, naming the wait
   friend bool operator==(const RunOptions&, const RunOptions&) = default;
 };

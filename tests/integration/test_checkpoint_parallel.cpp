@@ -2,7 +2,10 @@
 // tp 2 and in one process), and a missing shard stopping a multi-rank job with one message.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -115,6 +118,39 @@ TEST_F(CheckpointParallel, MissingShardStopsEveryRankWithOneMessage) {
   for (auto at = r.output.find("pipelane train:"); at != std::string::npos; at = r.output.find("pipelane train:", at + 1)) ++n;
   EXPECT_EQ(n, 1u) << r.output;
   EXPECT_LT(r.seconds, 60);
+}
+
+// A save that fails on the ranks (a file size limit standing in for a full disk, as in
+// run_with_file_size_limit) stops every rank in agreement with one line, and leaves nothing behind.
+TEST_F(CheckpointParallel, FailedSaveStopsEveryRankWithOneLineAndLeavesNothing) {
+  ASSERT_EQ(train(2, "a", "--parallel.pp=2 --train.steps=2").exit_code, 0);
+  const std::uintmax_t shard_bytes = fs::file_size(ckpt("a", 2) + "/model_pp01_tp00.h5");
+  // The limit is set inside each rank (mpirun's own shared-memory files would hit it otherwise):
+  // the shell's ulimit is setrlimit(RLIMIT_FSIZE) in 512-byte blocks, and an ignored SIGXFSZ stays
+  // ignored across exec, so a write past it fails with EFBIG.
+  const std::string rank_cmd = "ulimit -f " + std::to_string(shard_bytes / 3 / 512) + " && trap '' XFSZ && exec " +
+                               build_dir() + "/pipelane train --config " + dir_.file("c.ini") + " --run.dir=" +
+                               dir_.file("a") + " --parallel.pp=2 --train.steps=4";
+  const std::string log = dir_.file("limited.log");
+  const int status = std::system(("timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 /bin/sh -c \"" +
+                                  rank_cmd + "\" > " + log + " 2>&1").c_str());
+  JobResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  std::ifstream in(log);
+  r.output.assign(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(train_message_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("pipelane train: cannot save checkpoint " + ckpt("a", 4) + ": rank "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("(File too large); its partial files were removed; the newest complete checkpoint is " +
+                          ckpt("a", 2)),
+            std::string::npos) << r.output;
+  EXPECT_TRUE(paths_ending_in(dir_.file("a"), ".saving").empty());
+  EXPECT_FALSE(fs::exists(ckpt("a", 4)));
+  // The restart resumes from step 2 and saves step 4.
+  const JobResult again = train(2, "a", "--parallel.pp=2 --train.steps=4");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NO_THROW(CheckpointReader(ckpt("a", 4)));
 }
 
 }  // namespace

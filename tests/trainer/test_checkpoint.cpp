@@ -14,6 +14,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
 #include "tests/support/cpu_backend_fixture.h"
+#include "tests/trainer/test_checkpoint_mutations.h"
 
 namespace pipelane {
 namespace {
@@ -73,7 +74,8 @@ void write_sharded(const std::string& dir, const FullModel& full, int pp, int tp
         slice_from_full(e, full.full(full.v, e.name), v.data() + e.offset);
       }
       ChunkState cs{&layout, s, p.data(), nullptr, m.data(), v.data()};
-      records.push_back(write_shard(dir, s, r, {cs}, progress));
+      records.push_back(write_shard(dir, s, r, TrainingMemory{{cs}, testing::cpu_backend(), testing::cpu_stream()},
+                                    progress));
     }
   write_manifest(dir, make_manifest(step, c, {{"pp", pp}, {"tp", tp}, {"dp", 1}}, "[model]\n", records));
 }
@@ -213,24 +215,127 @@ TEST(CheckpointBadInput, WrongModelShapeNamesTheKey) {
 TEST(CheckpointBadInput, TruncatedManifestAndIncompleteDirectories) {
   TempDir tmp;
   const FullModel full(tiny_config());
-  write_sharded(tmp.file("root/step_00000004"), full, 1, 1, 4);
-  write_sharded(tmp.file("root/step_00000008"), full, 1, 1, 8);
+  const std::string root = tmp.file("run/checkpoints");
+  write_sharded(root + "/step_00000004", full, 1, 1, 4);
+  write_sharded(root + "/step_00000008", full, 1, 1, 8);
   // An interrupted save: shards but no manifest; a manifest cut short.
-  write_sharded(tmp.file("root/step_00000012"), full, 1, 1, 12);
-  fs::remove(tmp.file("root/step_00000012/manifest.json"));
-  EXPECT_EQ(newest_complete_checkpoint(tmp.file("root")), tmp.file("root/step_00000008"));
-  const std::string m = tmp.file("root/step_00000008/manifest.json");
+  write_sharded(root + "/step_00000012", full, 1, 1, 12);
+  fs::remove(root + "/step_00000012/manifest.json");
+  EXPECT_EQ(newest_complete_checkpoint(root), root + "/step_00000008");
+  const std::string m = root + "/step_00000008/manifest.json";
   fs::resize_file(m, fs::file_size(m) / 2);
-  EXPECT_EQ(newest_complete_checkpoint(tmp.file("root")), tmp.file("root/step_00000004"));
-  EXPECT_NE(error_of([&] { CheckpointReader r(tmp.file("root/step_00000008")); }).find("not valid JSON"),
+  EXPECT_EQ(newest_complete_checkpoint(root), root + "/step_00000004");
+  EXPECT_NE(error_of([&] { CheckpointReader r(root + "/step_00000008"); }).find("not valid JSON"), std::string::npos);
+  const auto entries = list_checkpoints(root);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].state, CheckpointState::Complete);
+  EXPECT_EQ(entries[1].state, CheckpointState::Damaged);
+  EXPECT_EQ(entries[2].state, CheckpointState::Interrupted);
+  EXPECT_NE(error_of([&] { decide_resume({tmp.file("run"), root + "/step_00000012"}); }).find("not a complete checkpoint"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_resume(tmp.file("root/step_00000012"), tmp.file("root")); })
-                .find("not a complete checkpoint"),
+  EXPECT_NE(error_of([&] { decide_resume({tmp.file("run"), tmp.file("nope")}); }).find("no such checkpoint"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_resume(tmp.file("nope"), tmp.file("root")); }).find("no such checkpoint"),
-            std::string::npos);
-  EXPECT_EQ(resolve_resume("none", tmp.file("root")), std::nullopt);
-  EXPECT_EQ(resolve_resume("auto", tmp.file("empty")), std::nullopt);
+  EXPECT_FALSE(decide_resume({tmp.file("empty"), "auto"}).dir);
+  EXPECT_FALSE(decide_resume({tmp.file("empty"), "none"}).dir);
+}
+
+TEST(CheckpointBadInput, ManifestFileNamesStayInsideTheCheckpointDirectory) {
+  TempDir tmp;
+  write_sharded(tmp.file("ck"), FullModel(tiny_config()), 1, 1);
+  write_file(tmp.file("outside.h5"), "not for a checkpoint to read");
+  const nlohmann::json good = test_support::read_json_file(tmp.file("ck/manifest.json"));
+  for (const std::string& name : {tmp.file("outside.h5"), std::string("../outside.h5"), std::string("../../x"),
+                                 std::string(".."), std::string("."), std::string("a/b.h5"), std::string("")}) {
+    nlohmann::json m = good;
+    m["files"][0]["file"] = name;
+    test_support::write_json_file(tmp.file("ck/manifest.json"), m);
+    const std::string e = error_of([&] { CheckpointReader r(tmp.file("ck")); });
+    EXPECT_NE(e.find("is not a plain name inside the checkpoint directory"), std::string::npos) << name << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    // The lane file list is held to the same rule.
+    m = good;
+    m["lane_files"] = {{{"file", name}, {"rank", 0}, {"bytes", 1}, {"crc32", "00000000"}, {"lanes", {"x"}}}};
+    test_support::write_json_file(tmp.file("ck/manifest.json"), m);
+    EXPECT_NE(error_of([&] { CheckpointReader r(tmp.file("ck")); }).find("not a plain name"), std::string::npos) << name;
+  }
+  // A plain name that is a link to a file elsewhere is refused too.
+  test_support::write_json_file(tmp.file("ck/manifest.json"), good);
+  const std::string shard = tmp.file("ck/model_pp00_tp00.h5");
+  fs::rename(shard, tmp.file("moved.h5"));
+  fs::create_symlink(tmp.file("moved.h5"), shard);
+  EXPECT_NE(error_of([&] { CheckpointReader r(tmp.file("ck")); }).find("not a regular file"), std::string::npos);
+}
+
+// A checkpoint whose HDF5 attributes lie, with the manifest's size and CRC updated so the lie gets
+// past the checksums: every case is one CheckpointError naming the file and tensor, before any
+// copy (the hostile test found a SIGFPE and an out-of-bounds write in place_into_full here).
+TEST(CheckpointBadInput, LyingTensorMetadataIsRefusedBeforeAnyCopy) {
+  const GptConfig c = tiny_config();
+  struct Lie {
+    const char* attribute;
+    std::vector<std::int64_t> values;
+    const char* expect;
+  };
+  const Lie lies[] = {
+      {"shard_blocks", {0}, "shard_blocks"},           // was a division by zero (SIGFPE)
+      {"tp_size", {0}, "tp_size"},
+      {"tp_size", {1}, "outside [0, 0]"},              // claims whole: its tp_rank 1 cannot be
+      {"tp_rank", {5}, "tp_rank"},
+      {"shard_dim", {3}, "shard_dim"},
+      {"shard_dim", {-1}, "do not fit its shape"},
+      {"full_shape", {1 << 30, 32}, "do not fit its shape"},  // was a write far past the buffer
+      {"full_shape", {128, 32, 2}, "do not fit its shape"},
+      {"full_shape", {}, "do not fit its shape"},
+      {"full_shape", {-128, 32}, "do not fit its shape"},
+      {"shard_blocks", {3}, "do not fit its shape"},
+  };
+  for (const Lie& lie : lies) {
+    TempDir tmp;
+    test_support::write_model_checkpoint(tmp.file("ck"), c, 1, 2);
+    const std::string shard = tmp.file("ck/model_pp00_tp01.h5");
+    test_support::set_int_attribute(shard, "/params/wte", lie.attribute, lie.values);
+    test_support::refresh_manifest_record(tmp.file("ck"), "model_pp00_tp01.h5");
+    CheckpointReader r(tmp.file("ck"));
+    ParamLayout layout(c, StageRange::whole(c));
+    std::vector<float> p(layout.total_floats());
+    const std::string e = error_of([&] { r.load_into(layout, p.data(), nullptr, nullptr); });
+    SCOPED_TRACE(std::string(lie.attribute) + " lies");
+    EXPECT_NE(e.find(shard + ": /params/wte: "), std::string::npos) << e;
+    EXPECT_NE(e.find(lie.expect), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  // A dataset declaring a huge shape it never stored, attributes in line with it.
+  TempDir tmp;
+  test_support::write_model_checkpoint(tmp.file("ck"), c, 1, 1);
+  const std::string shard = tmp.file("ck/model_pp00_tp00.h5");
+  test_support::replace_dataset(shard, "/adam_v/wpe", {1u << 28, 32}, H5T_IEEE_F32LE, false);
+  test_support::set_int_attribute(shard, "/adam_v/wpe", "full_shape", {1 << 28, 32});
+  test_support::refresh_manifest_record(tmp.file("ck"), "model_pp00_tp00.h5");
+  CheckpointReader r(tmp.file("ck"));
+  const std::string e = error_of([&] { r.full_tensor("adam_v", "wpe"); });
+  EXPECT_NE(e.find("the file stores 0 of its"), std::string::npos) << e;
+}
+
+TEST(CheckpointBadInput, GatherRefusesEntriesThatDoNotDescribeTheirSlices) {
+  const GptConfig c = tiny_config();
+  ParamLayout l0(c, StageRange::whole(c), {0, 2}), l1(c, StageRange::whole(c), {1, 2});
+  ParamEntry a = *l0.find("wte"), b = *l1.find("wte");
+  std::vector<float> da(a.numel, 1.f), db(b.numel, 2.f), full(a.full_numel());
+  gather_full_tensor({&a, &b}, {da.data(), db.data()}, full.data());
+  EXPECT_EQ(full.front(), 1.f);
+  EXPECT_EQ(full.back(), 2.f);
+  ParamEntry lying = b;
+  lying.shape[0] *= 4;  // claims more rows than the full tensor has room for from this rank
+  lying.numel *= 4;
+  std::vector<float> big(lying.numel);
+  EXPECT_THROW(gather_full_tensor({&a, &lying}, {da.data(), big.data()}, full.data()), std::invalid_argument);
+  lying = b;
+  lying.shard_blocks = 0;
+  EXPECT_THROW(gather_full_tensor({&a, &lying}, {da.data(), db.data()}, full.data()), std::invalid_argument);
+  EXPECT_THROW(place_into_full(lying, db.data(), full.data()), std::invalid_argument);
+  lying = b;
+  lying.tp_rank = 2;
+  EXPECT_THROW(slice_from_full(lying, full.data(), db.data()), std::invalid_argument);
 }
 
 // save_checkpoint through a real single-process executor: pruning, never touching the newest
@@ -263,10 +368,17 @@ TEST(CheckpointSave, PrunesOnlyAfterANewerOneIsComplete) {
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].first, 2);
   EXPECT_EQ(all[1].first, 3);
-  // A complete checkpoint of the same step is never overwritten.
-  const auto before = fs::last_write_time(d3 + "/manifest.json");
+  // A save never skips: a complete checkpoint of the same step is replaced by the new state.
+  float* params = exec.chunk_states()[0].params;
+  params[0] += 1.0f;
   save(3);
-  EXPECT_EQ(before, fs::last_write_time(d3 + "/manifest.json"));
+  EXPECT_EQ(CheckpointReader(d3).full_tensor("params", exec.chunk_states()[0].layout->entries()[0].name)[0], params[0]);
+  // A damaged checkpoint of the same step is moved aside, never removed.
+  write_file(d3 + "/manifest.json", "{ cut short");
+  save(3);
+  EXPECT_TRUE(fs::exists(d3 + ".damaged/model_pp00_tp00.h5"));
+  EXPECT_NO_THROW(CheckpointReader r(d3));
+  EXPECT_FALSE(fs::exists(root + "/" + staging_dir_name(3)));
   // An interrupted save older than the newest complete one is removed by the next save.
   fs::create_directories(root + "/step_00000000");
   save(4);

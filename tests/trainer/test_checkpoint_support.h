@@ -2,8 +2,15 @@
 // compare two checkpoints tensor by tensor.
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +39,57 @@ inline std::vector<std::string> loss_texts(const std::string& run_dir) {
     const int step = row["step"].get<int>();
     if (static_cast<int>(out.size()) < step) out.resize(step);
     out[step - 1] = row["loss"].dump();
+  }
+  return out;
+}
+
+// `command` run by /bin/sh in a child whose files may not grow past `max_file_bytes`
+// (RLIMIT_FSIZE, SIGXFSZ ignored): a write past it fails with EFBIG, as a full disk fails with
+// ENOSPC, without needing a small file system. Output comes back through a pipe, which the limit
+// does not apply to.
+inline JobResult run_with_file_size_limit(const std::string& command, std::uint64_t max_file_bytes) {
+  int out[2];
+  if (pipe(out) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const rlimit limit{max_file_bytes, max_file_bytes};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    std::signal(SIGXFSZ, SIG_IGN);  // ignored signals stay ignored across exec
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    close(out[0]);
+    close(out[1]);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  JobResult r;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<std::size_t>(n));
+  close(out[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// How many error lines pipelane train printed (lines starting "pipelane train:" other than its
+// "N layers, d_model ..." header): a failure is exactly one.
+inline int train_message_lines(const std::string& output) {
+  int n = 0;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("pipelane train:", 0) == 0 && line.find(" layers, d_model ") == std::string::npos) ++n;
+  return n;
+}
+
+// Paths under `dir` whose names end in `suffix` (".tmp", ".saving").
+inline std::vector<std::string> paths_ending_in(const std::string& dir, const std::string& suffix) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& item : std::filesystem::recursive_directory_iterator(dir, ec)) {
+    const std::string p = item.path().string();
+    if (p.size() >= suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0) out.push_back(p);
   }
   return out;
 }

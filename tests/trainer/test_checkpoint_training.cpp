@@ -57,15 +57,162 @@ TEST_F(CheckpointTraining, StopAndResumeIsBitIdenticalToAStraightRun) {
   EXPECT_EQ(complete_checkpoints(dir_.file("resumed/checkpoints")).size(), 3u);
 }
 
-TEST_F(CheckpointTraining, ResumeNoneStartsFreshAndResumePathPicksThatCheckpoint) {
+// Issue row: `resume = none` in a directory holding another run's checkpoints used to skip every
+// save of the new run, leaving run B's metrics next to run A's weights.
+TEST_F(CheckpointTraining, FreshRunRefusesAnotherRunsCheckpointsOrArchivesThem) {
   ASSERT_EQ(train("a", 4, 2).exit_code, 0);
-  const JobResult fresh = train("a", 4, 2, "--run.resume=none");
+  const std::string shard2 = ckpt("a", 2) + "/model_pp00_tp00.h5";
+  const auto before = fs::last_write_time(shard2);
+  const JobResult refused = train("a", 4, 2, "--run.resume=none --train.seed=12");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_EQ(train_message_lines(refused.output), 1) << refused.output;
+  EXPECT_NE(refused.output.find("pipelane train: [run] resume = none, but " + dir_.file("a/checkpoints") +
+                                " holds 2 checkpoints (step_00000002 .. step_00000004) of an earlier run"),
+            std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--run.overwrite=archive"), std::string::npos) << refused.output;
+  EXPECT_EQ(before, fs::last_write_time(shard2));  // nothing touched
+  EXPECT_EQ(loss_texts(dir_.file("a")).size(), 4u);
+
+  // Archived: run A's checkpoints and metrics move together; run B saves its own checkpoints.
+  const auto a_losses = loss_texts(dir_.file("a"));
+  const JobResult fresh = train("a", 4, 2, "--run.resume=none --run.overwrite=archive --train.seed=12");
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
-  EXPECT_EQ(fresh.output.find("resuming"), std::string::npos);
-  const JobResult from = train("b", 4, 2, "--run.resume=" + ckpt("a", 2));
+  EXPECT_NE(fresh.output.find("archived 2 checkpoints (step_00000002 .. step_00000004) and the earlier run's "
+                              "metrics.jsonl, config.ini, summary.json, trace.json to " + dir_.file("a/archive/")),
+            std::string::npos) << fresh.output;
+  std::vector<fs::path> archives;
+  for (const auto& item : fs::directory_iterator(dir_.file("a/archive"))) archives.push_back(item.path());
+  ASSERT_EQ(archives.size(), 1u);
+  EXPECT_EQ(loss_texts(archives[0].string()), a_losses);
+  EXPECT_NO_THROW(CheckpointReader(archives[0].string() + "/checkpoints/" + checkpoint_dir_name(4)));
+  ASSERT_EQ(train("b", 4, 2, "--train.seed=12").exit_code, 0);
+  EXPECT_EQ(loss_texts(dir_.file("a")), loss_texts(dir_.file("b")));
+  expect_same_tensors(ckpt("a", 2), ckpt("b", 2));
+  expect_same_tensors(ckpt("a", 4), ckpt("b", 4));
+
+  // A path: that checkpoint, into a directory of its own.
+  const JobResult from = train("c", 4, 2, "--train.seed=12 --run.resume=" + ckpt("b", 2));
   ASSERT_EQ(from.exit_code, 0) << from.output;
   EXPECT_NE(from.output.find("(step 2)"), std::string::npos) << from.output;
-  expect_same_tensors(ckpt("a", 4), ckpt("b", 4));
+  expect_same_tensors(ckpt("b", 4), ckpt("c", 4));
+  // Run again with the same path, "c" now holds its own newer checkpoints: refused, not mixed.
+  const JobResult again = train("c", 4, 2, "--train.seed=12 --run.resume=" + ckpt("b", 2));
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("that this run would overwrite or mix with: resume = auto continues"), std::string::npos)
+      << again.output;
+}
+
+// Issue row: a damaged newest manifest under `resume = auto` restarted from step 0, overwrote
+// metrics.jsonl and let the next save delete the intact shards.
+TEST_F(CheckpointTraining, DamagedNewestManifestStopsAutoAndAutoSkipDamagedFallsBack) {
+  ASSERT_EQ(train("straight", 6, 2).exit_code, 0);
+  ASSERT_EQ(train("a", 4, 2).exit_code, 0);
+  const std::string manifest = ckpt("a", 4) + "/manifest.json";
+  fs::resize_file(manifest, fs::file_size(manifest) / 2);
+  const std::string metrics_before = read_whole_file(dir_.file("a/metrics.jsonl"));
+  const std::string shard_before = read_whole_file(ckpt("a", 4) + "/model_pp00_tp00.h5");
+
+  const JobResult stopped = train("a", 6, 2);
+  EXPECT_EQ(stopped.exit_code, 1) << stopped.output;
+  EXPECT_EQ(train_message_lines(stopped.output), 1) << stopped.output;
+  EXPECT_NE(stopped.output.find("pipelane train: " + manifest + ": not valid JSON (truncated or damaged); resume = "
+                                "auto stops here instead of starting over"),
+            std::string::npos) << stopped.output;
+  EXPECT_NE(stopped.output.find("--run.resume=auto-skip-damaged"), std::string::npos) << stopped.output;
+  EXPECT_NE(stopped.output.find(ckpt("a", 2) + " is the previous complete checkpoint"), std::string::npos)
+      << stopped.output;
+  EXPECT_EQ(read_whole_file(dir_.file("a/metrics.jsonl")), metrics_before);
+  EXPECT_EQ(read_whole_file(ckpt("a", 4) + "/model_pp00_tp00.h5"), shard_before);
+
+  const JobResult fell_back = train("a", 6, 2, "--run.resume=auto-skip-damaged");
+  ASSERT_EQ(fell_back.exit_code, 0) << fell_back.output;
+  EXPECT_NE(fell_back.output.find("skipped damaged checkpoint " + ckpt("a", 4) + " (" + manifest +
+                                  ": not valid JSON (truncated or damaged)); kept it as " + ckpt("a", 4) + ".damaged"),
+            std::string::npos) << fell_back.output;
+  EXPECT_NE(fell_back.output.find("(step 2)"), std::string::npos) << fell_back.output;
+  EXPECT_EQ(read_whole_file(ckpt("a", 4) + ".damaged/model_pp00_tp00.h5"), shard_before);
+  EXPECT_EQ(loss_texts(dir_.file("straight")), loss_texts(dir_.file("a")));
+  expect_same_tensors(ckpt("straight", 6), ckpt("a", 6));
+}
+
+// A damaged shard under a good manifest: the error names the file and how to fall back.
+TEST_F(CheckpointTraining, DamagedShardSaysHowToResumeFromThePreviousCheckpoint) {
+  ASSERT_EQ(train("a", 4, 2).exit_code, 0);
+  const std::string shard = ckpt("a", 4) + "/model_pp00_tp00.h5";
+  {
+    std::fstream io(shard, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(static_cast<std::streamoff>(fs::file_size(shard) - 100));
+    io.put('\x5a');
+  }
+  const JobResult stopped = train("a", 6, 2);
+  EXPECT_EQ(stopped.exit_code, 1) << stopped.output;
+  EXPECT_EQ(train_message_lines(stopped.output), 1) << stopped.output;
+  EXPECT_NE(stopped.output.find(shard + ": checksum mismatch with the manifest (damaged file); "
+                                "--run.resume=auto-skip-damaged moves damaged checkpoints aside"),
+            std::string::npos) << stopped.output;
+  const JobResult fell_back = train("a", 6, 2, "--run.resume=auto-skip-damaged");
+  ASSERT_EQ(fell_back.exit_code, 0) << fell_back.output;
+  EXPECT_NE(fell_back.output.find("skipped damaged checkpoint " + ckpt("a", 4) + " (" + shard + ": checksum mismatch"),
+            std::string::npos) << fell_back.output;
+  EXPECT_NE(fell_back.output.find("(step 2)"), std::string::npos) << fell_back.output;
+}
+
+// Issue row: a full disk during a save left .tmp shards that made every restart fail; with
+// checkpoints off metrics.jsonl silently stopped at 4096 bytes. A file size limit stands in for
+// the full disk (the same failed write(2), EFBIG instead of ENOSPC).
+TEST_F(CheckpointTraining, FullDiskDuringASaveIsReportedAndLeavesNothingBehind) {
+  ASSERT_EQ(train("straight", 4, 2).exit_code, 0);
+  ASSERT_EQ(train("a", 2, 2).exit_code, 0);  // step 2 saved
+  const std::uintmax_t shard_bytes = fs::file_size(ckpt("a", 2) + "/model_pp00_tp00.h5");
+  write_file(dir_.file("a4.ini"), tiny_checkpoint_config(dir_.file("data.h5"), 4, 2));
+  const std::string cmd = build_dir() + "/pipelane train --config " + dir_.file("a4.ini") + " --run.dir=" + dir_.file("a");
+  const JobResult full = run_with_file_size_limit(cmd, shard_bytes / 3);
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  EXPECT_EQ(train_message_lines(full.output), 1) << full.output;
+  EXPECT_NE(full.output.find("pipelane train: cannot save checkpoint " + ckpt("a", 4) + ": " + dir_.file("a/checkpoints/") +
+                             staging_dir_name(4) + "/model_pp00_tp00.h5: "),
+            std::string::npos) << full.output;
+  EXPECT_NE(full.output.find("(File too large); its partial files were removed; the newest complete checkpoint is " +
+                             ckpt("a", 2) + " (resume = auto continues from it)"),
+            std::string::npos) << full.output;
+  EXPECT_TRUE(paths_ending_in(dir_.file("a"), ".saving").empty());
+  EXPECT_TRUE(paths_ending_in(dir_.file("a"), ".tmp").empty());
+  EXPECT_FALSE(fs::exists(ckpt("a", 4)));
+
+  // A save killed mid-way (its staging directory, a pre-staging interrupted save with .tmp files)
+  // never stops the next start, which removes them.
+  fs::create_directories(dir_.file("a/checkpoints/") + staging_dir_name(4));
+  write_file(dir_.file("a/checkpoints/") + staging_dir_name(4) + "/model_pp00_tp00.h5", "partial");
+  fs::create_directories(ckpt("a", 3));
+  write_file(ckpt("a", 3) + "/model_pp00_tp00.h5.tmp", "partial");
+  const JobResult restarted = train("a", 4, 2);
+  ASSERT_EQ(restarted.exit_code, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("removed " + ckpt("a", 3) + " (left by an interrupted save)"), std::string::npos)
+      << restarted.output;
+  EXPECT_TRUE(paths_ending_in(dir_.file("a"), ".saving").empty());
+  EXPECT_TRUE(paths_ending_in(dir_.file("a"), ".tmp").empty());
+  EXPECT_EQ(loss_texts(dir_.file("straight")), loss_texts(dir_.file("a")));
+  expect_same_tensors(ckpt("straight", 4), ckpt("a", 4));
+}
+
+TEST_F(CheckpointTraining, FullDiskForMetricsStopsTheRunAtThatStep) {
+  ASSERT_EQ(train("probe", 2, 0).exit_code, 0);
+  const std::uintmax_t config_bytes = fs::file_size(dir_.file("probe/config.ini"));
+  const std::uintmax_t row_bytes = fs::file_size(dir_.file("probe/metrics.jsonl")) / 2;
+  // Room for config.ini and at least ten metrics rows, but not for all of them.
+  const std::uintmax_t limit = std::max(config_bytes, 10 * row_bytes) + 1;
+  const int steps = static_cast<int>(limit / row_bytes) + 10;
+  write_file(dir_.file("m.ini"), tiny_checkpoint_config(dir_.file("data.h5"), steps, 0));
+  const std::string cmd = build_dir() + "/pipelane train --config " + dir_.file("m.ini") + " --run.dir=" + dir_.file("m");
+  const JobResult r = run_with_file_size_limit(cmd, limit);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(train_message_lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(dir_.file("m/metrics.jsonl") + ": cannot write (File too large)"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_.file("m/summary.json")));
+  const std::size_t rows = loss_texts(dir_.file("m")).size();  // every line whole: no half row left
+  EXPECT_GE(rows, 5u);  // room for about ten: rows differ a little in length
+  EXPECT_LT(rows, static_cast<std::size_t>(steps));
 }
 
 TEST_F(CheckpointTraining, BadCheckpointsGiveOneClearError) {

@@ -333,6 +333,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"run", "dir", "runs/latest"},     {"run", "log_every", "10"},
     {"run", "checkpoint_every", "0"},  {"run", "keep_last", "3"},       {"run", "resume", "auto"},
     {"run", "timeout_s", "600"},
+    {"run", "overwrite", "refuse"},
     {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
     {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
     {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "baseline", ""},
