@@ -38,6 +38,7 @@ constexpr unsigned char kSentinel = 0xA5;
 
 inline float to_float(float x) { return x; }
 inline float to_float(bf16 x) { return __bfloat162float(x); }
+inline double to_float(double x) { return x; }  // (double results: sums of squares)
 template <typename T>
 T from_float(float x) {
   if constexpr (std::is_same_v<T, bf16>)

@@ -7,7 +7,7 @@
 //   kernel that depends on block order, or on the order of atomics across blocks, then gives
 //   different bits in two runs: the "run twice, bit-identical" tests catch it).
 // - The threads of a block are real std::threads, all alive at once: one worker per thread index,
-//   each looping over the blocks. threadIdx/blockIdx/blockDim/gridDim are thread_locals.
+//   each looping over the blocks (workers are pooled across launches). threadIdx/blockIdx/blockDim/gridDim are thread_locals.
 // - __syncthreads (and _or/_and/_count) is a barrier over the block's threads; __syncwarp and the
 //   warp built-ins (__shfl_*_sync, __ballot_sync, __any_sync, __all_sync) are barriers over the
 //   32 lanes of a warp, with the values exchanged through a per-warp slot array (double-buffered,
@@ -52,7 +52,9 @@
 #include <cstdlib>
 #include <climits>
 #include <cstring>
+#include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -501,6 +503,73 @@ inline void check_configuration(const std::string& kernel, dim3 grid, dim3 block
                              why);
 }
 
+// Worker threads that outlive a launch (starting a block's threads costs more than most emulated
+// kernels): created on demand up to the largest block seen, parked between launches, joined at
+// exit. One launch at a time uses them (run_grid serialises launches).
+class WorkerPool {
+ public:
+  static WorkerPool& instance() {
+    static WorkerPool pool;
+    return pool;
+  }
+  // Runs job(i) on workers 0 .. n-1 and returns when all have finished.
+  void run(int n, const std::function<void(int)>& job) {
+    while (static_cast<int>(workers_.size()) < n) {
+      workers_.push_back(std::make_unique<Worker>());
+      Worker& w = *workers_.back();
+      w.thread = std::thread([this, &w, i = static_cast<int>(workers_.size()) - 1] { loop(w, i); });
+    }
+    {
+      std::lock_guard<std::mutex> lock(done_mu_);
+      remaining_ = n;
+    }
+    job_ = &job;
+    for (int i = 0; i < n; ++i) {
+      Worker& w = *workers_[i];
+      std::lock_guard<std::mutex> lock(w.mu);
+      w.has_job = true;
+      w.cv.notify_one();
+    }
+    std::unique_lock<std::mutex> lock(done_mu_);
+    done_cv_.wait(lock, [&] { return remaining_ == 0; });
+    job_ = nullptr;
+  }
+  ~WorkerPool() {
+    for (auto& w : workers_) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->stop = true;
+      w->cv.notify_one();
+    }
+    for (auto& w : workers_) w->thread.join();
+  }
+
+ private:
+  struct Worker {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool has_job = false, stop = false;
+  };
+  void loop(Worker& w, int index) {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(w.mu);
+        w.cv.wait(lock, [&] { return w.has_job || w.stop; });
+        if (w.stop) return;
+        w.has_job = false;
+      }
+      (*job_)(index);
+      std::lock_guard<std::mutex> lock(done_mu_);
+      if (--remaining_ == 0) done_cv_.notify_one();
+    }
+  }
+  std::vector<std::unique_ptr<Worker>> workers_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  int remaining_ = 0;
+};
+
 // Runs body() as the kernel for every thread of every block; throws std::runtime_error when the
 // kernel failed (divergence, deadlock, bad warp use, __trap).
 template <typename Body>
@@ -514,7 +583,7 @@ void run_grid(const std::string& kernel, dim3 grid, dim3 block, std::size_t smem
   LaunchState launch(kernel, grid, block, smem);
   const std::uint32_t blocks = grid.x * grid.y * grid.z;
   const std::vector<std::uint32_t> order = block_order(blocks, launch_counter++);
-  const auto worker = [&](int linear) {
+  const std::function<void(int)> worker = [&](int linear) {
     ThreadState& ts = this_thread_state;
     ts = ThreadState{&launch, launch.warps[linear / 32].get(), linear % 32, 0};
     threadIdx = uint3{static_cast<unsigned>(linear) % block.x,
@@ -541,10 +610,7 @@ void run_grid(const std::string& kernel, dim3 grid, dim3 block, std::size_t smem
     }
     ts = ThreadState{};
   };
-  std::vector<std::thread> threads;
-  threads.reserve(launch.threads);
-  for (int i = 0; i < launch.threads; ++i) threads.emplace_back(worker, i);
-  for (auto& t : threads) t.join();
+  WorkerPool::instance().run(launch.threads, worker);
   if (launch.failed.load()) throw std::runtime_error(launch.error);
 }
 
