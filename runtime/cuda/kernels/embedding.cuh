@@ -112,7 +112,7 @@ __global__ void token_grad_kernel(float* dwte, const floatX* dout, const std::in
       for (int k = 0; k < count; ++k) acc += to_float(dout[static_cast<std::size_t>(rows[k]) * C + c]);
       w[c] = acc;
     }
-    __syncthreads();  // rows[] and warp_counts[] are rewritten by the next chunk
+    // (The next chunk rewrites warp_counts[] and rows[] only after its first barrier.)
   }
 }
 
