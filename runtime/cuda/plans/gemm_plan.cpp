@@ -1,5 +1,8 @@
 #include "runtime/cuda/plans/gemm_plan.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace pipelane::cuda {
 
 const char* to_string(DataType t) { return t == DataType::BF16 ? "bf16" : "fp32"; }
@@ -16,7 +19,15 @@ const char* to_string(Epilogue e) {
   return "?";
 }
 
+bool gelu_epilogue_fits(int width) { return width % 8 == 0; }
+
 namespace {
+
+void check_gelu_width(int width, const char* where) {
+  if (!gelu_epilogue_fits(width))
+    throw std::invalid_argument(std::string(where) + ": the GeLU epilogue needs a width divisible by 8, got " +
+                                std::to_string(width));
+}
 
 // A row-major [rows, cols] matrix seen by cuBLASLt: column-major [cols, rows], ld = cols.
 Operand row_major(const void* ptr, DataType type, std::int64_t cols, std::int64_t batch_stride = 0) {
@@ -39,6 +50,7 @@ GemmCall matmul_forward_gemm(void* out, const void* inp, const void* weight, con
   g.bias = const_cast<void*>(bias);  // read only
   g.bias_type = act;
   if (gelu_pre) {
+    check_gelu_width(OC, "matmul_forward_gemm");
     g.epilogue = bias ? Epilogue::GeluAuxBias : Epilogue::GeluAux;
     g.aux = gelu_pre;
     g.aux_ld = OC;
@@ -60,6 +72,7 @@ GemmCall matmul_backward_input_gemm(void* dinp, const void* dout, const void* we
   g.c = row_major(dinp, act, C);
   g.d = dinp;
   if (gelu_pre) {
+    check_gelu_width(C, "matmul_backward_input_gemm");
     g.epilogue = Epilogue::DGelu;
     g.aux = const_cast<void*>(gelu_pre);  // read only
     g.aux_ld = C;

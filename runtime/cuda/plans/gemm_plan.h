@@ -58,6 +58,11 @@ struct GemmCall {
 // ---- nn.Linear, row-major, as cpu::matmul_forward / matmul_backward ----
 // `act` is the storage type of inputs, weights and outputs; weight gradients are fp32.
 
+// cuBLASLt requires the GeLU aux matrix's leading dimension (the width of the GeLU's input: the
+// layer's output forward, its input backward) to be a multiple of 8; otherwise the GeLU runs as
+// its own kernel. The fused plans throw std::invalid_argument when it does not fit.
+bool gelu_epilogue_fits(int width);
+
 // out = inp @ weight^T + bias (bias may be null). With gelu_pre non-null the GeLU that follows
 // the layer is fused: gelu_pre = inp @ weight^T + bias (kept for backward), out = gelu(gelu_pre).
 GemmCall matmul_forward_gemm(void* out, const void* inp, const void* weight, const void* bias,
