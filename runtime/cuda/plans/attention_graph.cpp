@@ -41,6 +41,12 @@ class Builder {
     return add({0, name, {B_, NH_, rows, cols}, {NH_ * rows * cols, rows * cols, cols, 1}, type,
                 true, false, 0.f, GraphBuffer::None, 0});
   }
+  // The transpose of a packed virtual [B,NH,T,T] tensor: the same memory, last two strides swapped
+  // (what a cuDNN RESHAPE produces).
+  std::int64_t virt_transposed(const char* name, GraphType type) {
+    return add({0, name, {B_, NH_, T_, T_}, {NH_ * T_ * T_, T_ * T_, 1, T_}, type, true, false, 0.f,
+                GraphBuffer::None, 0});
+  }
   std::int64_t op(GraphOpKind kind, std::int64_t x, std::int64_t b, std::int64_t y, int axis = -1,
                   std::int64_t t = -1) {
     g_.ops.push_back({kind, x, b, t, y, axis});
@@ -111,7 +117,7 @@ Graph causal_attention_backward_graph(int B, int T, int C, int NH, DataType io) 
   const std::int64_t p = g.op(GraphOpKind::Exp, d, -1, g.virt("probabilities", T_, T_));
   // dV = P^T dO
   const std::int64_t pio = g.op(GraphOpKind::Identity, p, -1, g.virt("probabilities_io", T_, T_, g.io()));
-  const std::int64_t pt = g.op(GraphOpKind::Transpose, pio, -1, g.virt("probabilities^T", T_, T_, g.io()));
+  const std::int64_t pt = g.op(GraphOpKind::Transpose, pio, -1, g.virt_transposed("probabilities^T", g.io()));
   g.op(GraphOpKind::Matmul, pt, dout, g.heads("dv", GraphBuffer::DQkv, 3, 2));
   // dS = P * (dO V^T - rowsum(dO * O)), scaled
   const std::int64_t dp = g.op(GraphOpKind::Matmul, dout, vt, g.virt("dp", T_, T_));
@@ -122,7 +128,7 @@ Graph causal_attention_backward_graph(int B, int T, int C, int NH, DataType io) 
   const std::int64_t dss = g.op(GraphOpKind::Mul, ds, scale, g.virt("ds_scaled", T_, T_, g.io()));
   // dQ = dS K, dK = dS^T Q
   g.op(GraphOpKind::Matmul, dss, k, g.heads("dq", GraphBuffer::DQkv, 3, 0));
-  const std::int64_t dst = g.op(GraphOpKind::Transpose, dss, -1, g.virt("ds_scaled^T", T_, T_, g.io()));
+  const std::int64_t dst = g.op(GraphOpKind::Transpose, dss, -1, g.virt_transposed("ds_scaled^T", g.io()));
   g.op(GraphOpKind::Matmul, dst, q, g.heads("dk", GraphBuffer::DQkv, 3, 1));
   return g.take();
 }
