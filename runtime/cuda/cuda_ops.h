@@ -1,8 +1,8 @@
 // The CUDA backend's own kernels, as launchers named and ordered like the CPU ops in
-// runtime/ops.h, with the stream last. floatX is the storage type of activations and weights: float,
-// or __nv_bfloat16 (bf16 storage, fp32 arithmetic inside every kernel). Statistics (layernorm
-// mean/rstd), parameter gradients, optimizer state and losses are always fp32 (mixed precision
-// keeps fp32 master weights and fp32 gradient accumulation, as Megatron does).
+// runtime/ops.h, with the stream last. floatX is the storage type of activations and weights:
+// float, or __nv_bfloat16 (bf16 storage, fp32 arithmetic inside every kernel). Statistics
+// (layernorm mean/rstd), parameter gradients, optimizer state and losses are always fp32 (mixed
+// precision keeps fp32 master weights and fp32 gradient accumulation, as Megatron does).
 //
 // Conventions are the CPU ops': parameter gradients accumulate (+=), input gradients are
 // overwritten, except layernorm's dinp which accumulates. Pointers are device pointers. Launchers
@@ -31,46 +31,49 @@ using bf16 = __nv_bfloat16;
 
 // Row reductions (parameter gradients) sum fixed chunks of this many rows, then the chunks.
 constexpr int kRowsPerChunk = 32;
-inline std::size_t row_chunks(int N) { return (static_cast<std::size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk; }
+inline std::size_t row_chunks(int N) {
+  return (static_cast<std::size_t>(N) + kRowsPerChunk - 1) / kRowsPerChunk;
+}
 
 // ---- embedding (kernels/embedding.cuh) ----
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 template <typename floatX>
-void embedding_forward(floatX* out, const std::int32_t* tokens, const floatX* wte, const floatX* wpe, int B, int T,
-                       int C, cudaStream_t stream);
+void embedding_forward(floatX* out, const std::int32_t* tokens, const floatX* wte,
+                       const floatX* wpe, int B, int T, int C, cudaStream_t stream);
 // dwte[tokens[n],:] += dout[n,:], dwpe[t,:] += sum_b dout[b,t,:]; each element's additions run in
 // row order (as the CPU op's), without atomics.
 template <typename floatX>
-void embedding_backward(float* dwte, float* dwpe, const floatX* dout, const std::int32_t* tokens, int B,
-                        int T, int C, cudaStream_t stream);
+void embedding_backward(float* dwte, float* dwpe, const floatX* dout, const std::int32_t* tokens,
+                        int B, int T, int C, cudaStream_t stream);
 // Vocab-parallel pieces (the rank holds wte rows [v0, v0 + vcount)): out[n,:] = wte[tokens[n] -
 // v0,:] for tokens it holds, 0 for the others.
 template <typename floatX>
-void embedding_lookup_local(floatX* out, const std::int32_t* tokens, const floatX* wte, int N, int C, int v0,
-                            int vcount, cudaStream_t stream);
+void embedding_lookup_local(floatX* out, const std::int32_t* tokens, const floatX* wte, int N,
+                            int C, int v0, int vcount, cudaStream_t stream);
 // out[b,t,:] += wpe[t,:]
 template <typename floatX>
 void add_positions(floatX* out, const floatX* wpe, int B, int T, int C, cudaStream_t stream);
 // dwpe for every position, dwte only for the rank's rows.
 template <typename floatX>
-void embedding_backward_local(float* dwte, float* dwpe, const floatX* dout, const std::int32_t* tokens,
-                              int B, int T, int C, int v0, int vcount, cudaStream_t stream);
+void embedding_backward_local(float* dwte, float* dwpe, const floatX* dout,
+                              const std::int32_t* tokens, int B, int T, int C, int v0, int vcount,
+                              cudaStream_t stream);
 
 // ---- layernorm (kernels/layernorm.cuh), eps 1e-5 ----
 template <typename floatX>
-void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                       const floatX* bias, int N, int C, cudaStream_t stream);
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+                       const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream);
 inline std::size_t layernorm_backward_scratch_floats(int N, int C) { return 2 * row_chunks(N) * C; }
 // dinp (+=), dweight (+=), dbias (+=).
 template <typename floatX>
-void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout, const floatX* inp,
-                        const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                        float* scratch, cudaStream_t stream);
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                        const floatX* inp, const floatX* weight, const float* mean,
+                        const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
 // The zero-bubble halves; layernorm_backward is exactly one then the other.
 template <typename floatX>
-void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp, const floatX* weight,
-                              const float* mean, const float* rstd, int N, int C,
-                              cudaStream_t stream);
+void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* inp,
+                              const floatX* weight, const float* mean, const float* rstd, int N,
+                              int C, cudaStream_t stream);
 template <typename floatX>
 void layernorm_backward_params(float* dweight, float* dbias, const floatX* dout, const floatX* inp,
                                const float* mean, const float* rstd, int N, int C, float* scratch,
@@ -80,7 +83,8 @@ void layernorm_backward_params(float* dweight, float* dbias, const floatX* dout,
 template <typename floatX>
 void gelu_forward(floatX* out, const floatX* inp, std::size_t n, cudaStream_t stream);  // tanh form
 template <typename floatX>
-void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, std::size_t n, cudaStream_t stream);
+void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, std::size_t n,
+                   cudaStream_t stream);
 template <typename floatX>
 void add_forward(floatX* out, const floatX* a, const floatX* b, std::size_t n, cudaStream_t stream);
 template <typename floatX>
@@ -99,14 +103,16 @@ void matmul_backward_bias(float* dbias, const floatX* dout, int N, int OC, float
 // ---- attention around the batched GEMMs (kernels/attention.cuh) ----
 // qkv[B,T,3C] ([q | k | v], heads contiguous) <-> q, k, v [B,NH,T,hs] for strided-batched GEMMs.
 template <typename floatX>
-void attention_permute_qkv(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int C, int NH,
-                           cudaStream_t stream);
+void attention_permute_qkv(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int C,
+                           int NH, cudaStream_t stream);
 template <typename floatX>
-void attention_permute_qkv_backward(floatX* dqkv, const floatX* dq, const floatX* dk, const floatX* dv, int B, int T,
-                                    int C, int NH, cudaStream_t stream);  // dqkv (=)
+void attention_permute_qkv_backward(floatX* dqkv, const floatX* dq, const floatX* dk,
+                                    const floatX* dv, int B, int T, int C, int NH,
+                                    cudaStream_t stream);  // dqkv (=)
 // y[B,NH,T,hs] -> out[B,T,C] and back.
 template <typename floatX>
-void attention_unpermute(floatX* out, const floatX* y, int B, int T, int C, int NH, cudaStream_t stream);
+void attention_unpermute(floatX* out, const floatX* y, int B, int T, int C, int NH,
+                         cudaStream_t stream);
 template <typename floatX>
 void attention_unpermute_backward(floatX* dy, const floatX* dout, int B, int T, int C, int NH,
                                   cudaStream_t stream);
@@ -117,8 +123,8 @@ void attention_softmax_forward(floatX* att, const floatX* preatt, float scale, i
 // dpreatt = scale * att * (datt - rowsum(att * datt)) on and below the diagonal, 0 above;
 // dpreatt may alias datt.
 template <typename floatX>
-void attention_softmax_backward(floatX* dpreatt, const floatX* datt, const floatX* att, float scale, int BNH,
-                                int T, cudaStream_t stream);
+void attention_softmax_backward(floatX* dpreatt, const floatX* datt, const floatX* att, float scale,
+                                int BNH, int T, cudaStream_t stream);
 
 // ---- KV-cache attention for inference (kernels/kv_attention.cuh) ----
 // Queries at absolute positions p0 .. p0+n-1 attend causally over cache rows [0, position]:
@@ -135,8 +141,8 @@ void attention_kv_cache_forward(floatX* out, const floatX* q, int q_stride, cons
 // max, sum of exp, loss and (when backward) dlogits IN PLACE over the chunk, for columns < V only:
 // dlogits = grad_scale * (softmax - onehot(target)), 0 in the padding columns V..Vp-1.
 template <typename floatX>
-void cross_entropy_chunk(float* losses, floatX* logits, const std::int32_t* targets, int rows, int V,
-                         int Vp, float grad_scale, bool backward, cudaStream_t stream);
+void cross_entropy_chunk(float* losses, floatX* logits, const std::int32_t* targets, int rows,
+                         int V, int Vp, float grad_scale, bool backward, cudaStream_t stream);
 // The vocab-parallel head's three steps around its two all-reduces (a rank holds columns
 // [vocab_begin, vocab_begin + Vl); its first `valid` are real tokens): row max; then the row sum
 // of exp(logit - max) and the target logit minus max (0 on ranks without the target); then losses
@@ -146,12 +152,13 @@ void cross_entropy_chunk_row_max(float* rowmax, const floatX* logits, int rows, 
                                  cudaStream_t stream);
 template <typename floatX>
 void cross_entropy_chunk_row_sums(float* rowsum, float* rowtgt, const floatX* logits,
-                                  const float* rowmax, const std::int32_t* targets, int rows, int Vl,
-                                  int valid, int vocab_begin, cudaStream_t stream);
+                                  const float* rowmax, const std::int32_t* targets, int rows,
+                                  int Vl, int valid, int vocab_begin, cudaStream_t stream);
 template <typename floatX>
-void cross_entropy_chunk_finish(float* losses, floatX* logits, const float* rowmax, const float* rowsum,
-                                const float* rowtgt, const std::int32_t* targets, int rows, int Vl,
-                                int valid, int vocab_begin, float grad_scale, bool backward,
+void cross_entropy_chunk_finish(float* losses, floatX* logits, const float* rowmax,
+                                const float* rowsum, const float* rowtgt,
+                                const std::int32_t* targets, int rows, int Vl, int valid,
+                                int vocab_begin, float grad_scale, bool backward,
                                 cudaStream_t stream);
 
 // ---- optimizer and norms (kernels/optimizer.cuh) ----
@@ -173,6 +180,7 @@ inline std::size_t sum_squares_scratch_doubles(std::size_t n) {
   return n == 0 ? 1 : (n + kSquaresChunk - 1) / kSquaresChunk;
 }
 template <typename floatX>
-void sum_squares(double* result, const floatX* x, std::size_t n, double* scratch, cudaStream_t stream);
+void sum_squares(double* result, const floatX* x, std::size_t n, double* scratch,
+                 cudaStream_t stream);
 
 }  // namespace pipelane::cuda

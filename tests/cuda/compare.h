@@ -28,15 +28,15 @@ constexpr double kBf16Nmse = 1e-4;
 inline ::testing::AssertionResult compare(const std::string& what, const Vec& got, const Vec& want,
                                           const Tolerance& tol, bool elementwise) {
   if (got.size() != want.size())
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << want.size();
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " vs " << want.size();
   double err = 0.0, ref = 0.0, maxref = 0.0;
   for (std::size_t i = 0; i < want.size(); ++i) {
     const bool want_nan = std::isnan(want[i]), got_nan = std::isnan(got[i]);
     const bool want_inf = std::isinf(want[i]), got_inf = std::isinf(got[i]);
     if (want_nan != got_nan || want_inf != got_inf || (want_inf && (want[i] > 0) != (got[i] > 0)))
-      return ::testing::AssertionFailure()
-             << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-             << " (NaN/Inf must match)";
+      return ::testing::AssertionFailure() << what << "[" << i << "]: got " << got[i] << ", want "
+                                           << want[i] << " (NaN/Inf must match)";
     if (want_nan || want_inf) continue;
     err += (got[i] - want[i]) * (got[i] - want[i]);
     ref += want[i] * want[i];
@@ -52,8 +52,8 @@ inline ::testing::AssertionResult compare(const std::string& what, const Vec& go
       if (!std::isfinite(want[i])) continue;
       if (std::abs(got[i] - want[i]) > atol + tol.rtol * std::abs(want[i]))
         return ::testing::AssertionFailure()
-               << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-               << " (|diff| > " << atol << " + " << tol.rtol << "|want|)";
+               << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (|diff| > "
+               << atol << " + " << tol.rtol << "|want|)";
     }
   }
   return ::testing::AssertionSuccess();

@@ -54,11 +54,13 @@ inline void run_gemm(const cuda::GemmCall& g) {
   for (int bt = 0; bt < g.batch; ++bt) {
     const auto A = [&](int i, int p) {
       const std::int64_t off = bt * g.a.batch_stride;
-      return load(g.a.ptr, g.a.type, off + (g.transa == Trans::N ? i + p * g.a.ld : p + i * g.a.ld));
+      return load(g.a.ptr, g.a.type,
+                  off + (g.transa == Trans::N ? i + p * g.a.ld : p + i * g.a.ld));
     };
     const auto B = [&](int p, int j) {
       const std::int64_t off = bt * g.b.batch_stride;
-      return load(g.b.ptr, g.b.type, off + (g.transb == Trans::N ? p + j * g.b.ld : j + p * g.b.ld));
+      return load(g.b.ptr, g.b.type,
+                  off + (g.transb == Trans::N ? p + j * g.b.ld : j + p * g.b.ld));
     };
     for (int j = 0; j < g.n; ++j)
       for (int i = 0; i < g.m; ++i) {

@@ -58,7 +58,8 @@ inline Vec causal_softmax(const Vec& preatt, double scale, int rows, int T) {
     double m = -std::numeric_limits<double>::infinity(), s = 0.0;
     for (int j = 0; j <= i; ++j) m = std::max(m, scale * x[j]);
     for (int j = 0; j <= i; ++j) s += std::exp(scale * x[j] - m);
-    for (int j = 0; j <= i; ++j) att[static_cast<std::size_t>(r) * T + j] = std::exp(scale * x[j] - m) / s;
+    for (int j = 0; j <= i; ++j)
+      att[static_cast<std::size_t>(r) * T + j] = std::exp(scale * x[j] - m) / s;
   }
   return att;
 }
@@ -77,8 +78,8 @@ inline Vec causal_softmax_backward(const Vec& datt, const Vec& att, double scale
 
 // dwte[tokens[n] - v0] += dout[n] for tokens in [v0, v0 + vcount); dwpe[n % T] += dout[n].
 inline void embedding_backward(Vec& dwte, Vec& dwpe, const Vec& dout,
-                               const std::vector<std::int32_t>& tokens, int B, int T, int C,
-                               int v0, int vcount) {
+                               const std::vector<std::int32_t>& tokens, int B, int T, int C, int v0,
+                               int vcount) {
   for (int n = 0; n < B * T; ++n) {
     const int local = tokens[n] - v0;
     for (int c = 0; c < C; ++c) {

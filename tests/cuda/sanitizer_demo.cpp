@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
   }
   if (!std::strcmp(mode, "overflow-device")) {
     auto out = std::make_unique<int[]>(kThreads);
-    PIPELANE_LAUNCH(device_overflow_kernel, dim3(1), dim3(kThreads), 0, nullptr, out.get(), kThreads);
+    PIPELANE_LAUNCH(device_overflow_kernel, dim3(1), dim3(kThreads), 0, nullptr, out.get(),
+                    kThreads);
     return 0;
   }
   std::fprintf(stderr, "usage: %s clean|race|overflow-shared|overflow-device\n", argv[0]);

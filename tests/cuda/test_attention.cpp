@@ -127,7 +127,8 @@ TYPED_TEST(Attention, Softmax) {
     const Vec att = ref2::causal_softmax(to_double(preatt), scale, rows, Tn);
     EXPECT_TRUE(matches("att", o.att, att, kSoftmaxNmse));
     // The backward from the kernel's own att (isolates the backward's error).
-    const Vec dpre = ref2::causal_softmax_backward(to_double(datt), o.att.as_double(), scale, rows, Tn);
+    const Vec dpre =
+        ref2::causal_softmax_backward(to_double(datt), o.att.as_double(), scale, rows, Tn);
     EXPECT_TRUE(matches("dpreatt", o.dpre, dpre, kSoftmaxBackwardNmse));
     EXPECT_TRUE(bit_identical("dpreatt in place", o.dpre, o.inplace));
     EXPECT_TRUE(bit_identical("att", o.att, again.att));
@@ -150,10 +151,12 @@ TYPED_TEST(Attention, KvCache) {
   // One query at position 0; a chunk in the middle; a cache longer than one tile of keys (128);
   // head size 160 (> the block's 128 threads).
   const std::vector<KvShape> kv_shapes =
-      kSanitizer ? std::vector<KvShape>{{12, 2, 127, 3}}  // two tiles of keys for the last query
-                 : std::vector<KvShape>{{8, 2, 0, 1}, {33, 3, 5, 4}, {16, 2, 130, 3}, {320, 2, 2, 2}};
+      kSanitizer
+          ? std::vector<KvShape>{{12, 2, 127, 3}}  // two tiles of keys for the last query
+          : std::vector<KvShape>{{8, 2, 0, 1}, {33, 3, 5, 4}, {16, 2, 130, 3}, {320, 2, 2, 2}};
   for (const auto [C, NH, p0, n] : kv_shapes) {
-    SCOPED_TRACE(::testing::Message() << type_name<T>() << " C=" << C << " p0=" << p0 << " n=" << n);
+    SCOPED_TRACE(::testing::Message()
+                 << type_name<T>() << " C=" << C << " p0=" << p0 << " n=" << n);
     std::mt19937 rng(13u * C + p0);
     const int Tall = p0 + n;  // the whole sequence: positions 0 .. p0+n-1
     const auto qkv = random_values<T>(rng, static_cast<std::size_t>(Tall) * 3 * C);
@@ -163,7 +166,8 @@ TYPED_TEST(Attention, KvCache) {
     for (int t = 0; t < Tall; ++t)
       for (int c = 0; c < C; ++c) {
         K[static_cast<std::size_t>(t) * C + c] = qkv[static_cast<std::size_t>(t) * 3 * C + C + c];
-        V[static_cast<std::size_t>(t) * C + c] = qkv[static_cast<std::size_t>(t) * 3 * C + 2 * C + c];
+        V[static_cast<std::size_t>(t) * C + c] =
+            qkv[static_cast<std::size_t>(t) * 3 * C + 2 * C + c];
       }
     const std::vector<T> chunk(qkv.begin() + static_cast<std::size_t>(p0) * 3 * C, qkv.end());
     const auto run = [&] {
@@ -178,18 +182,20 @@ TYPED_TEST(Attention, KvCache) {
     EXPECT_TRUE(matches("out", out, want, kKvNmse));
     EXPECT_TRUE(bit_identical("out", out, again));
 #if !PIPELANE_CUDA_TEST_SANITIZER
-    std::vector<float> cout(static_cast<std::size_t>(Tall) * C), catt(static_cast<std::size_t>(NH) * Tall * Tall);
+    std::vector<float> cout(static_cast<std::size_t>(Tall) * C),
+        catt(static_cast<std::size_t>(NH) * Tall * Tall);
     cpu::attention_forward(cout.data(), catt.data(), to_floats(qkv).data(), 1, Tall, C, NH);
-    EXPECT_TRUE(matches("out vs cpu", out,
-                        std::vector<float>(cout.begin() + static_cast<std::size_t>(p0) * C, cout.end()),
-                        4 * kKvNmse));
+    EXPECT_TRUE(
+        matches("out vs cpu", out,
+                std::vector<float>(cout.begin() + static_cast<std::size_t>(p0) * C, cout.end()),
+                4 * kKvNmse));
 #endif
   }
 }
 
 TEST(AttentionKvCache, RefusesHeadsOverTheLimit) {
   EXPECT_THROW(cuda::attention_kv_cache_forward<float>(nullptr, nullptr, 0, nullptr, nullptr, 0, 1,
-                                                      0, 600, 2, nullptr),
+                                                       0, 600, 2, nullptr),
                std::invalid_argument);
 }
 

@@ -29,9 +29,12 @@ using Index = std::array<std::int64_t, 4>;
 // Runs a graph over caller buffers (fp32 values, stored as fp32 or bf16 bits per the tensors).
 class Interpreter {
  public:
-  Interpreter(const Graph& g, std::map<GraphBuffer, void*> buffers) : g_(g), buffers_(std::move(buffers)) {
+  Interpreter(const Graph& g, std::map<GraphBuffer, void*> buffers)
+      : g_(g), buffers_(std::move(buffers)) {
     for (const GraphTensor& t : g.tensors)
-      if (t.is_virtual) virtual_[t.uid].assign(static_cast<std::size_t>(t.dims[0] * t.dims[1] * t.dims[2] * t.dims[3]), 0.0);
+      if (t.is_virtual)
+        virtual_[t.uid].assign(
+            static_cast<std::size_t>(t.dims[0] * t.dims[1] * t.dims[2] * t.dims[3]), 0.0);
   }
 
   void run() {
@@ -60,16 +63,19 @@ class Interpreter {
     const GraphTensor& t = g_.tensor(uid);
     if (t.by_value) return t.value;
     if (t.is_virtual) return virtual_.at(uid)[static_cast<std::size_t>(at(t, i))];
-    return load(buffers_.at(t.buffer), t.type == GraphType::BF16 ? cuda::DataType::BF16 : cuda::DataType::F32,
+    return load(buffers_.at(t.buffer),
+                t.type == GraphType::BF16 ? cuda::DataType::BF16 : cuda::DataType::F32,
                 t.offset + at(t, i));
   }
   void set(const GraphTensor& t, const Index& i, double v) {
-    if (t.type == GraphType::BF16) v = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
+    if (t.type == GraphType::BF16)
+      v = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
     if (t.type == GraphType::F32) v = static_cast<float>(v);
     if (t.is_virtual)
       virtual_[t.uid][static_cast<std::size_t>(at(t, i))] = v;
     else
-      store(buffers_.at(t.buffer), t.type == GraphType::BF16 ? cuda::DataType::BF16 : cuda::DataType::F32,
+      store(buffers_.at(t.buffer),
+            t.type == GraphType::BF16 ? cuda::DataType::BF16 : cuda::DataType::F32,
             t.offset + at(t, i), v);
   }
   double eval(const cuda::GraphOp& op, const Index& i) const {
@@ -150,8 +156,10 @@ TEST(AttentionGraph, ForwardAndBackwardMatchTheCpuOps) {
       Storage qkv(dt, random_floats(rng, 3 * n)), dout(dt, random_floats(rng, n));
       Storage out(dt, std::vector<float>(n)), dqkv(dt, std::vector<float>(3 * n));
       std::vector<float> stats(static_cast<std::size_t>(B) * NH * T);
-      std::map<GraphBuffer, void*> buffers{{GraphBuffer::Qkv, qkv.data()},   {GraphBuffer::Out, out.data()},
-                                           {GraphBuffer::Stats, stats.data()}, {GraphBuffer::DOut, dout.data()},
+      std::map<GraphBuffer, void*> buffers{{GraphBuffer::Qkv, qkv.data()},
+                                           {GraphBuffer::Out, out.data()},
+                                           {GraphBuffer::Stats, stats.data()},
+                                           {GraphBuffer::DOut, dout.data()},
                                            {GraphBuffer::DQkv, dqkv.data()}};
       Interpreter(cuda::causal_attention_forward_graph(B, T, C, NH, dt), buffers).run();
       Interpreter(cuda::causal_attention_backward_graph(B, T, C, NH, dt), buffers).run();
@@ -170,7 +178,8 @@ TEST(AttentionGraph, ForwardAndBackwardMatchTheCpuOps) {
             for (int j = 0; j <= i; ++j) {
               double d = 0.0;
               for (int e = 0; e < hs; ++e)
-                d += static_cast<double>(qkv.f[(static_cast<std::size_t>(b) * T + i) * 3 * C + h * hs + e]) *
+                d += static_cast<double>(
+                         qkv.f[(static_cast<std::size_t>(b) * T + i) * 3 * C + h * hs + e]) *
                      qkv.f[(static_cast<std::size_t>(b) * T + j) * 3 * C + C + h * hs + e];
               s[j] = d / std::sqrt(static_cast<double>(hs));
             }
@@ -182,7 +191,8 @@ TEST(AttentionGraph, ForwardAndBackwardMatchTheCpuOps) {
       const bool bf = dt == cuda::DataType::BF16;
       const Tolerance tol{bf ? 1e-4 : 1e-10};
       EXPECT_TRUE(compare("out", out.values(), Vec(cout.begin(), cout.end()), tol, bf));
-      EXPECT_TRUE(compare("stats", Vec(stats.begin(), stats.end()), want_stats, Tolerance{1e-10}, false));
+      EXPECT_TRUE(
+          compare("stats", Vec(stats.begin(), stats.end()), want_stats, Tolerance{1e-10}, false));
       EXPECT_TRUE(compare("dqkv", dqkv.values(), Vec(cdqkv.begin(), cdqkv.end()), tol, bf));
     }
 }
@@ -192,9 +202,9 @@ TEST(AttentionGraph, ReadsQkvInPlace) {
   const GraphTensor& k = g.tensors.at(1);  // q, k^T, v come first
   EXPECT_EQ(k.name, "k^T");
   EXPECT_EQ(k.buffer, GraphBuffer::Qkv);
-  EXPECT_EQ(k.offset, 12);                             // the k part starts at C
-  EXPECT_EQ(k.dims, (Index{2, 3, 4, 7}));              // [B, NH, hs, T]
-  EXPECT_EQ(k.strides, (Index{7 * 36, 4, 1, 36}));     // rows of 3C
+  EXPECT_EQ(k.offset, 12);                          // the k part starts at C
+  EXPECT_EQ(k.dims, (Index{2, 3, 4, 7}));           // [B, NH, hs, T]
+  EXPECT_EQ(k.strides, (Index{7 * 36, 4, 1, 36}));  // rows of 3C
   EXPECT_EQ(k.type, GraphType::BF16);
   int virtual_tensors = 0;
   for (const GraphTensor& t : g.tensors) virtual_tensors += t.is_virtual;

@@ -42,7 +42,8 @@ TYPED_TEST(Composed, AttentionForwardAndBackward) {
     SCOPED_TRACE(::testing::Message() << type_name<T>() << " B=" << B << " T=" << Tn << " C=" << C);
     std::mt19937 rng(5u * C + Tn);
     const int hs = C / NH, BNH = B * NH;
-    const std::size_t n = static_cast<std::size_t>(B) * Tn * C, na = static_cast<std::size_t>(BNH) * Tn * Tn;
+    const std::size_t n = static_cast<std::size_t>(B) * Tn * C,
+                      na = static_cast<std::size_t>(BNH) * Tn * Tn;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const auto qkv = random_values<T>(rng, 3 * n), dout = random_values<T>(rng, n);
     Guarded<T> gqkv(qkv), gdout(dout), q(n), k(n), v(n), preatt(na), att(na), y(n), out(n);
@@ -54,12 +55,12 @@ TYPED_TEST(Composed, AttentionForwardAndBackward) {
 
     Guarded<T> dy(n), datt(na), dv(n), dq(n), dk(n), dqkv(3 * n);
     cuda::attention_unpermute_backward(dy.data(), gdout.data(), B, Tn, C, NH, nullptr);
-    for (const auto& g : cuda::attention_values_backward_gemms(datt.data(), dv.data(), dy.data(),
-                                                              att.data(), v.data(), BNH, Tn, hs, dt))
+    for (const auto& g : cuda::attention_values_backward_gemms(
+             datt.data(), dv.data(), dy.data(), att.data(), v.data(), BNH, Tn, hs, dt))
       run_gemm(g);
     cuda::attention_softmax_backward(datt.data(), datt.data(), att.data(), scale, BNH, Tn, nullptr);
     for (const auto& g : cuda::attention_scores_backward_gemms(dq.data(), dk.data(), datt.data(),
-                                                              q.data(), k.data(), BNH, Tn, hs, dt))
+                                                               q.data(), k.data(), BNH, Tn, hs, dt))
       run_gemm(g);
     cuda::attention_permute_qkv_backward(dqkv.data(), dq.data(), dk.data(), dv.data(), B, Tn, C, NH,
                                          nullptr);
@@ -89,7 +90,8 @@ TYPED_TEST(Composed, LmHeadCrossEntropy) {
   std::vector<std::int32_t> targets(N);
   for (auto& t : targets) t = tok(rng);
   const float grad_scale = 1.0f / N;
-  Guarded<T> gx(x), gwte(wte), dx(static_cast<std::size_t>(N) * C), logits(static_cast<std::size_t>(chunk) * Vp);
+  Guarded<T> gx(x), gwte(wte), dx(static_cast<std::size_t>(N) * C),
+      logits(static_cast<std::size_t>(chunk) * Vp);
   Guarded<float> losses(N), dwte(dwte0);
   Guarded<std::int32_t> gt(targets);
   for (int r0 = 0; r0 < N; r0 += chunk) {

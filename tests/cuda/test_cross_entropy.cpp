@@ -33,8 +33,8 @@ std::vector<Shape> shapes() {
 }
 
 // Losses and dlogits of softmax cross-entropy over the first V of Vp columns, in double.
-void reference(const Vec& logits, const std::vector<std::int32_t>& targets, int rows, int V,
-               int Vp, double grad_scale, Vec& losses, Vec& dlogits) {
+void reference(const Vec& logits, const std::vector<std::int32_t>& targets, int rows, int V, int Vp,
+               double grad_scale, Vec& losses, Vec& dlogits) {
   losses.assign(rows, 0.0);
   dlogits.assign(static_cast<std::size_t>(rows) * Vp, 0.0);
   for (int r = 0; r < rows; ++r) {
@@ -56,7 +56,8 @@ TYPED_TEST_SUITE(CrossEntropy, StorageTypes);
 TYPED_TEST(CrossEntropy, Chunk) {
   using T = TypeParam;
   for (const auto [rows, C, V, Vp] : shapes()) {
-    SCOPED_TRACE(::testing::Message() << type_name<T>() << " rows=" << rows << " V=" << V << " Vp=" << Vp);
+    SCOPED_TRACE(::testing::Message()
+                 << type_name<T>() << " rows=" << rows << " V=" << V << " Vp=" << Vp);
     std::mt19937 rng(17u * V + rows);
     const auto x = random_values<float>(rng, static_cast<std::size_t>(rows) * C);
     const auto wte = random_values<float>(rng, static_cast<std::size_t>(Vp) * C);
@@ -66,7 +67,8 @@ TYPED_TEST(CrossEntropy, Chunk) {
     targets[0] = V - 1;
     const Vec exact = ref::lm_head_logits(to_double(x), to_double(wte), rows, C, Vp);
     std::vector<T> logits(exact.size());
-    for (std::size_t i = 0; i < exact.size(); ++i) logits[i] = from_float<T>(static_cast<float>(exact[i]));
+    for (std::size_t i = 0; i < exact.size(); ++i)
+      logits[i] = from_float<T>(static_cast<float>(exact[i]));
     const float grad_scale = 0.25f;
     struct Out {
       Guarded<float> losses;
@@ -93,7 +95,8 @@ TYPED_TEST(CrossEntropy, Chunk) {
     EXPECT_TRUE(bit_identical("losses", o.losses, again.losses));
     EXPECT_TRUE(bit_identical("dlogits", o.dlogits, again.dlogits));
 #if !PIPELANE_CUDA_TEST_SANITIZER
-    std::vector<float> closses(rows), scratch(static_cast<std::size_t>(cpu::lm_head_chunk_rows(rows, Vp)) * Vp);
+    std::vector<float> closses(rows),
+        scratch(static_cast<std::size_t>(cpu::lm_head_chunk_rows(rows, Vp)) * Vp);
     cpu::lm_head_cross_entropy(closses.data(), nullptr, nullptr, x.data(), wte.data(),
                                targets.data(), rows, C, V, Vp, grad_scale, scratch.data());
     // bf16: the kernel's logits are the CPU's rounded to bf16 (2^-9 relative).
@@ -114,7 +117,7 @@ TYPED_TEST(CrossEntropy, VocabParallel) {
     std::uniform_int_distribution<int> tok(0, V - 1);
     std::vector<std::int32_t> targets(rows);
     for (auto& t : targets) t = tok(rng);
-    targets[0] = 0;  // on rank 0
+    targets[0] = 0;                    // on rank 0
     if (rows > 1) targets[1] = V - 1;  // on rank 1
     const float grad_scale = 2.0f;
     std::vector<Guarded<T>> block;
@@ -137,8 +140,8 @@ TYPED_TEST(CrossEntropy, VocabParallel) {
     for (int rank = 0; rank < 2; ++rank) {
       Guarded<float> s(rows), t(rows);
       const int valid = std::clamp(V - rank * Vl, 0, Vl);
-      cuda::cross_entropy_chunk_row_sums(s.data(), t.data(), block[rank].data(), gmax.data(), gt.data(),
-                                         rows, Vl, valid, rank * Vl, nullptr);
+      cuda::cross_entropy_chunk_row_sums(s.data(), t.data(), block[rank].data(), gmax.data(),
+                                         gt.data(), rows, Vl, valid, rank * Vl, nullptr);
       for (int r = 0; r < rows; ++r) {
         rowsum[r] += s.data()[r];
         rowtgt[r] += t.data()[r];
@@ -161,7 +164,8 @@ TYPED_TEST(CrossEntropy, VocabParallel) {
       Vec want(static_cast<std::size_t>(rows) * Vl);
       for (int r = 0; r < rows; ++r)
         for (int v = 0; v < Vl; ++v)
-          want[static_cast<std::size_t>(r) * Vl + v] = want_dlogits[static_cast<std::size_t>(r) * Vp + rank * Vl + v];
+          want[static_cast<std::size_t>(r) * Vl + v] =
+              want_dlogits[static_cast<std::size_t>(r) * Vp + rank * Vl + v];
       EXPECT_TRUE(matches("dlogits rank " + std::to_string(rank), block[rank], want, kDlogitsNmse));
     }
   }

@@ -69,15 +69,18 @@ std::string error_of(F f) {
 
 TEST(CudaLibrary, LaunchWithoutDeviceThrowsOneClearError) {
   const std::string e = error_of([] {
-    cuda::layernorm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, nullptr);
+    cuda::layernorm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1,
+                                   nullptr);
   });
-  EXPECT_NE(e.find("CUDA launch of layernorm_forward_kernel<floatX> failed: "), std::string::npos) << e;
+  EXPECT_NE(e.find("CUDA launch of layernorm_forward_kernel<floatX> failed: "), std::string::npos)
+      << e;
   const std::string b = error_of([] { cuda::gelu_forward<bf16>(nullptr, nullptr, 1, nullptr); });
   EXPECT_NE(b.find("failed: "), std::string::npos) << b;
 }
 
 TEST(CudaLibrary, LibrariesRefuseToStartWithoutDevice) {
-  EXPECT_NE(error_of([] { cuda::CublasLt lt; }).find("cuBLASLt: cublasLtCreate failed"), std::string::npos);
+  EXPECT_NE(error_of([] { cuda::CublasLt lt; }).find("cuBLASLt: cublasLtCreate failed"),
+            std::string::npos);
   EXPECT_NE(error_of([] { cuda::Cudnn dnn; }).find("cuDNN: cudnnCreate failed"), std::string::npos);
   const cuda::NcclId id = cuda::nccl_unique_id();
   EXPECT_TRUE(std::any_of(id.bytes.begin(), id.bytes.end(), [](char c) { return c != 0; }));
@@ -100,12 +103,15 @@ TEST(CudaLibrary, CublasLtAcceptsEveryGemmCallsDescriptors) {
         cuda::matmul_backward_input_gemm(p, p, p, 16, 24, 32, t),
         cuda::matmul_backward_input_gemm(p, p, p, 16, 24, 32, t, p),
         cuda::matmul_backward_weight_gemm(static_cast<float*>(p), p, p, 16, 24, 32, t),
-        cuda::matmul_backward_weight_gemm(static_cast<float*>(p), p, p, 16, 24, 32, t, static_cast<float*>(p)),
+        cuda::matmul_backward_weight_gemm(static_cast<float*>(p), p, p, 16, 24, 32, t,
+                                          static_cast<float*>(p)),
         cuda::attention_scores_gemm(p, p, p, 6, 64, 16, t),
         cuda::attention_values_gemm(p, p, p, 6, 64, 16, t),
     };
-    for (const auto& g : cuda::attention_values_backward_gemms(p, p, p, p, p, 6, 64, 16, t)) calls.push_back(g);
-    for (const auto& g : cuda::attention_scores_backward_gemms(p, p, p, p, p, 6, 64, 16, t)) calls.push_back(g);
+    for (const auto& g : cuda::attention_values_backward_gemms(p, p, p, p, p, 6, 64, 16, t))
+      calls.push_back(g);
+    for (const auto& g : cuda::attention_scores_backward_gemms(p, p, p, p, p, 6, 64, 16, t))
+      calls.push_back(g);
     for (const cuda::GemmCall& g : calls) {
       SCOPED_TRACE(::testing::Message() << to_string(t) << " epilogue " << to_string(g.epilogue)
                                         << " batch " << g.batch);
@@ -119,8 +125,15 @@ TEST(CudaLibrary, CublasLtAcceptsEveryGemmCallsDescriptors) {
 TEST(CudaLibrary, CudnnFinalizesTheAttentionGraphs) {
   for (const cuda::DataType t : {cuda::DataType::F32, cuda::DataType::BF16}) {
     SCOPED_TRACE(to_string(t));
-    EXPECT_EQ(error_of([&] { cuda::build_operation_graph(cuda::causal_attention_forward_graph(2, 64, 128, 2, t)); }), "");
-    EXPECT_EQ(error_of([&] { cuda::build_operation_graph(cuda::causal_attention_backward_graph(2, 64, 128, 2, t)); }), "");
+    EXPECT_EQ(error_of([&] {
+                cuda::build_operation_graph(cuda::causal_attention_forward_graph(2, 64, 128, 2, t));
+              }),
+              "");
+    EXPECT_EQ(
+        error_of([&] {
+          cuda::build_operation_graph(cuda::causal_attention_backward_graph(2, 64, 128, 2, t));
+        }),
+        "");
   }
 }
 

@@ -59,8 +59,8 @@ TYPED_TEST(Elementwise, Gelu) {
     };
     const auto o = run(), again = run();
     EXPECT_TRUE(matches("gelu", o.first, ref::gelu(to_double(x)), kGeluNmse));
-    EXPECT_TRUE(matches("dgelu", o.second, ref2::gelu_backward(to_double(x), to_double(dout)),
-                        kGeluNmse));
+    EXPECT_TRUE(
+        matches("dgelu", o.second, ref2::gelu_backward(to_double(x), to_double(dout)), kGeluNmse));
     EXPECT_TRUE(bit_identical("gelu", o.first, again.first));
     EXPECT_TRUE(bit_identical("dgelu", o.second, again.second));
 #if !PIPELANE_CUDA_TEST_SANITIZER

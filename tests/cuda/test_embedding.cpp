@@ -58,11 +58,13 @@ TYPED_TEST(Embedding, Forward) {
       Guarded<T> full, local, positioned;
     };
     const auto run = [&] {
-      Out o{Guarded<T>(static_cast<std::size_t>(N) * C), Guarded<T>(static_cast<std::size_t>(N) * C),
+      Out o{Guarded<T>(static_cast<std::size_t>(N) * C),
+            Guarded<T>(static_cast<std::size_t>(N) * C),
             Guarded<T>(static_cast<std::size_t>(N) * C)};
       Guarded<std::int32_t> gt(tokens);
       Guarded<T> gwte(wte), gwpe(wpe), gloc(wte_local);
-      cuda::embedding_forward(o.full.data(), gt.data(), gwte.data(), gwpe.data(), B, Tn, C, nullptr);
+      cuda::embedding_forward(o.full.data(), gt.data(), gwte.data(), gwpe.data(), B, Tn, C,
+                              nullptr);
       cuda::embedding_lookup_local(o.local.data(), gt.data(), gloc.data(), N, C, v0, vcount,
                                    nullptr);
       cuda::embedding_lookup_local(o.positioned.data(), gt.data(), gloc.data(), N, C, v0, vcount,
@@ -71,17 +73,20 @@ TYPED_TEST(Embedding, Forward) {
       return o;
     };
     const Out o = run(), again = run();
-    EXPECT_TRUE(matches("out", o.full, ref::embedding(tokens, to_double(wte), to_double(wpe), B, Tn, C),
+    EXPECT_TRUE(matches("out", o.full,
+                        ref::embedding(tokens, to_double(wte), to_double(wpe), B, Tn, C),
                         kOneRoundingNmse));
     Vec local(static_cast<std::size_t>(N) * C, 0.0), positioned;
     for (int n = 0; n < N; ++n)
       if (tokens[n] >= v0 && tokens[n] < v0 + vcount)
         for (int c = 0; c < C; ++c)
-          local[static_cast<std::size_t>(n) * C + c] = to_float(wte[static_cast<std::size_t>(tokens[n]) * C + c]);
+          local[static_cast<std::size_t>(n) * C + c] =
+              to_float(wte[static_cast<std::size_t>(tokens[n]) * C + c]);
     positioned = local;
     for (int n = 0; n < N; ++n)
       for (int c = 0; c < C; ++c)
-        positioned[static_cast<std::size_t>(n) * C + c] += to_float(wpe[static_cast<std::size_t>(n % Tn) * C + c]);
+        positioned[static_cast<std::size_t>(n) * C + c] +=
+            to_float(wpe[static_cast<std::size_t>(n % Tn) * C + c]);
     EXPECT_TRUE(matches("lookup_local", o.local, local, 0.0));
     EXPECT_TRUE(matches("add_positions", o.positioned, positioned, kOneRoundingNmse));
     EXPECT_TRUE(bit_identical("out", o.full, again.full));
@@ -116,7 +121,8 @@ TYPED_TEST(Embedding, Backward) {
             Guarded<float>(dwpe0)};
       Guarded<std::int32_t> gt(tokens);
       Guarded<T> gd(dout);
-      cuda::embedding_backward(o.dwte.data(), o.dwpe.data(), gd.data(), gt.data(), B, Tn, C, nullptr);
+      cuda::embedding_backward(o.dwte.data(), o.dwpe.data(), gd.data(), gt.data(), B, Tn, C,
+                               nullptr);
       cuda::embedding_backward_local(o.dwte_local.data(), o.dwpe_local.data(), gd.data(), gt.data(),
                                      B, Tn, C, v0, vcount, nullptr);
       return o;

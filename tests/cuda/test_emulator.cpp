@@ -237,18 +237,21 @@ TEST(CudaEmulator, WarpBuiltinsNeedFullWarpsAndMasks) {
 
 TEST(CudaEmulator, TrapFailsTheLaunch) {
   std::vector<int> out(32);
-  expect_launch_error([&] { PIPELANE_LAUNCH(trap_kernel, dim3(3), dim3(32), 0, nullptr, out.data()); },
-                      "__trap() in kernel trap_kernel, block (1,0,0)");
+  expect_launch_error(
+      [&] { PIPELANE_LAUNCH(trap_kernel, dim3(3), dim3(32), 0, nullptr, out.data()); },
+      "__trap() in kernel trap_kernel, block (1,0,0)");
 }
 
 TEST(CudaEmulator, InvalidConfigurationsAreRefused) {
   int x = 0;
   expect_launch_error([&] { PIPELANE_LAUNCH(trap_kernel, dim3(1), dim3(1025), 0, nullptr, &x); },
                       "1025 threads");
-  expect_launch_error([&] { PIPELANE_LAUNCH(trap_kernel, dim3(1), dim3(32), 49 * 1024, nullptr, &x); },
-                      "shared memory");
-  expect_launch_error([&] { PIPELANE_LAUNCH(trap_kernel, dim3(1, 70000), dim3(32), 0, nullptr, &x); },
-                      "grid too large");
+  expect_launch_error(
+      [&] { PIPELANE_LAUNCH(trap_kernel, dim3(1), dim3(32), 49 * 1024, nullptr, &x); },
+      "shared memory");
+  expect_launch_error(
+      [&] { PIPELANE_LAUNCH(trap_kernel, dim3(1, 70000), dim3(32), 0, nullptr, &x); },
+      "grid too large");
   expect_launch_error([&] { PIPELANE_LAUNCH(trap_kernel, dim3(0), dim3(32), 0, nullptr, &x); },
                       "empty");
 }

@@ -73,7 +73,8 @@ const DataType kTypes[] = {DataType::F32, DataType::BF16};
 TEST(GemmPlan, LinearForwardFields) {
   // What cuBLASLt is asked for out[4,3] = inp[4,5] @ weight[3,5]^T + bias.
   float out = 0, inp = 0, weight = 0, bias = 0;  // only their addresses matter
-  const cuda::GemmCall g = cuda::matmul_forward_gemm(&out, &inp, &weight, &bias, 4, 5, 3, DataType::F32);
+  const cuda::GemmCall g =
+      cuda::matmul_forward_gemm(&out, &inp, &weight, &bias, 4, 5, 3, DataType::F32);
   EXPECT_EQ(g.transa, Trans::T);
   EXPECT_EQ(g.transb, Trans::N);
   EXPECT_EQ(g.m, 3);
@@ -94,8 +95,9 @@ TEST(GemmPlan, LinearForwardWithBiasAndGelu) {
     for (const auto [N, C, OC] : kShapes)
       for (const bool with_bias : {false, true})
         for (const bool with_gelu : {false, cuda::gelu_epilogue_fits(OC)}) {
-          SCOPED_TRACE(::testing::Message() << to_string(t) << " N=" << N << " C=" << C << " OC="
-                                            << OC << " bias=" << with_bias << " gelu=" << with_gelu);
+          SCOPED_TRACE(::testing::Message()
+                       << to_string(t) << " N=" << N << " C=" << C << " OC=" << OC
+                       << " bias=" << with_bias << " gelu=" << with_gelu);
           std::mt19937 rng(N * 100 + C);
           Buffer inp(t, random_vec(rng, static_cast<std::size_t>(N) * C));
           Buffer weight(t, random_vec(rng, static_cast<std::size_t>(OC) * C));
@@ -129,8 +131,8 @@ TEST(GemmPlan, LinearBackward) {
   for (const DataType t : kTypes)
     for (const auto [N, C, OC] : kShapes)
       for (const bool fused : {false, cuda::gelu_epilogue_fits(C)}) {
-        SCOPED_TRACE(::testing::Message() << to_string(t) << " N=" << N << " C=" << C << " OC="
-                                          << OC << " fused dgelu/bgrad=" << fused);
+        SCOPED_TRACE(::testing::Message() << to_string(t) << " N=" << N << " C=" << C
+                                          << " OC=" << OC << " fused dgelu/bgrad=" << fused);
         std::mt19937 rng(N * 300 + OC);
         Buffer inp(t, random_vec(rng, static_cast<std::size_t>(N) * C));  // = gelu(pre) when fused
         Buffer pre(t, random_vec(rng, static_cast<std::size_t>(N) * C));
@@ -141,8 +143,8 @@ TEST(GemmPlan, LinearBackward) {
         Buffer dbias(DataType::F32, OC);
         run_gemm(cuda::matmul_backward_input_gemm(dinp.data(), dout.data(), weight.data(), N, C, OC,
                                                   t, fused ? pre.data() : nullptr));
-        run_gemm(cuda::matmul_backward_weight_gemm(dweight.f32.data(), dout.data(), inp.data(), N, C,
-                                                   OC, t, fused ? dbias.f32.data() : nullptr));
+        run_gemm(cuda::matmul_backward_weight_gemm(dweight.f32.data(), dout.data(), inp.data(), N,
+                                                   C, OC, t, fused ? dbias.f32.data() : nullptr));
         // Row-major reference: dinp = dout @ weight (times gelu'(pre)), dweight += dout^T @ inp,
         // dbias = column sums of dout.
         const Vec d = dout.values(), w = weight.values(), x = inp.values(), p = pre.values();
@@ -152,8 +154,10 @@ TEST(GemmPlan, LinearBackward) {
             const double g = d[static_cast<std::size_t>(n) * OC + o];
             want_db[o] += g;
             for (int c = 0; c < C; ++c) {
-              want_dinp[static_cast<std::size_t>(n) * C + c] += g * w[static_cast<std::size_t>(o) * C + c];
-              want_dw[static_cast<std::size_t>(o) * C + c] += g * x[static_cast<std::size_t>(n) * C + c];
+              want_dinp[static_cast<std::size_t>(n) * C + c] +=
+                  g * w[static_cast<std::size_t>(o) * C + c];
+              want_dw[static_cast<std::size_t>(o) * C + c] +=
+                  g * x[static_cast<std::size_t>(n) * C + c];
             }
           }
         if (fused)
@@ -165,8 +169,8 @@ TEST(GemmPlan, LinearBackward) {
         }
         if (t == DataType::F32) {
           std::vector<float> cdinp(want_dinp.size()), cdw(dw0.begin(), dw0.end()), cdb(OC, 0.f);
-          cpu::matmul_backward(cdinp.data(), cdw.data(), cdb.data(), dout.f32.data(), inp.f32.data(),
-                               weight.f32.data(), N, C, OC);
+          cpu::matmul_backward(cdinp.data(), cdw.data(), cdb.data(), dout.f32.data(),
+                               inp.f32.data(), weight.f32.data(), N, C, OC);
           if (fused) {
             std::vector<float> dpre(cdinp.size());
             cpu::gelu_backward(dpre.data(), pre.f32.data(), cdinp.data(), dpre.size());
@@ -195,25 +199,31 @@ TEST(GemmPlan, AttentionBatchedGemms) {
   };
   for (const DataType t : kTypes)
     for (const auto [BNH, T, hs] : {AShape{3, 5, 4}, AShape{2, 1, 7}, AShape{4, 9, 16}}) {
-      SCOPED_TRACE(::testing::Message() << to_string(t) << " BNH=" << BNH << " T=" << T << " hs=" << hs);
+      SCOPED_TRACE(::testing::Message()
+                   << to_string(t) << " BNH=" << BNH << " T=" << T << " hs=" << hs);
       std::mt19937 rng(BNH * 10 + T);
-      const std::size_t nq = static_cast<std::size_t>(BNH) * T * hs, na = static_cast<std::size_t>(BNH) * T * T;
+      const std::size_t nq = static_cast<std::size_t>(BNH) * T * hs,
+                        na = static_cast<std::size_t>(BNH) * T * T;
       Buffer q(t, random_vec(rng, nq)), k(t, random_vec(rng, nq)), v(t, random_vec(rng, nq));
       Buffer att(t, random_vec(rng, na)), dy(t, random_vec(rng, nq)), dpre(t, random_vec(rng, na));
       Buffer preatt(t, na), y(t, nq), datt(t, na), dv(t, nq), dq(t, nq), dk(t, nq);
       run_gemm(cuda::attention_scores_gemm(preatt.data(), q.data(), k.data(), BNH, T, hs, t));
       run_gemm(cuda::attention_values_gemm(y.data(), att.data(), v.data(), BNH, T, hs, t));
-      for (const auto& g : cuda::attention_values_backward_gemms(datt.data(), dv.data(), dy.data(),
-                                                                att.data(), v.data(), BNH, T, hs, t))
+      for (const auto& g : cuda::attention_values_backward_gemms(
+               datt.data(), dv.data(), dy.data(), att.data(), v.data(), BNH, T, hs, t))
         run_gemm(g);
       for (const auto& g : cuda::attention_scores_backward_gemms(dq.data(), dk.data(), dpre.data(),
-                                                                q.data(), k.data(), BNH, T, hs, t))
+                                                                 q.data(), k.data(), BNH, T, hs, t))
         run_gemm(g);
       const Vec Q = q.values(), K = k.values(), V = v.values(), A = att.values(), DY = dy.values(),
                 P = dpre.values();
       Vec wpre(na, 0.0), wy(nq, 0.0), wdatt(na, 0.0), wdv(nq, 0.0), wdq(nq, 0.0), wdk(nq, 0.0);
-      const auto X = [&](std::size_t r, int i, int d) { return r * T * hs + static_cast<std::size_t>(i) * hs + d; };
-      const auto S = [&](std::size_t r, int i, int j) { return r * T * T + static_cast<std::size_t>(i) * T + j; };
+      const auto X = [&](std::size_t r, int i, int d) {
+        return r * T * hs + static_cast<std::size_t>(i) * hs + d;
+      };
+      const auto S = [&](std::size_t r, int i, int j) {
+        return r * T * T + static_cast<std::size_t>(i) * T + j;
+      };
       for (std::size_t r = 0; r < static_cast<std::size_t>(BNH); ++r)
         for (int i = 0; i < T; ++i)
           for (int j = 0; j < T; ++j)

@@ -44,22 +44,25 @@ std::vector<Step> program_of(const ScheduleSpec& spec, int stage, bool separate_
   for (const Instr& in : build_schedule(spec, stage)) {
     switch (in.op) {
       case Op::RecvFwd:
-        steps.push_back({false, {P2POp::Kind::Recv, prev, bytes, P2PChannel::Activations},
+        steps.push_back({false,
+                         {P2POp::Kind::Recv, prev, bytes, P2PChannel::Activations},
                          {false, in.chunk, in.microbatch}});
         break;
       case Op::SendFwd:
-        steps.push_back({false, {P2POp::Kind::Send, next, bytes, P2PChannel::Activations},
+        steps.push_back({false,
+                         {P2POp::Kind::Send, next, bytes, P2PChannel::Activations},
                          {false, next_virtual_stage(spec, stage, in.chunk).chunk, in.microbatch}});
         break;
       case Op::RecvBwd:
-        steps.push_back({false, {P2POp::Kind::Recv, next, bytes, grads}, {true, in.chunk, in.microbatch}});
+        steps.push_back(
+            {false, {P2POp::Kind::Recv, next, bytes, grads}, {true, in.chunk, in.microbatch}});
         break;
       case Op::SendBwd:
-        steps.push_back({false, {P2POp::Kind::Send, prev, bytes, grads},
+        steps.push_back({false,
+                         {P2POp::Kind::Send, prev, bytes, grads},
                          {true, prev_virtual_stage(spec, stage, in.chunk).chunk, in.microbatch}});
         break;
-      default:
-        steps.push_back({true, {}, {}});
+      default: steps.push_back({true, {}, {}});
     }
   }
   return steps;
@@ -87,7 +90,8 @@ std::string simulate_links(const std::vector<std::vector<Step>>& programs) {
           if (open_recvs[r] > 0) break;
         } else {
           const P2PLink link = cuda::link_of(r, s.op);
-          (s.op.kind == P2POp::Kind::Send ? sends : recvs)[link].push_back({r, s.message, s.op.bytes});
+          (s.op.kind == P2POp::Kind::Send ? sends : recvs)[link].push_back(
+              {r, s.message, s.op.bytes});
           if (s.op.kind == P2POp::Kind::Recv) ++open_recvs[r];
         }
         ++pc[r];
@@ -106,7 +110,8 @@ std::string simulate_links(const std::vector<std::vector<Step>>& programs) {
       }
     }
     bool done = true;
-    for (int r = 0; r < ranks; ++r) done = done && pc[r] == programs[r].size() && open_recvs[r] == 0;
+    for (int r = 0; r < ranks; ++r)
+      done = done && pc[r] == programs[r].size() && open_recvs[r] == 0;
     if (done) return "";
     if (!progress) return "deadlock";
   }
@@ -134,7 +139,8 @@ std::string simulate_grouped_single_stream(const std::vector<std::vector<Step>>&
       }
       if (after_compute) groups[r].emplace_back();
       after_compute = false;
-      const int k = count[{static_cast<int>(s.op.kind), s.op.peer, static_cast<int>(s.op.channel)}]++;
+      const int k =
+          count[{static_cast<int>(s.op.kind), s.op.peer, static_cast<int>(s.op.channel)}]++;
       groups[r].back().push_back({s.op, s.message, k});
     }
   }
@@ -147,8 +153,8 @@ std::string simulate_grouped_single_stream(const std::vector<std::vector<Step>>&
       for (Item& it : groups[r][current[r]]) {
         if (it.done || current[it.op.peer] == groups[it.op.peer].size()) continue;
         for (Item& p : groups[it.op.peer][current[it.op.peer]])
-          if (!p.done && p.op.peer == r && p.op.kind != it.op.kind && p.op.channel == it.op.channel &&
-              p.ordinal == it.ordinal) {
+          if (!p.done && p.op.peer == r && p.op.kind != it.op.kind &&
+              p.op.channel == it.op.channel && p.ordinal == it.ordinal) {
             if (!(p.message == it.message)) return "pairs different messages";
             it.done = p.done = true;
             progress = true;
@@ -175,7 +181,8 @@ std::vector<std::vector<Step>> programs(const ScheduleSpec& spec, bool separate_
 
 std::vector<ScheduleSpec> all_specs() {
   std::vector<ScheduleSpec> specs;
-  for (const ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1})
+  for (const ScheduleKind kind :
+       {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1})
     for (int pp : {2, 3, 4})
       for (int m : {1, 2, 3, 4, 8}) specs.push_back({kind, pp, 1, m});
   for (int pp : {2, 3, 4})
@@ -195,9 +202,10 @@ TEST(NcclP2P, LinksOfAStage) {
   using L = P2PLink;
   EXPECT_TRUE(cuda::pipeline_links(0, 1).empty());
   // pp 3, stage 1: activations 1->2 and 0->1, gradients 1->0 and 2->1.
-  EXPECT_EQ(cuda::pipeline_links(1, 3),
-            (std::vector<L>{{0, 1, P2PChannel::Activations}, {1, 0, P2PChannel::Gradients},
-                            {1, 2, P2PChannel::Activations}, {2, 1, P2PChannel::Gradients}}));
+  EXPECT_EQ(cuda::pipeline_links(1, 3), (std::vector<L>{{0, 1, P2PChannel::Activations},
+                                                        {1, 0, P2PChannel::Gradients},
+                                                        {1, 2, P2PChannel::Activations},
+                                                        {2, 1, P2PChannel::Gradients}}));
   // pp 2: both directions carry both channels (the interleaved ring wraps).
   EXPECT_EQ(cuda::pipeline_links(0, 2).size(), 4u);
   // Every link a transfer uses is one its rank created.

@@ -19,8 +19,8 @@ constexpr double kAdamWNmse = 1e-12;
 constexpr double kSquaresNmse = 1e-20;
 
 TEST(AdamW, MatchesReferenceAndCpu) {
-  const std::vector<std::size_t> sizes = kSanitizer ? std::vector<std::size_t>{300}
-                                                    : std::vector<std::size_t>{1, 1003, 70001};
+  const std::vector<std::size_t> sizes =
+      kSanitizer ? std::vector<std::size_t>{300} : std::vector<std::size_t>{1, 1003, 70001};
   for (const std::size_t n : sizes) {
     SCOPED_TRACE(::testing::Message() << "n=" << n);
     std::mt19937 rng(static_cast<unsigned>(n));
@@ -41,7 +41,8 @@ TEST(AdamW, MatchesReferenceAndCpu) {
         cuda::adamw_update(o.p.data(), gg.data(), o.m.data(), o.v.data(), n, h, grad_scale,
                            o.copy.data(), nullptr);
       else
-        cuda::adamw_update(o.p.data(), gg.data(), o.m.data(), o.v.data(), n, h, grad_scale, nullptr);
+        cuda::adamw_update(o.p.data(), gg.data(), o.m.data(), o.v.data(), n, h, grad_scale,
+                           nullptr);
       return o;
     };
     const Out o = run(true), plain = run(false);

@@ -7,7 +7,8 @@
 //   kernel that depends on block order, or on the order of atomics across blocks, then gives
 //   different bits in two runs: the "run twice, bit-identical" tests catch it).
 // - The threads of a block are real std::threads, all alive at once: one worker per thread index,
-//   each looping over the blocks (workers are pooled across launches). threadIdx/blockIdx/blockDim/gridDim are thread_locals.
+//   each looping over the blocks (workers are pooled across launches).
+//   threadIdx/blockIdx/blockDim/gridDim are thread_locals.
 // - __syncthreads (and _or/_and/_count) is a barrier over the block's threads; __syncwarp and the
 //   warp built-ins (__shfl_*_sync, __ballot_sync, __any_sync, __all_sync) are barriers over the
 //   32 lanes of a warp, with the values exchanged through a per-warp slot array (double-buffered,
@@ -43,16 +44,19 @@
 
 #include <cuda_bf16.h>     // __nv_bfloat16 and its conversions work in host code
 #include <driver_types.h>  // cudaStream_t, cudaError_t
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <vector_types.h>  // dim3, uint3
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <climits>
 #include <cstring>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -65,10 +69,6 @@
 #include <tuple>
 #include <type_traits>
 #include <vector>
-
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 // The CUDA headers define __shared__ as nothing for host compilers; here it is block-local
 // storage (see above). __launch_bounds__ is only defined for nvcc.
@@ -160,14 +160,17 @@ struct Warp {
 class LaunchState {
  public:
   LaunchState(std::string kernel, dim3 grid, dim3 block, std::size_t dynamic_smem)
-      : kernel(std::move(kernel)), grid(grid), block(block),
+      : kernel(std::move(kernel)),
+        grid(grid),
+        block(block),
         threads(static_cast<int>(block.x * block.y * block.z)),
-        block_barrier(*this, "block", threads), dynamic_smem_bytes(dynamic_smem) {
+        block_barrier(*this, "block", threads),
+        dynamic_smem_bytes(dynamic_smem) {
     for (int w = 0; w * 32 < threads; ++w)
       warps.push_back(std::make_unique<Warp>(*this, w, std::min(32, threads - 32 * w)));
     if (dynamic_smem > 0)
-      dynamic_smem_ptr.reset(static_cast<std::byte*>(
-          ::operator new[](dynamic_smem, std::align_val_t{16})));
+      dynamic_smem_ptr.reset(
+          static_cast<std::byte*>(::operator new[](dynamic_smem, std::align_val_t{16})));
   }
 
   // Records the first error, wakes every barrier, and unwinds the calling thread.
@@ -493,11 +496,16 @@ inline void check_configuration(const std::string& kernel, dim3 grid, dim3 block
                                 std::size_t smem) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   std::string why;
-  if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0) why = "an empty grid or block";
-  else if (threads > 1024) why = std::to_string(threads) + " threads per block (max 1024)";
-  else if (block.z > 64) why = "blockDim.z > 64";
-  else if (grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u) why = "grid too large";
-  else if (smem > 48 * 1024) why = std::to_string(smem) + " bytes of dynamic shared memory (max 48 KiB without opt-in)";
+  if (threads == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0)
+    why = "an empty grid or block";
+  else if (threads > 1024)
+    why = std::to_string(threads) + " threads per block (max 1024)";
+  else if (block.z > 64)
+    why = "blockDim.z > 64";
+  else if (grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u)
+    why = "grid too large";
+  else if (smem > 48 * 1024)
+    why = std::to_string(smem) + " bytes of dynamic shared memory (max 48 KiB without opt-in)";
   if (!why.empty())
     throw std::runtime_error("cuda_emulator: invalid launch configuration for " + kernel + ": " +
                              why);

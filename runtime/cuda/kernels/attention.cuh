@@ -91,19 +91,19 @@ __global__ void attention_softmax_forward_kernel(floatX* att, const floatX* prea
 
 template <typename floatX>
 __global__ void attention_softmax_backward_kernel(floatX* dpreatt, const floatX* datt,
-                                                  const floatX* att, float scale, int rows,
-                                                  int T) {
+                                                  const floatX* att, float scale, int rows, int T) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kSoftmaxRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int i = row % T;
   const std::size_t base = static_cast<std::size_t>(row) * T;
   float weighted = 0.f;  // sum_j att_ij datt_ij
-  for (int j = lane; j <= i; j += 32) weighted += to_float(att[base + j]) * to_float(datt[base + j]);
+  for (int j = lane; j <= i; j += 32)
+    weighted += to_float(att[base + j]) * to_float(datt[base + j]);
   weighted = warp_sum(weighted);  // every lane has read its datt before any lane writes
   for (int j = lane; j < T; j += 32) {
-    const float g = j <= i ? scale * to_float(att[base + j]) * (to_float(datt[base + j]) - weighted)
-                           : 0.f;
+    const float g =
+        j <= i ? scale * to_float(att[base + j]) * (to_float(datt[base + j]) - weighted) : 0.f;
     dpreatt[base + j] = from_float<floatX>(g);
   }
 }
@@ -144,8 +144,8 @@ void attention_softmax_forward(floatX* att, const floatX* preatt, float scale, i
                   stream, att, preatt, scale, rows, T);
 }
 template <typename floatX>
-void attention_softmax_backward(floatX* dpreatt, const floatX* datt, const floatX* att,
-                                float scale, int BNH, int T, cudaStream_t stream) {
+void attention_softmax_backward(floatX* dpreatt, const floatX* datt, const floatX* att, float scale,
+                                int BNH, int T, cudaStream_t stream) {
   const int rows = BNH * T;
   if (rows <= 0) return;
   PIPELANE_LAUNCH(attention_softmax_backward_kernel<floatX>,

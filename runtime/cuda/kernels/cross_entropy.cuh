@@ -51,7 +51,7 @@ __global__ void cross_entropy_chunk_kernel(float* losses, floatX* logits,
   const int target = targets[r];
   const float maxv = row_max(z, V, scratch);
   const float target_logit = to_float(z[target]) - maxv;  // read before any thread rewrites z
-  const float sum = row_sum_exp(z, V, maxv, scratch);      // (its barriers order the two)
+  const float sum = row_sum_exp(z, V, maxv, scratch);     // (its barriers order the two)
   if (threadIdx.x == 0) losses[r] = logf(sum) - target_logit;
   if (backward) write_dlogits(z, Vp, V, maxv, sum, target, grad_scale);
 }
@@ -116,8 +116,8 @@ void cross_entropy_chunk_row_sums(float* rowsum, float* rowtgt, const floatX* lo
                                   const float* rowmax, const std::int32_t* targets, int rows,
                                   int Vl, int valid, int vocab_begin, cudaStream_t stream) {
   if (rows <= 0) return;
-  PIPELANE_LAUNCH(cross_entropy_row_sums_kernel<floatX>, dim3(rows), dim3(kCrossEntropyThreads),
-                  0, stream, rowsum, rowtgt, logits, rowmax, targets, Vl, valid, vocab_begin);
+  PIPELANE_LAUNCH(cross_entropy_row_sums_kernel<floatX>, dim3(rows), dim3(kCrossEntropyThreads), 0,
+                  stream, rowsum, rowtgt, logits, rowmax, targets, Vl, valid, vocab_begin);
 }
 
 template <typename floatX>

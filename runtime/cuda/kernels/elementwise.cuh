@@ -33,7 +33,8 @@ struct GeluForward {
   const floatX* inp;
   __device__ void operator()(std::size_t i) const {
     const float x = to_float(inp[i]);
-    out[i] = from_float<floatX>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
+    out[i] =
+        from_float<floatX>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
   }
 };
 

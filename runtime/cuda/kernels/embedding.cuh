@@ -55,7 +55,8 @@ struct AddPositions {
     const std::size_t n = i / C;
     const int c = static_cast<int>(i % C);
     const int t = static_cast<int>(n % T);
-    out[i] = from_float<floatX>(to_float(out[i]) + to_float(wpe[static_cast<std::size_t>(t) * C + c]));
+    out[i] =
+        from_float<floatX>(to_float(out[i]) + to_float(wpe[static_cast<std::size_t>(t) * C + c]));
   }
 };
 
@@ -109,7 +110,8 @@ __global__ void token_grad_kernel(float* dwte, const floatX* dout, const std::in
     __syncthreads();
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
       float acc = w[c];
-      for (int k = 0; k < count; ++k) acc += to_float(dout[static_cast<std::size_t>(rows[k]) * C + c]);
+      for (int k = 0; k < count; ++k)
+        acc += to_float(dout[static_cast<std::size_t>(rows[k]) * C + c]);
       w[c] = acc;
     }
     // (The next chunk rewrites warp_counts[] and rows[] only after its first barrier.)

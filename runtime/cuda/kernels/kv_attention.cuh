@@ -13,8 +13,8 @@ constexpr int kKvMaxHeadSize = 2 * kKvThreads;
 
 template <typename floatX>
 __global__ void attention_kv_cache_kernel(floatX* out, const floatX* q, int q_stride,
-                                          const floatX* kcache, const floatX* vcache,
-                                          int kv_stride, int p0, int C, int hs, float scale) {
+                                          const floatX* kcache, const floatX* vcache, int kv_stride,
+                                          int p0, int C, int hs, float scale) {
   __shared__ float qs[kKvMaxHeadSize];
   __shared__ float p[kKvThreads];  // the tile's scores, then their exp
   __shared__ float scratch[32];
@@ -66,9 +66,10 @@ void attention_kv_cache_forward(floatX* out, const floatX* q, int q_stride, cons
   if (n <= 0) return;
   const int hs = C / NH;
   if (hs * NH != C || hs > kKvMaxHeadSize)
-    throw std::invalid_argument("attention_kv_cache_forward: head size C/NH must divide C and be <= " +
-                                std::to_string(kKvMaxHeadSize) + " (C=" + std::to_string(C) +
-                                ", NH=" + std::to_string(NH) + ")");
+    throw std::invalid_argument(
+        "attention_kv_cache_forward: head size C/NH must divide C and be <= " +
+        std::to_string(kKvMaxHeadSize) + " (C=" + std::to_string(C) + ", NH=" + std::to_string(NH) +
+        ")");
   const float scale = 1.0f / sqrtf(static_cast<float>(hs));
   PIPELANE_LAUNCH(attention_kv_cache_kernel<floatX>, dim3(n, NH), dim3(kKvThreads), 0, stream, out,
                   q, q_stride, kcache, vcache, kv_stride, p0, C, hs, scale);

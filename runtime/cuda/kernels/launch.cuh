@@ -30,7 +30,7 @@
 #define PIPELANE_DYNAMIC_SHARED(type, name) \
   type* name = reinterpret_cast<type*>(::pipelane::cuda_emu::dynamic_shared_memory())
 #else
-#define PIPELANE_DYNAMIC_SHARED(type, name)                              \
+#define PIPELANE_DYNAMIC_SHARED(type, name)                               \
   extern __shared__ __align__(16) unsigned char pipelane_dynamic_smem_[]; \
   type* name = reinterpret_cast<type*>(pipelane_dynamic_smem_)
 #endif
@@ -45,8 +45,8 @@
 namespace pipelane::cuda {
 
 template <typename... Params, typename... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
-            std::size_t smem, cudaStream_t stream, Args&&... args) {
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem,
+            cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
 #if PIPELANE_EMULATED
   (void)stream;
@@ -57,13 +57,15 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(std::forward<Args>(args))...);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
-    throw std::runtime_error(std::string("CUDA launch of ") + name + " failed: " +
-                             cudaGetErrorString(err));
+    throw std::runtime_error(std::string("CUDA launch of ") + name +
+                             " failed: " + cudaGetErrorString(err));
 #endif
 }
 
 // Launch arithmetic on the host.
-inline unsigned ceil_div(std::size_t a, std::size_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+inline unsigned ceil_div(std::size_t a, std::size_t b) {
+  return static_cast<unsigned>((a + b - 1) / b);
+}
 
 // Blocks for a grid-stride loop over n elements: enough to fill any current GPU, never more than
 // the elements need. A grid-stride loop computes the same values for any grid size, so the

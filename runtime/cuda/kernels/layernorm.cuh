@@ -37,10 +37,9 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
 }
 
 template <typename floatX>
-__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout,
-                                                const floatX* inp, const floatX* weight,
-                                                const float* mean, const float* rstd, int N,
-                                                int C) {
+__global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                                const floatX* weight, const float* mean,
+                                                const float* rstd, int N, int C) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (row >= N) return;
@@ -59,7 +58,8 @@ __global__ void layernorm_backward_input_kernel(floatX* dinp, const floatX* dout
   floatX* di = dinp + base;
   for (int c = lane; c < C; c += 32) {
     const float xhat = (to_float(x[c]) - m) * r;
-    const float g = (to_float(weight[c]) * to_float(d[c]) - dnorm_mean - xhat * dnorm_norm_mean) * r;
+    const float g =
+        (to_float(weight[c]) * to_float(d[c]) - dnorm_mean - xhat * dnorm_norm_mean) * r;
     di[c] = from_float<floatX>(to_float(di[c]) + g);
   }
 }
@@ -99,9 +99,9 @@ void layernorm_backward_input(floatX* dinp, const floatX* dout, const floatX* in
 }
 
 template <typename floatX>
-void layernorm_backward_params(float* dweight, float* dbias, const floatX* dout,
-                               const floatX* inp, const float* mean, const float* rstd, int N,
-                               int C, float* scratch, cudaStream_t stream) {
+void layernorm_backward_params(float* dweight, float* dbias, const floatX* dout, const floatX* inp,
+                               const float* mean, const float* rstd, int N, int C, float* scratch,
+                               cudaStream_t stream) {
   column_sums(ColumnOutputs<2>{{dweight, dbias}},
               LayernormParamTerms<floatX>{dout, inp, mean, rstd, C}, N, C, scratch, stream);
 }

@@ -15,8 +15,9 @@ struct AdamWStep {
 inline AdamWStep adamw_step(const cpu::AdamWParams& h, float grad_scale) {
   const float bias1 = 1.0f - std::pow(h.beta1, static_cast<float>(h.t));
   const float bias2 = 1.0f - std::pow(h.beta2, static_cast<float>(h.t));
-  return AdamWStep{h.beta1,         h.beta2,         h.eps, h.lr / bias1, std::sqrt(bias2),
-                   1.0f - h.lr * h.weight_decay, grad_scale};
+  return AdamWStep{h.beta1,      h.beta2,          h.eps,
+                   h.lr / bias1, std::sqrt(bias2), 1.0f - h.lr * h.weight_decay,
+                   grad_scale};
 }
 
 // Same order of operations as torch.optim.AdamW's single-tensor path (and cpu::adamw_update).

@@ -10,8 +10,9 @@ namespace {
 
 void check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLASLt: ") + what + " failed: " +
-                             cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")");
+    throw std::runtime_error(std::string("cuBLASLt: ") + what +
+                             " failed: " + cublasLtGetStatusName(status) + " (" +
+                             cublasLtGetStatusString(status) + ")");
 }
 
 cudaDataType_t cuda_type(DataType t) { return t == DataType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
@@ -30,7 +31,8 @@ cublasLtEpilogue_t cublas_epilogue(Epilogue e) {
 }
 
 template <typename V>
-void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value, const char* what) {
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const V& value,
+         const char* what) {
   check(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value), what);
 }
 
@@ -43,7 +45,8 @@ cublasLtMatrixLayout_t layout(DataType t, std::int64_t rows, std::int64_t cols, 
         "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     const std::int32_t count = batch;
-    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+    check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                           sizeof count),
           "batch count");
     check(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                            &batch_stride, sizeof batch_stride),
@@ -56,7 +59,8 @@ cublasLtMatrixLayout_t layout(DataType t, std::int64_t rows, std::int64_t cols, 
 
 GemmDescriptors::GemmDescriptors(const GemmCall& g, int sm_count_target) {
   try {
-    check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          "cublasLtMatmulDescCreate");
     set(op, CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(g.transa), "transa");
     set(op, CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(g.transb), "transb");
     set(op, CUBLASLT_MATMUL_DESC_EPILOGUE, cublas_epilogue(g.epilogue), "epilogue");
@@ -120,12 +124,13 @@ void CublasLt::run(const GemmCall& g, void* workspace, std::size_t workspace_byt
   cublasLtMatmulPreferenceDestroy(pref);
   check(status, "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0)
-    throw std::runtime_error(std::string("cuBLASLt: no algorithm for a ") + std::to_string(g.m) + "x" +
-                             std::to_string(g.n) + "x" + std::to_string(g.k) + " GEMM with epilogue " +
-                             to_string(g.epilogue));
-  check(cublasLtMatmul(handle_, desc.op, &g.alpha, g.a.ptr, desc.a, g.b.ptr, desc.b, &g.beta, g.c.ptr,
-                       desc.c, g.d, desc.d, &result.algo, workspace, workspace_bytes, stream),
-        "cublasLtMatmul");
+    throw std::runtime_error(std::string("cuBLASLt: no algorithm for a ") + std::to_string(g.m) +
+                             "x" + std::to_string(g.n) + "x" + std::to_string(g.k) +
+                             " GEMM with epilogue " + to_string(g.epilogue));
+  check(
+      cublasLtMatmul(handle_, desc.op, &g.alpha, g.a.ptr, desc.a, g.b.ptr, desc.b, &g.beta, g.c.ptr,
+                     desc.c, g.d, desc.d, &result.algo, workspace, workspace_bytes, stream),
+      "cublasLtMatmul");
 }
 
 }  // namespace pipelane::cuda

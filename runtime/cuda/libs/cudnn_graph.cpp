@@ -9,7 +9,8 @@ namespace {
 
 void check(cudnnStatus_t status, const char* what) {
   if (status != CUDNN_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuDNN: ") + what + " failed: " + cudnnGetErrorString(status));
+    throw std::runtime_error(std::string("cuDNN: ") + what +
+                             " failed: " + cudnnGetErrorString(status));
 }
 
 cudnnDataType_t cudnn_type(GraphType t) {
@@ -99,7 +100,8 @@ CudnnOperationGraph build_operation_graph(const Graph& g) {
         o.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1, "matmul a");
         o.set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &b, 1, "matmul b");
         o.set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1, "matmul c");
-        o.set(CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &m, 1, "matmul desc");
+        o.set(CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &m, 1,
+              "matmul desc");
         o.finalize("matmul operation");
         ops.push_back(o.get());
         break;
@@ -109,22 +111,29 @@ CudnnOperationGraph build_operation_graph(const Graph& g) {
         CudnnDescriptor& rd = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
         const cudnnReduceTensorOp_t mode =
             op.kind == GraphOpKind::ReduceMax ? CUDNN_REDUCE_TENSOR_MAX : CUDNN_REDUCE_TENSOR_ADD;
-        rd.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode, 1, "reduction mode");
-        rd.set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &fp32, 1, "reduction compute type");
+        rd.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &mode, 1,
+               "reduction mode");
+        rd.set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, &fp32, 1,
+               "reduction compute type");
         rd.finalize("reduction");
         const cudnnBackendDescriptor_t r = rd.get();
         CudnnDescriptor& o = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-        o.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1, "reduction x");
-        o.set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1, "reduction y");
-        o.set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &r, 1, "reduction desc");
+        o.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1,
+              "reduction x");
+        o.set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1,
+              "reduction y");
+        o.set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &r, 1,
+              "reduction desc");
         o.finalize("reduction operation");
         ops.push_back(o.get());
         break;
       }
       case GraphOpKind::Transpose: {
         CudnnDescriptor& o = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-        o.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1, "reshape x");
-        o.set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1, "reshape y");
+        o.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1,
+              "reshape x");
+        o.set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1,
+              "reshape y");
         o.finalize("reshape operation");
         ops.push_back(o.get());
         break;
@@ -133,7 +142,8 @@ CudnnOperationGraph build_operation_graph(const Graph& g) {
         CudnnDescriptor& pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
         const cudnnPointwiseMode_t mode = pointwise_mode(op.kind);
         pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode, 1, "pointwise mode");
-        pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &fp32, 1, "pointwise precision");
+        pw.set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, &fp32, 1,
+               "pointwise precision");
         if (op.kind == GraphOpKind::GenIndex) {
           const std::int64_t axis = op.axis;
           pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, &axis, 1, "gen_index axis");
@@ -141,17 +151,22 @@ CudnnOperationGraph build_operation_graph(const Graph& g) {
         pw.finalize("pointwise");
         const cudnnBackendDescriptor_t p = pw.get();
         CudnnDescriptor& o = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-        o.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &p, 1, "pointwise desc");
-        o.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1, "pointwise x");
+        o.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, &p, 1,
+              "pointwise desc");
+        o.set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &x, 1,
+              "pointwise x");
         if (op.b >= 0) {
           const cudnnBackendDescriptor_t b = tensors.at(op.b);
-          o.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &b, 1, "pointwise b");
+          o.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &b, 1,
+                "pointwise b");
         }
         if (op.t >= 0) {
           const cudnnBackendDescriptor_t t = tensors.at(op.t);
-          o.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &t, 1, "pointwise t");
+          o.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &t, 1,
+                "pointwise t");
         }
-        o.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1, "pointwise y");
+        o.set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, &y, 1,
+              "pointwise y");
         o.finalize("pointwise operation");
         ops.push_back(o.get());
       }
@@ -169,7 +184,8 @@ Cudnn::~Cudnn() {
   if (handle_) cudnnDestroy(handle_);
 }
 
-CudnnPlan::CudnnPlan(const Cudnn& cudnn, const Graph& g) : graph_(g), op_graph_(build_operation_graph(g)) {
+CudnnPlan::CudnnPlan(const Cudnn& cudnn, const Graph& g)
+    : graph_(g), op_graph_(build_operation_graph(g)) {
   device_ = std::make_unique<CudnnDescriptor>(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR);
   const cudnnHandle_t handle = cudnn.handle();
   device_->set(CUDNN_ATTR_DEVICEPROP_HANDLE, CUDNN_TYPE_HANDLE, &handle, 1, "device handle");
@@ -177,9 +193,11 @@ CudnnPlan::CudnnPlan(const Cudnn& cudnn, const Graph& g) : graph_(g), op_graph_(
   const cudnnBackendDescriptor_t dev = device_->get(), graph = op_graph_.graph->get();
   CudnnDescriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &graph, 1, "heuristics graph");
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, &graph, 1,
+                 "heuristics graph");
   heuristics.set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, &mode, 1, "heuristics mode");
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &dev, 1, "heuristics device");
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &dev, 1,
+                 "heuristics device");
   heuristics.finalize("engine heuristics");
   // The ranked engine configurations; the first one that builds a plan wins.
   constexpr int kCandidates = 8;
@@ -194,8 +212,10 @@ CudnnPlan::CudnnPlan(const Cudnn& cudnn, const Graph& g) : graph_(g), op_graph_(
         "engine heuristics results");
   for (std::int64_t i = 0; i < found; ++i) {
     auto plan = std::make_unique<CudnnDescriptor>(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw[i], 1, "plan engine");
-    plan->set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &dev, 1, "plan device");
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, &raw[i], 1,
+              "plan engine");
+    plan->set(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, CUDNN_TYPE_BACKEND_DESCRIPTOR, &dev, 1,
+              "plan device");
     if (cudnnBackendFinalize(plan->get()) != CUDNN_STATUS_SUCCESS) continue;
     std::int64_t count = 0;
     check(cudnnBackendGetAttribute(plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
@@ -204,8 +224,8 @@ CudnnPlan::CudnnPlan(const Cudnn& cudnn, const Graph& g) : graph_(g), op_graph_(
     plan_ = std::move(plan);
     return;
   }
-  throw std::runtime_error("cuDNN: no engine runs this attention graph (" +
-                           std::to_string(found) + " candidates)");
+  throw std::runtime_error("cuDNN: no engine runs this attention graph (" + std::to_string(found) +
+                           " candidates)");
 }
 
 void CudnnPlan::run(const Cudnn& cudnn, const std::map<GraphBuffer, void*>& buffers,
@@ -227,7 +247,8 @@ void CudnnPlan::run(const Cudnn& cudnn, const std::map<GraphBuffer, void*>& buff
            static_cast<std::int64_t>(uids.size()), "variant pack uids");
   pack.set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.data(),
            static_cast<std::int64_t>(pointers.size()), "variant pack pointers");
-  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace, 1, "variant pack workspace");
+  pack.set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace, 1,
+           "variant pack workspace");
   pack.finalize("variant pack");
   check(cudnnSetStream(cudnn.handle(), stream), "cudnnSetStream");
   check(cudnnBackendExecute(cudnn.handle(), plan_->get(), pack.get()), "cudnnBackendExecute");

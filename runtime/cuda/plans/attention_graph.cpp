@@ -13,11 +13,16 @@ using Dims = std::array<std::int64_t, 4>;
 class Builder {
  public:
   Builder(int B, int T, int C, int NH, DataType io)
-      : B_(B), T_(T), C_(C), NH_(NH), hs_(C / NH),
+      : B_(B),
+        T_(T),
+        C_(C),
+        NH_(NH),
+        hs_(C / NH),
         io_(io == DataType::BF16 ? GraphType::BF16 : GraphType::F32) {}
 
   // [B,NH,T,hs] inside a [B,T,width] buffer at part offset `part * C` (q, k, v of qkv; out).
-  std::int64_t heads(const char* name, GraphBuffer buf, int width, int part, bool transposed = false) {
+  std::int64_t heads(const char* name, GraphBuffer buf, int width, int part,
+                     bool transposed = false) {
     const std::int64_t row = static_cast<std::int64_t>(width) * C_;
     Dims dims{B_, NH_, T_, hs_}, strides{T_ * row, hs_, row, 1};
     if (transposed) {  // [B,NH,hs,T]: the same memory, last two axes swapped
@@ -28,24 +33,56 @@ class Builder {
                 static_cast<std::int64_t>(part) * C_});
   }
   std::int64_t stats(const char* name) {
-    return add({0, name, {B_, NH_, T_, 1}, {NH_ * T_, T_, 1, 1}, GraphType::F32, false, false, 0.f,
-                GraphBuffer::Stats, 0});
+    return add({0,
+                name,
+                {B_, NH_, T_, 1},
+                {NH_ * T_, T_, 1, 1},
+                GraphType::F32,
+                false,
+                false,
+                0.f,
+                GraphBuffer::Stats,
+                0});
   }
   std::int64_t scalar(const char* name, float value) {
-    return add({0, name, {1, 1, 1, 1}, {1, 1, 1, 1}, GraphType::F32, false, true, value,
-                GraphBuffer::None, 0});
+    return add({0,
+                name,
+                {1, 1, 1, 1},
+                {1, 1, 1, 1},
+                GraphType::F32,
+                false,
+                true,
+                value,
+                GraphBuffer::None,
+                0});
   }
   // A virtual [B,NH,rows,cols] tensor, packed.
   std::int64_t virt(const char* name, std::int64_t rows, std::int64_t cols,
                     GraphType type = GraphType::F32) {
-    return add({0, name, {B_, NH_, rows, cols}, {NH_ * rows * cols, rows * cols, cols, 1}, type,
-                true, false, 0.f, GraphBuffer::None, 0});
+    return add({0,
+                name,
+                {B_, NH_, rows, cols},
+                {NH_ * rows * cols, rows * cols, cols, 1},
+                type,
+                true,
+                false,
+                0.f,
+                GraphBuffer::None,
+                0});
   }
   // The transpose of a packed virtual [B,NH,T,T] tensor: the same memory, last two strides swapped
   // (what a cuDNN RESHAPE produces).
   std::int64_t virt_transposed(const char* name, GraphType type) {
-    return add({0, name, {B_, NH_, T_, T_}, {NH_ * T_ * T_, T_ * T_, 1, T_}, type, true, false, 0.f,
-                GraphBuffer::None, 0});
+    return add({0,
+                name,
+                {B_, NH_, T_, T_},
+                {NH_ * T_ * T_, T_ * T_, 1, T_},
+                type,
+                true,
+                false,
+                0.f,
+                GraphBuffer::None,
+                0});
   }
   std::int64_t op(GraphOpKind kind, std::int64_t x, std::int64_t b, std::int64_t y, int axis = -1,
                   std::int64_t t = -1) {
@@ -56,9 +93,12 @@ class Builder {
   std::int64_t masked_scores(std::int64_t q, std::int64_t kt, std::int64_t scale) {
     const std::int64_t s = op(GraphOpKind::Matmul, q, kt, virt("scores", T_, T_));
     const std::int64_t ss = op(GraphOpKind::Mul, s, scale, virt("scaled_scores", T_, T_));
-    const std::int64_t row = op(GraphOpKind::GenIndex, ss, -1, virt("row", T_, T_, GraphType::I32), 2);
-    const std::int64_t col = op(GraphOpKind::GenIndex, ss, -1, virt("col", T_, T_, GraphType::I32), 3);
-    const std::int64_t keep = op(GraphOpKind::CmpGe, row, col, virt("causal", T_, T_, GraphType::Bool));
+    const std::int64_t row =
+        op(GraphOpKind::GenIndex, ss, -1, virt("row", T_, T_, GraphType::I32), 2);
+    const std::int64_t col =
+        op(GraphOpKind::GenIndex, ss, -1, virt("col", T_, T_, GraphType::I32), 3);
+    const std::int64_t keep =
+        op(GraphOpKind::CmpGe, row, col, virt("causal", T_, T_, GraphType::Bool));
     const std::int64_t ninf = scalar("minus_inf", -std::numeric_limits<float>::infinity());
     // BINARY_SELECT: y = t ? x : b
     return op(GraphOpKind::BinarySelect, ss, ninf, virt("masked_scores", T_, T_), -1, keep);
@@ -93,7 +133,8 @@ Graph causal_attention_forward_graph(int B, int T, int C, int NH, DataType io) {
   const std::int64_t d = g.op(GraphOpKind::Sub, s, m, g.virt("shifted", g.T(), g.T()));
   const std::int64_t e = g.op(GraphOpKind::Exp, d, -1, g.virt("exp", g.T(), g.T()));
   const std::int64_t z = g.op(GraphOpKind::ReduceAdd, e, -1, g.virt("row_sum", g.T(), 1));
-  const std::int64_t p = g.op(GraphOpKind::Div, e, z, g.virt("probabilities", g.T(), g.T(), g.io()));
+  const std::int64_t p =
+      g.op(GraphOpKind::Div, e, z, g.virt("probabilities", g.T(), g.T(), g.io()));
   const std::int64_t logz = g.op(GraphOpKind::Log, z, -1, g.virt("log_row_sum", g.T(), 1));
   g.op(GraphOpKind::Add, m, logz, g.stats("stats"));
   g.op(GraphOpKind::Matmul, p, v, g.heads("o", GraphBuffer::Out, 1, 0));
@@ -116,8 +157,10 @@ Graph causal_attention_backward_graph(int B, int T, int C, int NH, DataType io) 
   const std::int64_t d = g.op(GraphOpKind::Sub, s, stats, g.virt("shifted", T_, T_));
   const std::int64_t p = g.op(GraphOpKind::Exp, d, -1, g.virt("probabilities", T_, T_));
   // dV = P^T dO
-  const std::int64_t pio = g.op(GraphOpKind::Identity, p, -1, g.virt("probabilities_io", T_, T_, g.io()));
-  const std::int64_t pt = g.op(GraphOpKind::Transpose, pio, -1, g.virt_transposed("probabilities^T", g.io()));
+  const std::int64_t pio =
+      g.op(GraphOpKind::Identity, p, -1, g.virt("probabilities_io", T_, T_, g.io()));
+  const std::int64_t pt =
+      g.op(GraphOpKind::Transpose, pio, -1, g.virt_transposed("probabilities^T", g.io()));
   g.op(GraphOpKind::Matmul, pt, dout, g.heads("dv", GraphBuffer::DQkv, 3, 2));
   // dS = P * (dO V^T - rowsum(dO * O)), scaled
   const std::int64_t dp = g.op(GraphOpKind::Matmul, dout, vt, g.virt("dp", T_, T_));
@@ -128,7 +171,8 @@ Graph causal_attention_backward_graph(int B, int T, int C, int NH, DataType io) 
   const std::int64_t dss = g.op(GraphOpKind::Mul, ds, scale, g.virt("ds_scaled", T_, T_, g.io()));
   // dQ = dS K, dK = dS^T Q
   g.op(GraphOpKind::Matmul, dss, k, g.heads("dq", GraphBuffer::DQkv, 3, 0));
-  const std::int64_t dst = g.op(GraphOpKind::Transpose, dss, -1, g.virt_transposed("ds_scaled^T", g.io()));
+  const std::int64_t dst =
+      g.op(GraphOpKind::Transpose, dss, -1, g.virt_transposed("ds_scaled^T", g.io()));
   g.op(GraphOpKind::Matmul, dst, q, g.heads("dk", GraphBuffer::DQkv, 3, 1));
   return g.take();
 }

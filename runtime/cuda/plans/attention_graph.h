@@ -33,19 +33,32 @@ struct GraphTensor {
   std::string name;
   std::array<std::int64_t, 4> dims, strides;
   GraphType type;
-  bool is_virtual;          // an intermediate the fused kernel never stores
-  bool by_value = false;    // a scalar passed by value (scale, -inf)
-  float value = 0.0f;       // its value
+  bool is_virtual;        // an intermediate the fused kernel never stores
+  bool by_value = false;  // a scalar passed by value (scale, -inf)
+  float value = 0.0f;     // its value
   GraphBuffer buffer = GraphBuffer::None;
   std::int64_t offset = 0;  // in elements of the buffer
 };
 
 // Operation kinds, named after their cuDNN counterparts: MATMUL, POINTWISE (MUL, SUB, DIV, ADD,
-// EXP, LOG, IDENTITY (a cast to y's type), GEN_INDEX, CMP_GE, BINARY_SELECT), REDUCTION (MAX, ADD; the reduced axes are those
-// where y has size 1), RESHAPE (here only to transpose the last two axes of a virtual tensor).
+// EXP, LOG, IDENTITY (a cast to y's type), GEN_INDEX, CMP_GE, BINARY_SELECT), REDUCTION (MAX, ADD;
+// the reduced axes are those where y has size 1), RESHAPE (here only to transpose the last two axes
+// of a virtual tensor).
 enum class GraphOpKind : std::uint8_t {
-  Matmul, Mul, Sub, Div, Add, Exp, Log, Identity, GenIndex, CmpGe, BinarySelect, ReduceMax,
-  ReduceAdd, Transpose
+  Matmul,
+  Mul,
+  Sub,
+  Div,
+  Add,
+  Exp,
+  Log,
+  Identity,
+  GenIndex,
+  CmpGe,
+  BinarySelect,
+  ReduceMax,
+  ReduceAdd,
+  Transpose
 };
 
 struct GraphOp {
@@ -58,7 +71,9 @@ struct GraphOp {
 struct Graph {
   std::vector<GraphTensor> tensors;
   std::vector<GraphOp> ops;  // in dependency order
-  const GraphTensor& tensor(std::int64_t uid) const { return tensors.at(static_cast<std::size_t>(uid)); }
+  const GraphTensor& tensor(std::int64_t uid) const {
+    return tensors.at(static_cast<std::size_t>(uid));
+  }
 };
 
 // Forward: out = softmax(causal(q k^T / sqrt(hs))) v and stats[B,NH,T,1]; `io` is the storage type

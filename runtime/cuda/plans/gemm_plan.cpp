@@ -25,12 +25,14 @@ namespace {
 
 void check_gelu_width(int width, const char* where) {
   if (!gelu_epilogue_fits(width))
-    throw std::invalid_argument(std::string(where) + ": the GeLU epilogue needs a width divisible by 8, got " +
+    throw std::invalid_argument(std::string(where) +
+                                ": the GeLU epilogue needs a width divisible by 8, got " +
                                 std::to_string(width));
 }
 
 // A row-major [rows, cols] matrix seen by cuBLASLt: column-major [cols, rows], ld = cols.
-Operand row_major(const void* ptr, DataType type, std::int64_t cols, std::int64_t batch_stride = 0) {
+Operand row_major(const void* ptr, DataType type, std::int64_t cols,
+                  std::int64_t batch_stride = 0) {
   return Operand{ptr, type, cols, batch_stride};
 }
 

@@ -51,7 +51,7 @@ struct GemmCall {
   Epilogue epilogue = Epilogue::None;
   void* bias = nullptr;  // read (Bias, GeluAuxBias) or written (BGradB)
   DataType bias_type = DataType::F32;
-  void* aux = nullptr;   // written (GeluAux*), read (DGelu); type and ld of D
+  void* aux = nullptr;  // written (GeluAux*), read (DGelu); type and ld of D
   std::int64_t aux_ld = 0;
 };
 
