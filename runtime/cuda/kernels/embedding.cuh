@@ -15,6 +15,14 @@ namespace pipelane::cuda {
 
 constexpr int kEmbeddingThreads = 128;
 
+// Element i of a [B*T, C] tensor: its row, channel and position.
+struct RowChannel {
+  std::size_t n;
+  int c, t;
+  __device__ RowChannel(std::size_t i, int C, int T)
+      : n(i / C), c(static_cast<int>(i % C)), t(static_cast<int>(i / C % T)) {}
+};
+
 template <typename floatX>
 struct EmbeddingForward {
   floatX* out;
@@ -23,11 +31,9 @@ struct EmbeddingForward {
   const floatX* wpe;
   int T, C;
   __device__ void operator()(std::size_t i) const {
-    const std::size_t n = i / C;
-    const int c = static_cast<int>(i % C);
-    const int t = static_cast<int>(n % T);
-    out[i] = from_float<floatX>(to_float(wte[static_cast<std::size_t>(tokens[n]) * C + c]) +
-                                to_float(wpe[static_cast<std::size_t>(t) * C + c]));
+    const RowChannel e(i, C, T);
+    out[i] = from_float<floatX>(to_float(wte[static_cast<std::size_t>(tokens[e.n]) * C + e.c]) +
+                                to_float(wpe[static_cast<std::size_t>(e.t) * C + e.c]));
   }
 };
 
@@ -52,11 +58,9 @@ struct AddPositions {
   const floatX* wpe;
   int T, C;
   __device__ void operator()(std::size_t i) const {
-    const std::size_t n = i / C;
-    const int c = static_cast<int>(i % C);
-    const int t = static_cast<int>(n % T);
-    out[i] =
-        from_float<floatX>(to_float(out[i]) + to_float(wpe[static_cast<std::size_t>(t) * C + c]));
+    const RowChannel e(i, C, T);
+    out[i] = from_float<floatX>(to_float(out[i]) +
+                                to_float(wpe[static_cast<std::size_t>(e.t) * C + e.c]));
   }
 };
 

@@ -29,60 +29,29 @@ class Builder {
       std::swap(dims[2], dims[3]);
       std::swap(strides[2], strides[3]);
     }
-    return add({0, name, dims, strides, io_, false, false, 0.f, buf,
-                static_cast<std::int64_t>(part) * C_});
+    return add(name, dims, strides, io_, false, buf, static_cast<std::int64_t>(part) * C_);
   }
   std::int64_t stats(const char* name) {
-    return add({0,
-                name,
-                {B_, NH_, T_, 1},
-                {NH_ * T_, T_, 1, 1},
-                GraphType::F32,
-                false,
-                false,
-                0.f,
-                GraphBuffer::Stats,
-                0});
+    return add(name, {B_, NH_, T_, 1}, {NH_ * T_, T_, 1, 1}, GraphType::F32, false,
+               GraphBuffer::Stats);
   }
   std::int64_t scalar(const char* name, float value) {
-    return add({0,
-                name,
-                {1, 1, 1, 1},
-                {1, 1, 1, 1},
-                GraphType::F32,
-                false,
-                true,
-                value,
-                GraphBuffer::None,
-                0});
+    const std::int64_t uid = add(name, {1, 1, 1, 1}, {1, 1, 1, 1}, GraphType::F32, false);
+    g_.tensors.back().by_value = true;
+    g_.tensors.back().value = value;
+    return uid;
   }
   // A virtual [B,NH,rows,cols] tensor, packed.
   std::int64_t virt(const char* name, std::int64_t rows, std::int64_t cols,
                     GraphType type = GraphType::F32) {
-    return add({0,
-                name,
-                {B_, NH_, rows, cols},
-                {NH_ * rows * cols, rows * cols, cols, 1},
-                type,
-                true,
-                false,
-                0.f,
-                GraphBuffer::None,
-                0});
+    return add(name, {B_, NH_, rows, cols}, {NH_ * rows * cols, rows * cols, cols, 1}, type, true);
   }
-  // The transpose of a packed virtual [B,NH,T,T] tensor: the same memory, last two strides swapped
-  // (what a cuDNN RESHAPE produces).
+  // The transpose of a packed virtual [B,NH,T,T] tensor: the same memory, last two strides
+  // swapped (what a cuDNN RESHAPE produces).
   std::int64_t virt_transposed(const char* name, GraphType type) {
-    return add({0,
-                name,
-                {B_, NH_, T_, T_},
-                {NH_ * T_ * T_, T_ * T_, 1, T_},
-                type,
-                true,
-                false,
-                0.f,
-                GraphBuffer::None,
-                0});
+    const std::int64_t uid = virt(name, T_, T_, type);
+    std::swap(g_.tensors.back().strides[2], g_.tensors.back().strides[3]);
+    return uid;
   }
   std::int64_t op(GraphOpKind kind, std::int64_t x, std::int64_t b, std::int64_t y, int axis = -1,
                   std::int64_t t = -1) {
@@ -110,8 +79,17 @@ class Builder {
   Graph take() { return std::move(g_); }
 
  private:
-  std::int64_t add(GraphTensor t) {
+  std::int64_t add(const char* name, Dims dims, Dims strides, GraphType type, bool is_virtual,
+                   GraphBuffer buffer = GraphBuffer::None, std::int64_t offset = 0) {
+    GraphTensor t;
     t.uid = static_cast<std::int64_t>(g_.tensors.size());
+    t.name = name;
+    t.dims = dims;
+    t.strides = strides;
+    t.type = type;
+    t.is_virtual = is_virtual;
+    t.buffer = buffer;
+    t.offset = offset;
     g_.tensors.push_back(std::move(t));
     return g_.tensors.back().uid;
   }
