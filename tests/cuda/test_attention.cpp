@@ -17,7 +17,8 @@
 #include "runtime/ops.h"
 #endif
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::attention_test {
 namespace {
 
 constexpr double kSoftmaxNmse = 1e-12;
@@ -200,4 +201,4 @@ TEST(AttentionKvCache, RefusesHeadsOverTheLimit) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::attention_test

@@ -18,7 +18,8 @@
 #include "tests/cuda/gemm_interpreter.h"
 #include "tests/cuda/kernel_check.h"
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::composed_test {
 namespace {
 
 constexpr double kComposedNmse = 1e-10;
@@ -117,4 +118,4 @@ TYPED_TEST(Composed, LmHeadCrossEntropy) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::composed_test

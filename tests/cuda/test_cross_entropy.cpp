@@ -16,7 +16,8 @@
 #include "runtime/ops.h"
 #endif
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::cross_entropy_test {
 namespace {
 
 constexpr double kLossNmse = 1e-12;
@@ -172,4 +173,4 @@ TYPED_TEST(CrossEntropy, VocabParallel) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::cross_entropy_test

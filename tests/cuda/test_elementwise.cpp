@@ -17,7 +17,8 @@
 #include "runtime/ops.h"
 #endif
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::elementwise_test {
 namespace {
 
 constexpr double kOneRoundingNmse = 1e-14;
@@ -158,4 +159,4 @@ TYPED_TEST(Elementwise, BiasGradient) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::elementwise_test

@@ -13,7 +13,8 @@
 #include "runtime/ops.h"
 #endif
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::embedding_test {
 namespace {
 
 constexpr double kOneRoundingNmse = 1e-14;
@@ -151,4 +152,4 @@ TYPED_TEST(Embedding, Backward) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::embedding_test

@@ -11,7 +11,8 @@
 
 #include "runtime/cuda/kernels/launch.cuh"
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::emulator_test {
 namespace {
 
 using cuda::launch;
@@ -257,4 +258,4 @@ TEST(CudaEmulator, InvalidConfigurationsAreRefused) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::emulator_test

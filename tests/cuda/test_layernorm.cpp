@@ -13,7 +13,8 @@
 #include "runtime/ops.h"
 #endif
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::layernorm_test {
 namespace {
 
 constexpr double kForwardNmse = 1e-12;
@@ -132,4 +133,4 @@ TYPED_TEST(Layernorm, Backward) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::layernorm_test

@@ -12,7 +12,8 @@
 #include "runtime/ops.h"
 #endif
 
-namespace pipelane::cuda_test {
+// A namespace of its own: the emulated test executables are unity builds.
+namespace pipelane::cuda_test::optimizer_test {
 namespace {
 
 constexpr double kAdamWNmse = 1e-12;
@@ -95,4 +96,4 @@ TYPED_TEST(SumSquares, MatchesReferenceAndCpu) {
 }
 
 }  // namespace
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_test::optimizer_test
