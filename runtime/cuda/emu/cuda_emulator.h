@@ -578,19 +578,28 @@ class WorkerPool {
   int remaining_ = 0;
 };
 
+// Process-wide launch state (not per kernel: launches of different kernels share the pool).
+struct LaunchRegistry {
+  std::mutex mutex;
+  std::uint64_t launches = 0;  // seeds the block order; guarded by mutex
+};
+inline LaunchRegistry& launch_registry() {
+  static LaunchRegistry registry;
+  return registry;
+}
+
 // Runs body() as the kernel for every thread of every block; throws std::runtime_error when the
 // kernel failed (divergence, deadlock, bad warp use, __trap).
 template <typename Body>
 void run_grid(const std::string& kernel, dim3 grid, dim3 block, std::size_t smem, Body body) {
   check_configuration(kernel, grid, block, smem);
-  // __shared__ variables are function statics: one launch at a time in the process.
-  static std::mutex launch_mutex;
-  static std::atomic<std::uint64_t> launch_counter{0};
-  std::lock_guard<std::mutex> serial(launch_mutex);
-
+  // __shared__ variables are function statics and the worker pool is shared: one launch at a
+  // time in the process.
+  LaunchRegistry& registry = launch_registry();
+  std::lock_guard<std::mutex> serial(registry.mutex);
   LaunchState launch(kernel, grid, block, smem);
   const std::uint32_t blocks = grid.x * grid.y * grid.z;
-  const std::vector<std::uint32_t> order = block_order(blocks, launch_counter++);
+  const std::vector<std::uint32_t> order = block_order(blocks, registry.launches++);
   const std::function<void(int)> worker = [&](int linear) {
     ThreadState& ts = this_thread_state;
     ts = ThreadState{&launch, launch.warps[linear / 32].get(), linear % 32, 0};
