@@ -35,7 +35,7 @@ struct MeasuredProfile {
   std::string source;
   JobSpec job;                 // the shape it was measured on
   double t_f = 0, t_b = 0, t_w = 0;  // summary.json measured_op_ms: mean Fwd, full backward, W (s)
-  std::optional<OpTable> instructions;  // medians per stage and chunk, when a trace was read
+  std::optional<OpTable> instructions;  // means per stage and chunk, when a trace was read
 };
 
 // From a device: FLOPs / (peak x efficiency), plus the tensor-parallel all-reduces over the tp
@@ -44,13 +44,13 @@ struct MeasuredProfile {
 OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster& cluster,
                         AllReduceAlgorithm algorithm);
 
-// From a profile: the measured medians as they are when `job` is the profiled shape (same model,
+// From a profile: the measured means as they are when `job` is the profiled shape (same model,
 // micro batch, sequence, tp, split and schedule kind); otherwise seconds per FLOP of each pass
 // kind, taken from the profile over its own FLOPs, times the FLOPs of `job`'s instructions (and
 // seconds per parameter for the optimizer step), plus `job`'s tensor-parallel all-reduces.
 OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const MeasuredProfile& profile,
                          const Cluster& cluster, AllReduceAlgorithm algorithm);
-// True when profile_op_table uses the profile's medians as they are.
+// True when profile_op_table uses the profile's means as they are.
 bool profile_matches(const JobSpec& job, const MeasuredProfile& profile);
 
 class JobCostModel final : public SimCostModel {
