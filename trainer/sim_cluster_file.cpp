@@ -84,7 +84,10 @@ const sim::DeviceSpec& find_device(const ClusterFile& file, const std::string& n
   for (const DeviceSpec& d : file.devices)
     if (d.name == name) return d;
   std::string known;
-  for (const DeviceSpec& d : file.devices) known += (known.empty() ? "" : ", ") + d.name;
+  for (const DeviceSpec& d : file.devices) {
+    if (!known.empty()) known += ", ";
+    known += d.name;
+  }
   throw SimInputError(where + ": unknown device '" + name + "' (known: " + known +
                       (file.path.empty() ? std::string(")") : "; or define [device." + name + "] in " + file.path + ")"));
 }
@@ -161,7 +164,10 @@ ClusterFile load_cluster(const std::string& path) {
     const auto found = link_table.find(it->second.value);
     if (found == link_table.end()) {
       std::string known;
-      for (const auto& [n, l] : link_table) known += (known.empty() ? "" : ", ") + n;
+      for (const auto& [n, l] : link_table) {
+        if (!known.empty()) known += ", ";
+        known += n;
+      }
       throw SimInputError(at(it->second.line) + ": [cluster] " + key + " = '" + it->second.value +
                           "': unknown link (known: " + known + "; or define [link." + it->second.value + "])");
     }

@@ -68,7 +68,7 @@ std::string fmt(const char* format, double value) {
 }
 
 void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome& out, const SimulationSources& src,
-                 const std::string& out_dir) {
+                 const nlohmann::json& summary, const std::string& out_dir) {
   const sim::JobSpec& job = setup.job;
   const ScheduleSpec& spec = job.schedule;
   const sim::JobSimReport& main = out.on ? *out.on : out.off;
@@ -85,7 +85,7 @@ void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome
   std::printf("iteration %.3f ms (lanes off %.3f ms), %.4g tokens/s, bubble %.4f (theoretical %.4f)\n",
               main.step_s_median * 1e3, out.off.step_s_median * 1e3,
               main.step_s_median > 0 ? job.tokens_per_iteration() / main.step_s_median : 0.0, main.bubble_fraction,
-              theoretical_bubble_fraction(spec, 1, 2, 1));
+              summary["bubble_fraction_theoretical"].get<double>());
   std::printf("%5s %11s %11s %7s %10s %10s %10s %10s %9s\n", "stage", "busy_ms/it", "idle_ms/it", "bubble", "warmup_ms",
               "p2p_ms", "cooldown_ms", "sync_ms", "mem_GiB");
   const double its = std::max<std::size_t>(1, main.iteration_s.size() - (main.iteration_s.size() > 1));
@@ -112,8 +112,11 @@ void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome
                 100 * out.gross_saving, 100 * out.net_saving, out.training_price_per_hour);
     for (std::size_t l = 0; l < setup.lanes.size(); ++l) {
       std::string stages;
-      for (int s = 0; s < spec.pp; ++s)
-        if (out.runs_on[s][l]) stages += (stages.empty() ? "" : ",") + std::to_string(s);
+      for (int s = 0; s < spec.pp; ++s) {
+        if (!out.runs_on[s][l]) continue;
+        if (!stages.empty()) stages += ',';
+        stages += std::to_string(s);
+      }
       std::printf("  %-14s median step %s ms, %.4g %s done, worth $%.4g at $%.4g/h (stages %s)\n",
                   setup.lanes[l].name.c_str(), fmt("%.3g", setup.lanes[l].median_step_s() * 1e3).c_str(),
                   out.values[l].units, setup.lanes[l].work_unit.c_str(), out.values[l].value_usd,
@@ -207,7 +210,7 @@ int simulate_command(int argc, char** argv) {
       std::filesystem::rename(tmp, o.out + "/summary.json");
     }
     if (o.json) std::cout << summary.dump(2) << "\n";
-    else if (!o.quiet) print_table(setup, outcome, sources, o.out);
+    else if (!o.quiet) print_table(setup, outcome, sources, summary, o.out);
     if (!o.quiet && !o.json) std::printf("simulated in %.3f s\n", wall_s);
     return 0;
   } catch (const std::exception& e) {

@@ -88,7 +88,10 @@ std::optional<T> find_named(const std::vector<T>& table, const std::string& name
 template <typename T>
 std::string names_of(const std::vector<T>& table) {
   std::string out;
-  for (const T& entry : table) out += (out.empty() ? "" : ", ") + entry.name;
+  for (const T& entry : table) {
+    if (!out.empty()) out += ", ";
+    out += entry.name;
+  }
   return out;
 }
 
