@@ -77,6 +77,8 @@ class SimCostModel {
   // GradSync, once every stage stands at it and its gradient all-reduces are done: the seconds of
   // what follows on every stage (tied-embedding sum, global gradient norm).
   virtual double sync_s() const = 0;
+  // A driver simulating iteration after iteration calls this before each (queues start empty).
+  virtual void start_iteration() {}
 };
 
 // Fills simulated waits, as lanes fill real ones. Called when `stage` reaches the wait at list

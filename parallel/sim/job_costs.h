@@ -63,7 +63,7 @@ class JobCostModel final : public SimCostModel {
   double grad_reduce_done_s(int stage, int chunk, double ready_s) override;
   double sync_s() const override { return sync_s_; }
 
-  void start_iteration();  // empties the link queues
+  void start_iteration() override;  // empties the link queues
   bool replicas_identical() const { return replicas_identical_; }
   const OpTable& ops() const { return ops_; }
   double message_bytes() const { return message_bytes_; }

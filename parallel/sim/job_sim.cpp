@@ -19,7 +19,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 JobSimReport simulate_job(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
-                          JobCostModel& model, LaneSimulator* lanes, int iterations, int keep_timelines) {
+                          SimCostModel& model, LaneSimulator* lanes, int iterations, int keep_timelines) {
   if (iterations < 1) throw std::invalid_argument("simulate: iterations must be >= 1");
   JobSimReport report;
   report.stages.resize(spec.pp);

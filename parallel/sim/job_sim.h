@@ -36,6 +36,6 @@ struct JobSimReport {
 // iterations >= 1. `lanes` may be null (lanes off); otherwise it fills every wait and keeps its
 // own records (steps, gaps, totals).
 JobSimReport simulate_job(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
-                          JobCostModel& model, LaneSimulator* lanes, int iterations, int keep_timelines);
+                          SimCostModel& model, LaneSimulator* lanes, int iterations, int keep_timelines);
 
 }  // namespace pipelane::sim
