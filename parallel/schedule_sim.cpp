@@ -128,7 +128,9 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
   };
   // A wait from `from` until `ready`: lanes (the filler) may run in it, and may run past `ready`.
   const auto wait_until = [&](int s, int index, WaitKind kind, double from, double ready) {
-    return ready > from && filler ? std::max(ready, filler->fill(s, index, kind, from, ready)) : std::max(from, ready);
+    if (!(ready > from)) return from;
+    ready += model.wake_s();
+    return filler ? std::max(ready, filler->fill(s, index, kind, from, ready)) : ready;
   };
 
   bool all_done = false;

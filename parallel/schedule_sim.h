@@ -79,6 +79,9 @@ class SimCostModel {
   virtual double sync_s() const = 0;
   // A driver simulating iteration after iteration calls this before each (queues start empty).
   virtual void start_iteration() {}
+  // What a stage that had to wait takes to go on once the data is there (waking a waiting process
+  // on a busy machine): added to every wait of positive length. Default 0.
+  virtual double wake_s() const { return 0.0; }
 };
 
 // Fills simulated waits, as lanes fill real ones. Called when `stage` reaches the wait at list

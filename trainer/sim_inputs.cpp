@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,7 @@ std::vector<double> quantiles(std::vector<double> samples) {
 // GradSync's own work (its time minus its wait), the optimizer step. Lane steps by lane name.
 struct TraceDigest {
   std::optional<sim::OpTable> ops;
+  std::optional<double> wake_s;
   std::map<std::string, std::vector<double>> lane_step_s;
   std::map<std::string, double> lane_units;
 };
@@ -82,6 +84,56 @@ TraceDigest digest_trace(const json& trace, const sim::JobSpec& job, const std::
       d.lane_units[lane] += e.contains("args") ? e["args"].value("units", 0.0) : 0.0;
     }
   }
+  // Waking: each traced receive that was waiting when its message was sent (on the neighbour: same
+  // tp and dp coordinates, same step), from the second step on: from the send to the wait's end.
+  std::map<int, std::vector<double>> step_starts;  // tid -> its steps' start times (us), ascending
+  for (const json& e : events)
+    if (e.value("cat", "") == "step") step_starts[e.value("tid", -1)].push_back(e.value("ts", 0.0));
+  for (auto& [tid, starts] : step_starts) std::sort(starts.begin(), starts.end());
+  const auto step_of = [&](int tid, double ts) {
+    const std::vector<double>& starts = step_starts[tid];
+    return static_cast<int>(std::upper_bound(starts.begin(), starts.end(), ts) - starts.begin()) - 1;
+  };
+  using MessageKey = std::tuple<int, int, int, int, int, int, int>;  // dp, tp, step, dir, to stage, to chunk, mb
+  std::map<MessageKey, double> sent;
+  for (const json& e : events) {
+    const std::string op = e.value("name", "");
+    if (e.value("cat", "") != "instr" || (op != "SendFwd" && op != "SendBwd")) continue;
+    const int tid = e.value("tid", -1);
+    if (tid < 0 || tid >= job.world() || !e.contains("args")) continue;
+    const RankCoords at = grid.coords(tid);
+    const int chunk = e["args"].value("chunk", 0), mb = e["args"].value("microbatch", 0);
+    const StageChunk to = op == "SendFwd" ? next_virtual_stage(spec, at.pp, chunk) : prev_virtual_stage(spec, at.pp, chunk);
+    sent[{at.dp, at.tp, step_of(tid, e.value("ts", 0.0)), op == "SendFwd" ? 0 : 1, to.stage, to.chunk, mb}] =
+        e.value("ts", 0.0);
+  }
+  // Waits with lane steps in them end at a poll after a step, not on waking: left out.
+  std::map<int, std::vector<double>> lane_starts;  // rank -> its lane steps' start times (us)
+  for (const json& e : events)
+    if (e.value("cat", "") == "lane") lane_starts[(e.value("tid", 10000) - 10000) / 100].push_back(e.value("ts", 0.0));
+  for (auto& [rank, starts] : lane_starts) std::sort(starts.begin(), starts.end());
+  const auto lanes_ran = [&](int rank, double from, double to) {
+    const std::vector<double>& starts = lane_starts[rank];
+    const auto first = std::lower_bound(starts.begin(), starts.end(), from);
+    return first != starts.end() && *first < to;
+  };
+  std::vector<double> transfers;
+  for (const json& e : events) {
+    const std::string op = e.value("name", "");
+    if (e.value("cat", "") != "instr" || (op != "RecvFwd" && op != "RecvBwd") || !(e.value("dur", 0.0) > 0)) continue;
+    const int tid = e.value("tid", -1);
+    if (tid < 0 || tid >= job.world() || !e.contains("args")) continue;
+    const RankCoords at = grid.coords(tid);
+    const int step = step_of(tid, e.value("ts", 0.0));
+    if (step < 1) continue;
+    const auto it = sent.find({at.dp, at.tp, step, op == "RecvFwd" ? 0 : 1, at.pp, e["args"].value("chunk", 0),
+                               e["args"].value("microbatch", 0)});
+    const double start = e.value("ts", 0.0), end = start + e.value("dur", 0.0);
+    if (it != sent.end() && start <= it->second && end >= it->second && !lanes_ran(tid, start, end))
+      transfers.push_back((end - it->second) * 1e-6);
+  }
+  if (!transfers.empty()) d.wake_s = mean(transfers);
+
   bool any = false;
   for (const json& e : events) {
     if (e.value("cat", "") != "instr") continue;
@@ -204,6 +256,7 @@ RunProfile load_run_profile(const std::string& run_dir) {
   if (!fs::exists(trace_path)) return out;
   const TraceDigest digest = digest_trace(read_json(trace_path, "the run's trace.json"), profile.job, trace_path);
   profile.instructions = digest.ops;
+  profile.wake_s = digest.wake_s;
   out.had_trace = digest.ops.has_value();
   const json lanes_total = summary.contains("lanes") && summary["lanes"].is_object() && summary["lanes"].contains("total")
                                ? summary["lanes"]["total"] : json::object();

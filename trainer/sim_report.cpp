@@ -221,20 +221,31 @@ json simulation_trace_events(const SimulationSetup& setup, const SimulationOutco
     t += main.iteration_s[it];
   }
   const auto us = [](double s) { return s * 1e6; };
-  for (std::size_t it = 0; it < main.timelines.size(); ++it) {
+  // A huge job's trace stays openable: each stage's instructions of each kept iteration up to a
+  // share of kMaxEvents (the start of the iteration when it has more), with the waits among them.
+  constexpr std::size_t kMaxEvents = 100000;
+  const std::size_t kept = main.timelines.size();
+  const std::size_t quota = std::max<std::size_t>(1000, kMaxEvents / std::max<std::size_t>(1, kept * pp));
+  for (std::size_t it = 0; it < kept; ++it) {
     const SimResult& r = main.timelines[it];
     const double base = offsets[it];
     for (int s = 0; s < pp; ++s) {
       events.push_back({{"name", "step"}, {"cat", "step"}, {"ph", "X"}, {"pid", 0}, {"tid", s},
                         {"ts", us(base)}, {"dur", us(r.makespan)}, {"args", {{"index", it}}}});
-      for (const SimEvent& e : r.stages[s].events)
+      const std::vector<SimEvent>& list = r.stages[s].events;
+      const std::size_t shown = std::min(quota, list.size());
+      const double cutoff = shown < list.size() ? list[shown].start : r.makespan;
+      for (std::size_t k = 0; k < shown; ++k) {
+        const SimEvent& e = list[k];
         events.push_back({{"name", op_name(e.instr.op)}, {"cat", "instr"}, {"ph", "X"}, {"pid", 0}, {"tid", s},
                           {"ts", us(base + e.start)}, {"dur", us(e.end - e.start)},
                           {"args", {{"microbatch", e.instr.microbatch}, {"chunk", e.instr.chunk}, {"index", e.index}}}});
+      }
       for (const SimIdle& i : r.stages[s].idle)
-        events.push_back({{"name", std::string("wait: ") + wait_kind_name(i.kind)}, {"cat", "wait"}, {"ph", "X"},
-                          {"pid", 0}, {"tid", s}, {"ts", us(base + i.start)}, {"dur", us(i.end - i.start)},
-                          {"args", {{"kind", wait_kind_name(i.kind)}, {"gap", i.index}}}});
+        if (i.start < cutoff)
+          events.push_back({{"name", std::string("wait: ") + wait_kind_name(i.kind)}, {"cat", "wait"}, {"ph", "X"},
+                            {"pid", 0}, {"tid", s}, {"ts", us(base + i.start)}, {"dur", us(i.end - i.start)},
+                            {"args", {{"kind", wait_kind_name(i.kind)}, {"gap", i.index}}}});
     }
   }
   if (out.lanes) {
@@ -246,7 +257,7 @@ json simulation_trace_events(const SimulationSetup& setup, const SimulationOutco
                             {"tid", 10000 + 100 * s + static_cast<int>(l)},
                             {"args", {{"name", "stage " + std::to_string(s) + " lane " + setup.lanes[l].name}}}});
     for (const SimLaneStep& step : out.lanes->steps()) {
-      if (step.iteration >= static_cast<int>(offsets.size())) break;
+      if (step.iteration >= static_cast<int>(kept) || events.size() >= 2 * kMaxEvents) break;
       const double base = offsets[step.iteration];
       events.push_back({{"name", setup.lanes[step.lane].name}, {"cat", "lane"}, {"ph", "X"}, {"pid", 0},
                         {"tid", 10000 + 100 * step.stage + step.lane}, {"ts", us(base + step.start_s)},

@@ -153,7 +153,7 @@ int simulate_command(int argc, char** argv) {
         train_options_from_args(rest, run ? (std::filesystem::path(o.profile) / "config.ini").string() : "");
     const int model_parallel = options.parallel.tp * options.parallel.pp;
     const int wanted = options.parallel.dp > 0 ? model_parallel * options.parallel.dp : model_parallel;
-    const ClusterFile cluster = o.cluster.empty() ? this_machine_cluster(wanted) : load_cluster(o.cluster);
+    ClusterFile cluster = o.cluster.empty() ? this_machine_cluster(wanted) : load_cluster(o.cluster);
 
     sim::SimulationSetup setup;
     setup.cluster = cluster.cluster;
@@ -166,6 +166,9 @@ int simulate_command(int argc, char** argv) {
     sources.cluster = o.cluster.empty() ? "this machine" : o.cluster;
     if (run) {
       setup.profile = run->profile;
+      // On the machine the profile was measured on, a waiting rank took what the run measured to go
+      // on once its data was there (on a busy machine, far more than the wire).
+      if (o.cluster.empty() && run->profile.wake_s) setup.wake_s = *run->profile.wake_s;
       sources.compute = "profile " + o.profile + (run->had_trace ? " (trace.json means" : " (summary.json means") +
                         (sim::profile_matches(setup.job, run->profile) ? ", as measured)" : ", scaled by FLOPs)");
     } else {

@@ -59,7 +59,9 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
     }
     const double params = shape.stage_params(spec, s);
     t.optimizer[s] = params * kAdamBytesPerParam / device.memory_bandwidth;
-    t.sync[s] = params * kNormBytesPerParam / device.memory_bandwidth;
+    // The gradient norm: read every gradient, then one number all-reduced over the world (tree).
+    t.sync[s] = params * kNormBytesPerParam / device.memory_bandwidth +
+                all_reduce_s(8, job.world(), cluster.group_link(0, 1, job.world()), AllReduceAlgorithm::Tree);
   }
   return t;
 }
@@ -183,9 +185,7 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
     for (const ChunkShape& c : shape.virtual_stages)
       if (c.range.has_embedding) tied = c.tied_embedding_params * 4;
   const double tied_s = tied > 0 ? all_reduce_s(tied, 2, p2p_link(pp - 1, 0), algorithm_) : 0.0;
-  const LinkSpec& world_link = cluster.group_link(0, 1, job.world());
-  const double norm_s = all_reduce_s(8, job.world(), world_link, AllReduceAlgorithm::Tree);
-  sync_s_ = tied_s + norm_s + *std::max_element(ops_.sync.begin(), ops_.sync.end());
+  sync_s_ = tied_s + *std::max_element(ops_.sync.begin(), ops_.sync.end());
 }
 
 const LinkSpec& JobCostModel::p2p_link(int from, int to) const {

@@ -27,7 +27,7 @@ namespace pipelane::sim {
 struct OpTable {
   std::vector<std::vector<double>> fwd, bwd, bwd_weight;  // Bwd as the schedule runs it (ZB-H1: B)
   std::vector<double> optimizer;
-  std::vector<double> sync;  // GradSync's own work on the stage (gradient norm, bucket waits)
+  std::vector<double> sync;  // GradSync's own work on the stage: the gradient norm and its all-reduce
 };
 
 // A profile measured on a real run (`pipelane train`'s summary.json and trace.json).
@@ -36,6 +36,9 @@ struct MeasuredProfile {
   JobSpec job;                 // the shape it was measured on
   double t_f = 0, t_b = 0, t_w = 0;  // summary.json measured_op_ms: mean Fwd, full backward, W (s)
   std::optional<OpTable> instructions;  // means per stage and chunk, when a trace was read
+  // Mean time from a send to the end of the wait of a receiver that was waiting for it before it
+  // was sent: on the profiled machine, what a waiting rank takes to go on (wire time included).
+  std::optional<double> wake_s;
 };
 
 // From a device: FLOPs / (peak x efficiency), plus the tensor-parallel all-reduces over the tp
@@ -64,6 +67,8 @@ class JobCostModel final : public SimCostModel {
   double sync_s() const override { return sync_s_; }
 
   void start_iteration() override;  // empties the link queues
+  double wake_s() const override { return wake_s_; }
+  void set_wake_s(double seconds) { wake_s_ = seconds; }
   bool replicas_identical() const { return replicas_identical_; }
   const OpTable& ops() const { return ops_; }
   double message_bytes() const { return message_bytes_; }
@@ -76,6 +81,7 @@ class JobCostModel final : public SimCostModel {
   AllReduceAlgorithm algorithm_;
   double message_bytes_ = 0;
   double sync_s_ = 0;
+  double wake_s_ = 0;
   bool replicas_identical_ = true;
   std::map<std::pair<int, int>, LinkSpec> p2p_;  // (from, to) stage -> link
   std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]

@@ -23,6 +23,7 @@ struct SimulationSetup {
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Auto;
   int iterations = 6;
   int keep_timelines = 0;  // iterations whose timelines are kept (for a trace)
+  double wake_s = 0;       // see SimCostModel::wake_s (a profile's, on the machine it was measured on)
 };
 
 struct LaneValue {
