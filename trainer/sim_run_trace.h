@@ -1,0 +1,30 @@
+// A run's trace.json as a profile for `pipelane simulate`: the mean time of every stage's
+// instructions per chunk and pass, what a waiting rank takes to go on, and its lanes' step times.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/sim/job_costs.h"
+
+namespace pipelane {
+
+// Per stage, chunk and pass: the means of a run's traced instructions after its first step,
+// GradSync's own work (its time minus its wait), the optimizer step. Lane steps by lane name.
+struct TraceDigest {
+  std::optional<sim::OpTable> ops;
+  std::optional<double> wake_s;
+  std::map<std::string, std::vector<double>> lane_step_s;
+  std::map<std::string, double> lane_units;
+};
+
+// SimInputError (from sim_inputs.h) when the trace is not a Chrome trace or misses a stage's passes.
+TraceDigest digest_run_trace(const nlohmann::json& trace, const sim::JobSpec& job, const std::string& path);
+
+// Up to 101 quantiles (0%, 1%, ..., 100%) of the samples, ascending.
+std::vector<double> quantiles(std::vector<double> samples);
+
+}  // namespace pipelane
