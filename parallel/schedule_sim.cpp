@@ -235,6 +235,7 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
   }
 
   for (int s = 0; s < p; ++s) result.makespan = std::max(result.makespan, clock[s]);
+  result.makespan += model.iteration_end_s();
   double idle_sum = 0;
   for (int s = 0; s < p; ++s) {
     StageTimeline& tl = result.stages[s];

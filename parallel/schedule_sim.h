@@ -82,6 +82,9 @@ class SimCostModel {
   // What a stage that had to wait takes to go on once the data is there (waking a waiting process
   // on a busy machine): added to every wait of positive length. Default 0.
   virtual double wake_s() const { return 0.0; }
+  // The collectives every stage joins after its last instruction (the executor's loss sum): the
+  // iteration ends this long after the last stage is done. Default 0.
+  virtual double iteration_end_s() const { return 0.0; }
 };
 
 // Fills simulated waits, as lanes fill real ones. Called when `stage` reaches the wait at list

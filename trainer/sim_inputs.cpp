@@ -10,6 +10,7 @@
 
 #include "parallel/rank_grid.h"
 #include "trainer/parallel_trainer.h"
+#include "parallel/sim/distribution.h"
 #include "trainer/sim_inputs.h"
 #include "trainer/sim_run_trace.h"
 
@@ -105,7 +106,7 @@ RunProfile load_run_profile(const std::string& run_dir) {
   if (!fs::exists(trace_path)) return out;
   const TraceDigest digest = digest_run_trace(read_json(trace_path, "the run's trace.json"), profile.job, trace_path);
   profile.instructions = digest.ops;
-  profile.wake_s = digest.wake_s;
+  profile.wake_samples = digest.wake_samples;
   out.had_trace = digest.ops.has_value();
   const json lanes_total = summary.contains("lanes") && summary["lanes"].is_object() && summary["lanes"].contains("total")
                                ? summary["lanes"]["total"] : json::object();
@@ -113,7 +114,7 @@ RunProfile load_run_profile(const std::string& run_dir) {
     if (samples.empty()) continue;
     sim::LaneModel lane;
     lane.name = name;
-    lane.step_s = quantiles(samples);
+    lane.step_s = sim::equally_likely(samples);
     lane.units_per_step = digest.lane_units.at(name) / samples.size();
     if (!(lane.units_per_step > 0)) lane.units_per_step = 1;
     if (lanes_total.contains("lanes") && lanes_total["lanes"].contains(name))
@@ -160,6 +161,7 @@ std::vector<sim::LaneModel> load_lane_models(const std::string& path, const Clus
       }
       if (!std::is_sorted(lane.step_s.begin(), lane.step_s.end()))
         throw SimInputError(where + ": \"step_ms_deciles\" must be ascending");
+      lane.step_s = sim::from_quantiles(lane.step_s);
     } else {
       const double median_ms = number("step_ms_median", 0);
       if (!(median_ms > 0)) throw SimInputError(where + ": lane " + lane.name + " needs \"step_ms_median\" > 0");

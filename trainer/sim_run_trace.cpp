@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "parallel/rank_grid.h"
+#include "parallel/sim/distribution.h"
 #include "trainer/sim_inputs.h"
 
 namespace pipelane {
@@ -24,18 +25,6 @@ double mean(const std::vector<double>& v) {
 
 }  // namespace
 
-std::vector<double> quantiles(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  if (samples.size() <= 101) return samples;
-  std::vector<double> q;
-  for (int k = 0; k <= 100; ++k) {
-    const double pos = k / 100.0 * (samples.size() - 1);
-    const std::size_t i = std::min(static_cast<std::size_t>(pos), samples.size() - 2);
-    q.push_back(samples[i] + (pos - i) * (samples[i + 1] - samples[i]));
-  }
-  return q;
-}
-
 
 // What a waiting rank takes to go on once its message was sent: over the traced receives that
 // waited from before their message was sent (on the neighbour: same tp and dp coordinates, same
@@ -46,7 +35,7 @@ std::vector<double> quantiles(std::vector<double> samples) {
 // offset = (forward - backward) / 2.
 namespace {
 
-std::optional<double> measure_wake(const json& events, const sim::JobSpec& job) {
+std::vector<double> measure_wake(const json& events, const sim::JobSpec& job) {
   const ScheduleSpec& spec = job.schedule;
   const RankGrid grid({job.tp, job.dp, spec.pp});
   std::map<int, std::vector<double>> step_starts;  // tid -> its steps' start times (us), ascending
@@ -117,8 +106,7 @@ std::optional<double> measure_wake(const json& events, const sim::JobSpec& job) 
     const double sent_at = w.sent - offset[w.from], start = w.start - offset[w.to], end = w.end - offset[w.to];
     if (start <= sent_at && end >= sent_at) samples.push_back((end - sent_at) * 1e-6);
   }
-  if (samples.empty()) return std::nullopt;
-  return mean(samples);
+  return sim::equally_likely(samples);
 }
 
 }  // namespace
@@ -148,7 +136,7 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
       d.lane_units[lane] += e.contains("args") ? e["args"].value("units", 0.0) : 0.0;
     }
   }
-  d.wake_s = measure_wake(events, job);
+  d.wake_samples = measure_wake(events, job);
 
   bool any = false;
   for (const json& e : events) {
@@ -180,6 +168,8 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
   t.fwd.assign(spec.pp, std::vector<double>(v, 0.0));
   t.bwd = t.fwd;
   t.bwd_weight = t.fwd;
+  t.fwd_samples.assign(spec.pp, std::vector<std::vector<double>>(v));
+  t.bwd_samples = t.bwd_weight_samples = t.fwd_samples;
   for (int s = 0; s < spec.pp; ++s) {
     for (int c = 0; c < v; ++c) {
       if (fwd[s][c].empty() || bwd[s][c].empty())
@@ -188,9 +178,14 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
       t.fwd[s][c] = mean(fwd[s][c]);
       t.bwd[s][c] = mean(bwd[s][c]);
       t.bwd_weight[s][c] = mean(weight[s][c]);
+      t.fwd_samples[s][c] = sim::equally_likely(fwd[s][c]);
+      t.bwd_samples[s][c] = sim::equally_likely(bwd[s][c]);
+      t.bwd_weight_samples[s][c] = sim::equally_likely(weight[s][c]);
     }
     t.optimizer.push_back(mean(opt[s]));
     t.sync.push_back(mean(sync[s]));
+    t.optimizer_samples.push_back(sim::equally_likely(opt[s]));
+    t.sync_samples.push_back(sim::equally_likely(sync[s]));
   }
   d.ops = t;
   return d;

@@ -16,15 +16,12 @@ namespace pipelane {
 // GradSync's own work (its time minus its wait), the optimizer step. Lane steps by lane name.
 struct TraceDigest {
   std::optional<sim::OpTable> ops;
-  std::optional<double> wake_s;
+  std::vector<double> wake_samples;  // empty: no wait to measure
   std::map<std::string, std::vector<double>> lane_step_s;
   std::map<std::string, double> lane_units;
 };
 
 // SimInputError (from sim_inputs.h) when the trace is not a Chrome trace or misses a stage's passes.
 TraceDigest digest_run_trace(const nlohmann::json& trace, const sim::JobSpec& job, const std::string& path);
-
-// Up to 101 quantiles (0%, 1%, ..., 100%) of the samples, ascending.
-std::vector<double> quantiles(std::vector<double> samples);
 
 }  // namespace pipelane

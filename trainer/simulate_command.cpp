@@ -168,7 +168,7 @@ int simulate_command(int argc, char** argv) {
       setup.profile = run->profile;
       // On the machine the profile was measured on, a waiting rank took what the run measured to go
       // on once its data was there (on a busy machine, far more than the wire).
-      if (o.cluster.empty() && run->profile.wake_s) setup.wake_s = *run->profile.wake_s;
+      if (o.cluster.empty()) setup.wake_samples = run->profile.wake_samples;
       sources.compute = "profile " + o.profile + (run->had_trace ? " (trace.json means" : " (summary.json means") +
                         (sim::profile_matches(setup.job, run->profile) ? ", as measured)" : ", scaled by FLOPs)");
     } else {
@@ -195,6 +195,7 @@ int simulate_command(int argc, char** argv) {
     setup.lane_settings.margin = options.lanes.margin;
     setup.lane_settings.profile_iterations = options.lanes.profile_iterations;
     setup.lane_settings.seed = options.train.seed;
+    setup.seed = options.train.seed;
 
     const auto t0 = std::chrono::steady_clock::now();
     const sim::SimulationOutcome outcome = sim::run_simulation(setup);

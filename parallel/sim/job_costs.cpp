@@ -184,8 +184,8 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
   if (pp > 1)
     for (const ChunkShape& c : shape.virtual_stages)
       if (c.range.has_embedding) tied = c.tied_embedding_params * 4;
-  const double tied_s = tied > 0 ? all_reduce_s(tied, 2, p2p_link(pp - 1, 0), algorithm_) : 0.0;
-  sync_s_ = tied_s + *std::max_element(ops_.sync.begin(), ops_.sync.end());
+  tied_s_ = tied > 0 ? all_reduce_s(tied, 2, p2p_link(pp - 1, 0), algorithm_) : 0.0;
+  loss_sum_s_ = all_reduce_s(8, job.world(), cluster.group_link(0, 1, job.world()), AllReduceAlgorithm::Tree);
 }
 
 const LinkSpec& JobCostModel::p2p_link(int from, int to) const {
@@ -195,15 +195,47 @@ const LinkSpec& JobCostModel::p2p_link(int from, int to) const {
   return it->second;
 }
 
+namespace {
+
+// The mean, or a draw from the measured samples when there are any.
+double mean_or_draw(double mean, const std::vector<double>* samples, UniformDraws& draws) {
+  return samples && !samples->empty() ? draw_from(*samples, draws.next()) : mean;
+}
+
+template <typename T>
+const T* entry(const std::vector<T>& table, std::size_t i) {
+  return i < table.size() ? &table[i] : nullptr;
+}
+
+}  // namespace
+
 double JobCostModel::compute_s(int stage, const Instr& instr) const {
+  const auto pass = [&](const std::vector<std::vector<double>>& means,
+                        const std::vector<std::vector<std::vector<double>>>& samples) {
+    const std::vector<std::vector<double>>* of_stage = entry(samples, stage);
+    return mean_or_draw(means[stage][instr.chunk], of_stage ? entry(*of_stage, instr.chunk) : nullptr, draws_);
+  };
   switch (instr.op) {
-    case Op::Fwd: return ops_.fwd[stage][instr.chunk];
-    case Op::Bwd: return ops_.bwd[stage][instr.chunk];
-    case Op::BwdWeight: return ops_.bwd_weight[stage][instr.chunk];
-    case Op::OptimizerStep: return ops_.optimizer[stage];
+    case Op::Fwd: return pass(ops_.fwd, ops_.fwd_samples);
+    case Op::Bwd: return pass(ops_.bwd, ops_.bwd_samples);
+    case Op::BwdWeight: return pass(ops_.bwd_weight, ops_.bwd_weight_samples);
+    case Op::OptimizerStep: return mean_or_draw(ops_.optimizer[stage], entry(ops_.optimizer_samples, stage), draws_);
     default: return 0.0;
   }
 }
+
+double JobCostModel::sync_s() const {
+  double own = 0;  // the slowest stage's own work holds every stage
+  for (std::size_t s = 0; s < ops_.sync.size(); ++s)
+    own = std::max(own, mean_or_draw(ops_.sync[s], entry(ops_.sync_samples, s), draws_));
+  // A collective ends when its last rank has joined and the others, waiting, have woken: the tied
+  // embedding's sum is one more wake (the norm's is in the stages' measured own work).
+  return tied_s_ + (tied_s_ > 0 ? wake_s() : 0.0) + own;
+}
+
+double JobCostModel::iteration_end_s() const { return loss_sum_s_ + wake_s(); }
+
+double JobCostModel::wake_s() const { return wake_.empty() ? 0.0 : draw_from(wake_, draws_.next()); }
 
 double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr&, double send_s) {
   if (from_stage == to_stage) return send_s;  // pp = 1 with chunks: a local hand-over

@@ -19,6 +19,7 @@
 
 #include "parallel/schedule_sim.h"
 #include "parallel/sim/cluster.h"
+#include "parallel/sim/distribution.h"
 #include "parallel/sim/job_shape.h"
 
 namespace pipelane::sim {
@@ -28,6 +29,13 @@ struct OpTable {
   std::vector<std::vector<double>> fwd, bwd, bwd_weight;  // Bwd as the schedule runs it (ZB-H1: B)
   std::vector<double> optimizer;
   std::vector<double> sync;  // GradSync's own work on the stage: the gradient norm and its all-reduce
+  // Measured spread (from a profile): the same instructions' times as equally likely values
+  // (distribution.h). When present, each
+  // simulated instruction draws its time from them (a loaded machine's slow ones included) instead
+  // of taking the mean: an iteration is a max over paths of sums, so its typical length exceeds
+  // the one of typical instructions when their times vary.
+  std::vector<std::vector<std::vector<double>>> fwd_samples, bwd_samples, bwd_weight_samples;
+  std::vector<std::vector<double>> optimizer_samples, sync_samples;
 };
 
 // A profile measured on a real run (`pipelane train`'s summary.json and trace.json).
@@ -36,9 +44,10 @@ struct MeasuredProfile {
   JobSpec job;                 // the shape it was measured on
   double t_f = 0, t_b = 0, t_w = 0;  // summary.json measured_op_ms: mean Fwd, full backward, W (s)
   std::optional<OpTable> instructions;  // means per stage and chunk, when a trace was read
-  // Mean time from a send to the end of the wait of a receiver that was waiting for it before it
-  // was sent: on the profiled machine, what a waiting rank takes to go on (wire time included).
-  std::optional<double> wake_s;
+  // Time from a send to the end of the wait of a receiver that was waiting for it before it was
+  // sent: on the profiled machine, what a waiting rank takes to go on (wire time included), as
+  // equally likely values (empty: not measured).
+  std::vector<double> wake_samples;
 };
 
 // From a device: FLOPs / (peak x efficiency), plus the tensor-parallel all-reduces over the tp
@@ -64,11 +73,15 @@ class JobCostModel final : public SimCostModel {
   double compute_s(int stage, const Instr& instr) const override;
   double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) override;
   double grad_reduce_done_s(int stage, int chunk, double ready_s) override;
-  double sync_s() const override { return sync_s_; }
+  double sync_s() const override;
 
   void start_iteration() override;  // empties the link queues
-  double wake_s() const override { return wake_s_; }
-  void set_wake_s(double seconds) { wake_s_ = seconds; }
+  double wake_s() const override;
+  double iteration_end_s() const override;
+  // The wake-up time as equally likely values (empty: none); drawn from per wait.
+  void set_wake(std::vector<double> samples) { wake_ = std::move(samples); }
+  // Draws of measured spreads (OpTable's samples, the wake) start from this seed.
+  void set_seed(std::uint64_t seed) { draws_ = UniformDraws(seed); }
   bool replicas_identical() const { return replicas_identical_; }
   const OpTable& ops() const { return ops_; }
   double message_bytes() const { return message_bytes_; }
@@ -80,8 +93,10 @@ class JobCostModel final : public SimCostModel {
   OpTable ops_;
   AllReduceAlgorithm algorithm_;
   double message_bytes_ = 0;
-  double sync_s_ = 0;
-  double wake_s_ = 0;
+  double tied_s_ = 0;
+  double loss_sum_s_ = 0;  // the world all-reduce of the loss ending every iteration
+  std::vector<double> wake_;
+  mutable UniformDraws draws_{1};  // drawing is the model's own state, not a change to it
   bool replicas_identical_ = true;
   std::map<std::pair<int, int>, LinkSpec> p2p_;  // (from, to) stage -> link
   std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]

@@ -6,37 +6,27 @@
 #include <stdexcept>
 
 #include "parallel/gap_fit.h"
+#include "parallel/sim/distribution.h"
 
 namespace pipelane::sim {
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-double median_of(std::vector<double> v) {
+double median_unsorted(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return median_of(v);
 }
 
 constexpr double kMinStepCost = 1e-6;  // the gap scheduler's floor on a calibrated cost
 
 }  // namespace
 
-double LaneModel::quantile_step_s(double u) const {
+double LaneModel::step_at(double u) const {
   if (step_s.empty()) throw std::logic_error("lane " + name + " has no step time");
-  if (step_s.size() == 1) return step_s[0];
-  const double pos = std::clamp(u, 0.0, 1.0) * (step_s.size() - 1);
-  const std::size_t i = std::min(static_cast<std::size_t>(pos), step_s.size() - 2);
-  return step_s[i] + (pos - i) * (step_s[i + 1] - step_s[i]);
+  return draw_from(step_s, u);
 }
 
-double LaneModel::median_step_s() const { return quantile_step_s(0.5); }
+double LaneModel::median_step_s() const { return median_of(step_s); }
 
 double LaneModel::value_rate_units_per_s() const {
   return dedicated_units_per_s > 0 ? dedicated_units_per_s : units_per_step / median_step_s();
@@ -50,7 +40,7 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
     if (lane.step_s.empty() || !(lane.step_s.front() > 0))
       throw std::invalid_argument("lane " + lane.name + ": its step time must be > 0");
     if (!std::is_sorted(lane.step_s.begin(), lane.step_s.end()))
-      throw std::invalid_argument("lane " + lane.name + ": step-time quantiles must be ascending");
+      throw std::invalid_argument("lane " + lane.name + ": step times must be ascending");
   }
   const std::size_t n = lanes_.size();
   stages_.resize(runs_on_.size());
@@ -58,7 +48,7 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
   for (std::size_t s = 0; s < stages_.size(); ++s) {
     StageState& st = stages_[s];
     if (runs_on_[s].size() != n) throw std::invalid_argument("lanes: runs_on needs one entry per lane");
-    st.rng = settings_.seed * 0x9E3779B97F4A7C15ull + s;
+    st.rng = UniformDraws(settings_.seed * 0x9E3779B97F4A7C15ull + s);
     st.predicted.assign(n, 0.0);
     st.queue.resize(n);
     st.next_arrival.assign(n, std::numeric_limits<double>::infinity());
@@ -67,15 +57,15 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
       if (!runs_on_[s][l]) continue;
       std::vector<double> samples;
       for (int k = 0; k < std::max(1, settings_.calibration_steps); ++k)
-        samples.push_back(lanes_[l].quantile_step_s(draw(st)));
-      st.predicted[l] = std::max(median_of(samples), kMinStepCost);
+        samples.push_back(lanes_[l].step_at(draw(st)));
+      st.predicted[l] = std::max(median_unsorted(samples), kMinStepCost);
       totals_[s][l].calibrated_step_s = st.predicted[l];
       if (lanes_[l].requests_per_s > 0) st.next_arrival[l] = -std::log(1 - draw(st)) / lanes_[l].requests_per_s;
     }
   }
 }
 
-double LaneSimulator::draw(StageState& st) { return (splitmix64(st.rng) >> 11) * 0x1.0p-53; }
+double LaneSimulator::draw(StageState& st) { return st.rng.next(); }
 
 void LaneSimulator::arrivals_until(int stage, double job_s) {
   StageState& st = stages_[stage];
@@ -127,7 +117,7 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
       }
       st.cursor = choice.cursor;
       const std::size_t l = choice.lane;
-      const double duration = lanes_[l].quantile_step_s(draw(st));
+      const double duration = lanes_[l].step_at(draw(st));
       const double s = t, e = t + duration;
       steps_.push_back({iteration_, stage, index, static_cast<int>(l), kind, s, e, lanes_[l].units_per_step});
       if (is_service(l)) {

@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "parallel/schedule_sim.h"
+#include "parallel/sim/distribution.h"
 
 namespace pipelane::sim {
 
 struct LaneModel {
   std::string name;
   std::string work_unit = "steps";
-  // Step time in seconds as quantiles at evenly spaced probabilities 0..1 (ascending); one value
-  // is a constant step.
+  // Step time in seconds as equally likely values, ascending (distribution.h); one value is a
+  // constant step.
   std::vector<double> step_s;
   double units_per_step = 1;
   // What its work is worth: units per second on the dedicated device it is valued on (0: the
@@ -39,7 +40,7 @@ struct LaneModel {
   std::string source;  // where the distribution comes from (reports)
 
   double median_step_s() const;
-  double quantile_step_s(double u) const;  // u in [0, 1]
+  double step_at(double u) const;  // a step time for a uniform draw u in [0, 1)
   double value_rate_units_per_s() const;   // dedicated_units_per_s, or the bubble rate
 };
 
@@ -100,7 +101,7 @@ class LaneSimulator final : public SimGapFiller {
     std::map<int, double> gap_ewma;
     std::vector<double> predicted;      // per lane
     std::size_t cursor = 0;
-    std::uint64_t rng = 0;
+    UniformDraws rng{0};
     std::vector<std::vector<double>> queue;  // per lane: arrival times waiting (job clock)
     std::vector<double> next_arrival;   // per lane
   };

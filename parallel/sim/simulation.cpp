@@ -37,7 +37,8 @@ SimulationOutcome run_simulation(const SimulationSetup& setup) {
                           : device_op_table(job, out.shape, setup.cluster, setup.all_reduce);
   out.profile_as_measured = setup.profile && profile_matches(job, *setup.profile);
   JobCostModel model(job, out.shape, setup.cluster, out.ops, setup.all_reduce);
-  model.set_wake_s(setup.wake_s);
+  model.set_wake(setup.wake_samples);
+  model.set_seed(setup.seed);
   out.replicas_identical = model.replicas_identical();
 
   std::vector<std::vector<Instr>> lists;

@@ -23,7 +23,10 @@ struct SimulationSetup {
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::Auto;
   int iterations = 6;
   int keep_timelines = 0;  // iterations whose timelines are kept (for a trace)
-  double wake_s = 0;       // see SimCostModel::wake_s (a profile's, on the machine it was measured on)
+  // SimCostModel::wake_s as equally likely values (a profile's, on the machine it was measured
+  // on); empty: 0.
+  std::vector<double> wake_samples;
+  std::uint64_t seed = 1;  // draws of measured spreads
 };
 
 struct LaneValue {

@@ -2,7 +2,8 @@
 # How well `pipelane simulate` predicts real runs on this machine: pp = 2 (one core per rank) with
 # 1f1b, interleaved (v = 2) and zb-h1 at m = 2, 4, 8, lanes off and on (PageRank in the bubbles).
 # Each run is measured, then simulated from its own profile (`pipelane simulate --profile RUN`: the
-# run's traced instruction times and lane steps); the table puts the measured and simulated
+# run's traced instruction times, its waiting ranks' wake-up times and its lane steps, drawn from
+# over 200 simulated iterations); the table puts the measured and simulated
 # iteration time (summary.json step_ms_median), bubble fraction (bubble_fraction_measured) and
 # harvest (lanes' harvest_fraction_after_profiling) side by side. The calibration test
 # (tests/integration/test_simulate_calibration.cpp) checks the same within 10% / 10 points.
@@ -49,7 +50,7 @@ for sched in $schedules; do
         --model.layers=8 --model.d_model=96 --model.seq_len=64 --train.micro_batch=2 \
         --train.global_batch=$((2 * m)) --train.steps="$steps" --train.warmup_steps=1 --train.eval_every=0 \
         --train.threads=1 --run.dir="$dir" >"$dir.log" 2>&1 || { tail -5 "$dir.log"; exit 1; }
-      build/pipelane simulate --profile "$dir" --out "$dir-sim" --quiet
+      build/pipelane simulate --profile "$dir" --out "$dir-sim" --quiet --iterations 200
       /usr/bin/env python3 - "$dir" "$sched" "$m" "$with_lanes" "$csv" <<'PY'
 import json, sys
 run, sched, m, lanes, csv = sys.argv[1:]

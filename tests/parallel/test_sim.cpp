@@ -129,7 +129,9 @@ TEST(SimCosts, TransfersPayLatencyAndBandwidthOnTheLinkBetweenStages) {
   EXPECT_DOUBLE_EQ(model.message_bytes(), message);
   const SimResult r = simulate_schedule(kTwoStages, lists_of(kTwoStages), model);
   const double transfer = 0.5 + message / 1e6;
-  EXPECT_NEAR(r.makespan, 2 * (1.0 + 2.0) + 2 * transfer + model.sync_s(), 1e-9);
+  // The iteration ends with the loss summed over the world (a tree all-reduce of one number).
+  EXPECT_NEAR(model.iteration_end_s(), all_reduce_s(8, 2, link, AllReduceAlgorithm::Tree), 1e-12);
+  EXPECT_NEAR(r.makespan, 2 * (1.0 + 2.0) + 2 * transfer + model.sync_s() + model.iteration_end_s(), 1e-9);
   // GradSync: the tied embedding (Vp x d fp32) summed between the two stages (latency-bound
   // here), then the stages' own work (none in this table).
   const double tied = 256.0 * 128 * 4;
