@@ -216,9 +216,8 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  const bool runaway = failure.empty() && slot.cost_from_work && predicted > 0 &&
-                       duration > options_.quarantine_factor * predicted &&
-                       duration > options_.quarantine_min_s;
+  const bool runaway = failure.empty() && slot.cost_from_work &&
+                       is_runaway_step(duration, predicted, options_.quarantine_factor, options_.quarantine_min_s);
   slot.runaway_strikes = runaway ? slot.runaway_strikes + 1 : 0;
   if (runaway && slot.runaway_strikes >= options_.quarantine_strikes) {
     char text[200];

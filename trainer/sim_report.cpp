@@ -62,11 +62,18 @@ json lanes_part(const SimulationSetup& setup, const SimulationOutcome& out) {
       bubble_after += st.bubble_after_profiling_s * ranks;
       harvested_after += st.harvested_after_profiling_s * ranks;
     }
+    json quarantined = json::array();
+    for (int s = first; s <= last; ++s)
+      for (std::size_t l = 0; l < setup.lanes.size(); ++l)
+        if (lanes.totals()[s][l].quarantined)
+          quarantined.push_back({{"lane", setup.lanes[l].name}, {"stage", s},
+                                 {"reason", "2 steps in a row took more than 10x the prediction (iteration " +
+                                                std::to_string(lanes.totals()[s][l].quarantined_at) + ")"}});
     return json{{"bubble_s", bubble}, {"harvested_s", harvested},
                 {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0}, {"overrun_s", overrun},
                 {"bubble_after_profiling_s", bubble_after}, {"harvested_after_profiling_s", harvested_after},
                 {"harvest_fraction_after_profiling", bubble_after > 0 ? harvested_after / bubble_after : 0.0},
-                {"lanes", per_lane}, {"quarantined", json::array()}};
+                {"lanes", per_lane}, {"quarantined", quarantined}};
   };
   json total = stage_entry(0, setup.job.schedule.pp - 1);
   const double world = setup.job.world();

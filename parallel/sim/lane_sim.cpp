@@ -101,14 +101,15 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
     const double budget = gap_budget(predicted_gap, settings_.margin);
     while (t < ready_s) {
       const GapFitChoice choice = next_fitting_step(n, st.cursor, t - start_s, budget, [&](std::size_t l) {
-        return runs_on_[stage][l] && has_work(l) ? std::optional(st.predicted[l]) : std::nullopt;
+        return runs_on_[stage][l] && !totals_[stage][l].quarantined && has_work(l) ? std::optional(st.predicted[l])
+                                                                                   : std::nullopt;
       });
       if (!choice.found) {
         // A service with nothing queued polls: it takes the next request that arrives while a
         // step still fits before the budget ends (and before the data is there).
         double next = std::numeric_limits<double>::infinity();
         for (std::size_t l = 0; l < n; ++l)
-          if (runs_on_[stage][l] && is_service(l) &&
+          if (runs_on_[stage][l] && !totals_[stage][l].quarantined && is_service(l) &&
               st.next_arrival[l] - offset_s_ - start_s + st.predicted[l] <= budget)
             next = std::min(next, st.next_arrival[l] - offset_s_);
         if (!(next < ready_s)) break;
@@ -124,7 +125,15 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
         served_.push_back({stage, static_cast<int>(l), st.queue[l].front(), offset_s_ + e});
         st.queue[l].erase(st.queue[l].begin());
       }
-      st.predicted[l] = settings_.ewma_alpha * duration + (1 - settings_.ewma_alpha) * st.predicted[l];
+      LaneTotals& lane_totals = totals_[stage][l];
+      const bool runaway = is_runaway_step(duration, st.predicted[l], settings_.quarantine_factor,
+                                           settings_.quarantine_min_s);
+      lane_totals.runaway_strikes = runaway ? lane_totals.runaway_strikes + 1 : 0;
+      if (runaway && lane_totals.runaway_strikes >= settings_.quarantine_strikes) {
+        lane_totals.quarantined = true;
+        lane_totals.quarantined_at = iteration_;
+      }
+      if (!runaway) st.predicted[l] = settings_.ewma_alpha * duration + (1 - settings_.ewma_alpha) * st.predicted[l];
       t = e;
       if (ready_s <= e) {
         // The poll after a step sees the arrival; like the gap scheduler, the arrival is

@@ -7,8 +7,9 @@
 // arrival delays the stage: that is the lanes' cost to training, and the simulator sees it
 // propagate through the pipeline.
 //
-// Not modelled: quarantine of runaway steps, deterministic (frozen-plan) mode, and a lane's work
-// running out; side work takes the device alone while it runs (time-sliced, as on the CPU).
+// A lane whose steps run away (more than 10x the prediction) twice in a row is quarantined on that
+// stage, as the gap scheduler does. Not modelled: deterministic (frozen-plan) mode and a lane's
+// work running out; side work takes the device alone while it runs (time-sliced, as on the CPU).
 #pragma once
 #include <cstdint>
 #include <map>
@@ -49,6 +50,10 @@ struct LaneSimSettings {
   int profile_iterations = 2;
   double ewma_alpha = 0.3;     // the gap scheduler's
   int calibration_steps = 3;   // the gap scheduler's
+  // The gap scheduler's quarantine of runaway steps (is_runaway_step, gap_fit.h).
+  double quarantine_factor = 10;
+  double quarantine_min_s = 0.001;
+  int quarantine_strikes = 2;
   std::uint64_t seed = 1;
 };
 
@@ -76,6 +81,9 @@ struct LaneTotals {
   double units = 0, lane_s = 0, harvested_s = 0, overrun_s = 0;
   long steps = 0;
   double predicted_step_s = 0, calibrated_step_s = 0;
+  int runaway_strikes = 0;
+  bool quarantined = false;
+  int quarantined_at = -1;  // iteration
 };
 
 class LaneSimulator final : public SimGapFiller {

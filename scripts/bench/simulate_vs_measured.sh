@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # How well `pipelane simulate` predicts real runs on this machine: pp = 2 (one core per rank) with
-# 1f1b, interleaved (v = 2) and zb-h1 at m = 2, 4, 8, lanes off and on (PageRank in the bubbles).
+# 1f1b, interleaved (v = 2) and zb-h1 at m = 2, 4, 8, lanes off and on (image processing in the
+# bubbles, steps of about a millisecond).
 # Each run is measured, then simulated from its own profile (`pipelane simulate --profile RUN`: the
 # run's traced instruction times, its waiting ranks' wake-up times and its lane steps, drawn from
 # over 200 simulated iterations); the table puts the measured and simulated
@@ -32,9 +33,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$(dirname "$csv")"
-lanes=(--lanes.enabled=pagerank --lanes.profile_iterations=2 --lane.pagerank.generate=rmat
-       --lane.pagerank.scale=16 --lane.pagerank.slice_edges=262144 --lane.pagerank.tolerance=0
-       --lane.pagerank.max_iterations=1000000)
+lanes=(--lanes.enabled=imageproc --lanes.profile_iterations=2 --lane.imageproc.generate=100000
+       --lane.imageproc.width=320 --lane.imageproc.height=240)
 echo "calibration on $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg): measured (real run) vs simulated (from its own profile)"
 printf "%-12s %2s %5s | %9s %9s %6s | %7s %7s %6s | %7s %7s %6s\n" schedule m lanes \
   iter_ms sim_ms err% bubble sim err% harvest sim diff
@@ -58,12 +58,14 @@ me = json.load(open(run + "/summary.json"))
 si = json.load(open(run + "-sim/summary.json"))
 def harvest(s):
     return s["lanes"]["total"]["harvest_fraction_after_profiling"] if s.get("lanes") else float("nan")
+quarantined = bool(me.get("lanes") and me["lanes"]["total"]["quarantined"])
 it_m, it_s = me["step_ms_median"], si["step_ms_median"]
 b_m, b_s = me["bubble_fraction_measured"], si["bubble_fraction_measured"]
 h_m, h_s = harvest(me), harvest(si)
 err = lambda a, b: 100 * (b - a) / a if a else float("nan")
 print(f"{sched:12s} {m:>2s} {lanes:>5s} | {it_m:9.2f} {it_s:9.2f} {err(it_m, it_s):+6.1f} | {b_m:7.3f} {b_s:7.3f} "
-      f"{err(b_m, b_s):+6.1f} | {h_m:7.3f} {h_s:7.3f} {100 * (h_s - h_m):+6.1f}")
+      f"{err(b_m, b_s):+6.1f} | {h_m:7.3f} {h_s:7.3f} {100 * (h_s - h_m):+6.1f}" +
+      ("  (a lane was quarantined in the run)" if quarantined else ""))
 with open(csv, "a") as f:
     f.write(f"{sched},{m},{lanes},{it_m},{it_s},{b_m},{b_s},{h_m},{h_s}\n")
 PY

@@ -68,10 +68,11 @@ class SimulateCalibration : public ::testing::TestWithParam<Case> {
     std::string args = "--config " + dir_.file("cal.ini") + " --run.dir=" + run + " --parallel.schedule=" +
                        c.schedule + " --train.global_batch=" + std::to_string(2 * c.microbatches);
     if (std::string(c.schedule) == "interleaved") args += " --parallel.virtual_stages=2";
+    // Image steps of about a millisecond: a few fit each gap, and a preempted one must pass 10 ms
+    // twice in a row before the gap scheduler quarantines the lane.
     if (c.lanes)
-      args += " --lanes.enabled=pagerank --lanes.profile_iterations=2 --lane.pagerank.generate=rmat "
-              "--lane.pagerank.scale=16 --lane.pagerank.slice_edges=262144 --lane.pagerank.tolerance=0 "
-              "--lane.pagerank.max_iterations=1000000";
+      args += " --lanes.enabled=imageproc --lanes.profile_iterations=2 --lane.imageproc.generate=100000 "
+              "--lane.imageproc.width=320 --lane.imageproc.height=240";
     const JobResult job = run_job(2, args, run + ".log");
     EXPECT_EQ(job.exit_code, 0) << job.output;
     if (job.exit_code != 0) return "the run failed";
@@ -95,8 +96,16 @@ class SimulateCalibration : public ::testing::TestWithParam<Case> {
     relative("bubble fraction", measured["bubble_fraction_measured"].get<double>(),
              simulated["bubble_fraction_measured"].get<double>());
     if (c.lanes) {
-      const double hm = harvest(measured), hs = harvest(simulated);
-      if (!(std::fabs(hs - hm) <= 0.10)) missed << "harvest measured " << hm << " simulated " << hs << "; ";
+      // A quarantine (two runaway steps in a row: the machine preempting a lane step twice) ends a
+      // lane at a moment no profile predicts; such a run does not measure the harvest of the
+      // schedule, so it is measured again.
+      if (!measured["lanes"]["total"]["quarantined"].empty()) {
+        missed << "a lane was quarantined in the measured run (" << measured["lanes"]["total"]["quarantined"].dump()
+               << "); ";
+      } else {
+        const double hm = harvest(measured), hs = harvest(simulated);
+        if (!(std::fabs(hs - hm) <= 0.10)) missed << "harvest measured " << hm << " simulated " << hs << "; ";
+      }
     }
     return missed.str();
   }
