@@ -115,6 +115,7 @@ RunProfile load_run_profile(const std::string& run_dir) {
     sim::LaneModel lane;
     lane.name = name;
     lane.step_s = sim::equally_likely(samples);
+    lane.step_sequence = samples;
     lane.units_per_step = digest.lane_units.at(name) / samples.size();
     if (!(lane.units_per_step > 0)) lane.units_per_step = 1;
     if (lanes_total.contains("lanes") && lanes_total["lanes"].contains(name))

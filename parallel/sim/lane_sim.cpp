@@ -50,6 +50,8 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
     if (runs_on_[s].size() != n) throw std::invalid_argument("lanes: runs_on needs one entry per lane");
     st.rng = UniformDraws(settings_.seed * 0x9E3779B97F4A7C15ull + s);
     st.predicted.assign(n, 0.0);
+    st.replayed.assign(n, 0);
+    for (std::size_t l = 0; l < n; ++l) st.replayed[l] = s * lanes_[l].step_sequence.size() / stages_.size();
     st.queue.resize(n);
     st.next_arrival.assign(n, std::numeric_limits<double>::infinity());
     // Calibration before training: the median of a few steps is the first prediction.
@@ -57,7 +59,7 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
       if (!runs_on_[s][l]) continue;
       std::vector<double> samples;
       for (int k = 0; k < std::max(1, settings_.calibration_steps); ++k)
-        samples.push_back(lanes_[l].step_at(draw(st)));
+        samples.push_back(next_step_s(static_cast<int>(s), l));
       st.predicted[l] = std::max(median_unsorted(samples), kMinStepCost);
       totals_[s][l].calibrated_step_s = st.predicted[l];
       if (lanes_[l].requests_per_s > 0) st.next_arrival[l] = -std::log(1 - draw(st)) / lanes_[l].requests_per_s;
@@ -66,6 +68,13 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
 }
 
 double LaneSimulator::draw(StageState& st) { return st.rng.next(); }
+
+double LaneSimulator::next_step_s(int stage, std::size_t lane) {
+  StageState& st = stages_[stage];
+  const std::vector<double>& sequence = lanes_[lane].step_sequence;
+  if (sequence.empty()) return lanes_[lane].step_at(draw(st));
+  return sequence[st.replayed[lane]++ % sequence.size()];
+}
 
 void LaneSimulator::arrivals_until(int stage, double job_s) {
   StageState& st = stages_[stage];
@@ -118,7 +127,7 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
       }
       st.cursor = choice.cursor;
       const std::size_t l = choice.lane;
-      const double duration = lanes_[l].step_at(draw(st));
+      const double duration = next_step_s(stage, l);
       const double s = t, e = t + duration;
       steps_.push_back({iteration_, stage, index, static_cast<int>(l), kind, s, e, lanes_[l].units_per_step});
       if (is_service(l)) {

@@ -27,6 +27,10 @@ struct LaneModel {
   // Step time in seconds as equally likely values, ascending (distribution.h); one value is a
   // constant step.
   std::vector<double> step_s;
+  // A run's traced steps in the order they ran (optional): replayed in that order, each stage from
+  // its own place in it, instead of drawn - so slow steps come in a row as often as they did,
+  // which is what quarantines a lane.
+  std::vector<double> step_sequence;
   double units_per_step = 1;
   // What its work is worth: units per second on the dedicated device it is valued on (0: the
   // lane's own rate in bubbles, units_per_step / median step - FreeRide's assumption), and that
@@ -108,12 +112,14 @@ class LaneSimulator final : public SimGapFiller {
   struct StageState {
     std::map<int, double> gap_ewma;
     std::vector<double> predicted;      // per lane
+    std::vector<std::size_t> replayed;  // per lane: steps of its sequence taken
     std::size_t cursor = 0;
     UniformDraws rng{0};
     std::vector<std::vector<double>> queue;  // per lane: arrival times waiting (job clock)
     std::vector<double> next_arrival;   // per lane
   };
   double draw(StageState& st);  // uniform in [0, 1)
+  double next_step_s(int stage, std::size_t lane);
   void arrivals_until(int stage, double job_s);
 
   std::vector<LaneModel> lanes_;
