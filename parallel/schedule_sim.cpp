@@ -151,7 +151,8 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
                                           instr_to_string(instr));
             break;  // blocks until a neighbour sends it
           }
-          const double resume = wait_until(s, index, instr.wait, clock[s], it->second);
+          // The receive's own work (its copy) follows the wait; like the wait, it is not compute.
+          const double resume = wait_until(s, index, instr.wait, clock[s], it->second) + model.compute_s(s, instr);
           add_idle(s, clock[s], resume, index, instr.wait);
           tl.events.push_back({clock[s], resume, index, instr});
           clock[s] = resume;
@@ -159,11 +160,14 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
           delivered.insert(tag);
         } else if (instr.op == Op::SendFwd || instr.op == Op::SendBwd) {
           const Tag tag = send_tag(spec, s, instr);
-          const double arrival = model.arrival_s(s, std::get<1>(tag), instr, clock[s]);
+          const double posted = clock[s] + model.compute_s(s, instr);  // the host's work of posting it
+          const double arrival = model.arrival_s(s, std::get<1>(tag), instr, posted);
           if (!mailbox.emplace(tag, arrival).second || delivered.count(tag))
             throw std::invalid_argument("stage " + std::to_string(s) + " sends twice: " +
                                         instr_to_string(instr));
-          tl.events.push_back({clock[s], clock[s], index, instr});
+          add_idle(s, clock[s], posted, index, WaitKind::None);
+          tl.events.push_back({clock[s], posted, index, instr});
+          clock[s] = posted;
         } else if (instr.op == Op::GradSync) {
           // A barrier over all stages (the gradient-norm all-reduce spans the model-parallel
           // group): resolved below once every stage stands here.

@@ -65,7 +65,8 @@ class ScheduleDeadlock : public std::runtime_error {
 class SimCostModel {
  public:
   virtual ~SimCostModel() = default;
-  // Seconds `stage` spends on a Fwd, Bwd, BwdWeight or OptimizerStep.
+  // Seconds `stage` spends on an instruction itself: a Fwd, Bwd, BwdWeight or OptimizerStep, or the
+  // host's own work of a send or of a receive whose data is there (posting, copying; not waiting).
   virtual double compute_s(int stage, const Instr& instr) const = 0;
   // When a message sent by `from_stage` at `send_s` (a SendFwd/SendBwd) arrives at `to_stage`.
   // Called in each sender's program order, so a model may queue messages on a link.

@@ -87,18 +87,12 @@ int plan_command(int argc, char** argv) {
   const po::options_description desc = describe(o);
   try {
     po::variables_map vm;
-    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).allow_unregistered().run();
-    po::store(parsed, vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    const std::vector<std::string> rest = po::collect_unrecognized(parsed.options, po::include_positional);
+    const std::optional<std::vector<std::string>> rest = parse_command_options(argc, argv, desc, vm);
+    if (!rest) return 0;
     if (o.cluster.empty()) throw SimInputError("give --cluster FILE (see --help)");
-    if (std::none_of(rest.begin(), rest.end(), [](const std::string& a) { return a == "--config" || a.rfind("--config=", 0) == 0; }))
+    if (!has_config_argument(*rest))
       throw SimInputError("give --config FILE (a training config: its [model] and [train] global_batch)");
-    const TrainOptions options = train_options_from_args(rest, "");
+    const TrainOptions options = train_options_from_args(*rest, "");
     const ClusterFile cluster = load_cluster(o.cluster);
 
     sim::PlanSpace space;

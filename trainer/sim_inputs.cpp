@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <tuple>
 
@@ -32,12 +33,28 @@ json read_json(const std::string& path, const std::string& what) {
 
 }  // namespace
 
+std::optional<std::vector<std::string>> parse_command_options(int argc, char** argv,
+                                                              const boost::program_options::options_description& own,
+                                                              boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
+  const po::parsed_options parsed = po::command_line_parser(argc, argv).options(own).allow_unregistered().run();
+  po::store(parsed, vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << own << "\n";
+    return std::nullopt;
+  }
+  return po::collect_unrecognized(parsed.options, po::include_positional);
+}
+
+bool has_config_argument(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(),
+                     [](const std::string& a) { return a == "--config" || a.rfind("--config=", 0) == 0; });
+}
+
 TrainOptions train_options_from_args(const std::vector<std::string>& args, const std::string& fallback_config) {
   std::vector<std::string> argv = {"train"};
-  const bool has_config = std::any_of(args.begin(), args.end(), [](const std::string& a) {
-    return a == "--config" || a.rfind("--config=", 0) == 0;
-  });
-  if (!has_config && !fallback_config.empty()) {
+  if (!has_config_argument(args) && !fallback_config.empty()) {
     argv.push_back("--config");
     argv.push_back(fallback_config);
   }

@@ -4,9 +4,12 @@
 //   lane step-time distributions (JSON lines: `pipelane lane-bench NAME --json`, or stated).
 // Every error is one line naming the file (and line) and what was expected.
 #pragma once
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <boost/program_options.hpp>
 
 #include "parallel/sim/cluster.h"
 #include "parallel/sim/job_costs.h"
@@ -49,6 +52,15 @@ RunProfile load_run_profile(const std::string& run_dir);
 // "dedicated_price_per_hour", "memory_mb", "requests_per_s" (a service: BubbleTea's prefill),
 // "source". Dedicated prices are looked up in `devices`.
 std::vector<sim::LaneModel> load_lane_models(const std::string& path, const ClusterFile& cluster);
+
+// Parses a command's own options (`own`, with "help") into `vm` and returns the arguments it did not
+// recognise: `pipelane train`'s (--config FILE, --section.key=value). nullopt when --help was
+// given (the help is printed).
+std::optional<std::vector<std::string>> parse_command_options(int argc, char** argv,
+                                                              const boost::program_options::options_description& own,
+                                                              boost::program_options::variables_map& vm);
+// Whether those arguments name a --config.
+bool has_config_argument(const std::vector<std::string>& args);
 
 // `pipelane train`'s options from the arguments a command did not recognise (--config FILE and
 // --section.key=value); `fallback_config` is read when no --config is among them ("" for none).

@@ -117,9 +117,9 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
   const int v = spec.virtual_stages;
   using Samples = std::vector<std::vector<std::vector<double>>>;  // [stage][chunk] -> seconds
   Samples fwd(spec.pp, std::vector<std::vector<double>>(v)), bwd = fwd, weight = fwd;
-  std::vector<std::vector<double>> opt(spec.pp), sync(spec.pp);
+  std::vector<std::vector<double>> opt(spec.pp), sync(spec.pp), send(spec.pp), recv(spec.pp);
   std::map<int, double> first_step_end;  // tid -> end of its step 0 (us)
-  std::map<std::pair<int, long long>, double> sync_wait;  // (tid, end in us) -> wait (us)
+  std::map<std::pair<int, long long>, double> waited;  // (tid, end in us) -> its wait (us)
   TraceDigest d;
   if (!trace.contains("traceEvents") || !trace["traceEvents"].is_array())
     throw SimInputError(path + ": expected a Chrome trace with traceEvents");
@@ -128,8 +128,8 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
     const std::string cat = e.value("cat", "");
     if (cat == "step" && e.contains("args") && e["args"].value("index", -1) == 0)
       first_step_end[e.value("tid", -1)] = e.value("ts", 0.0) + e.value("dur", 0.0);
-    if (cat == "wait" && e.value("name", "") == "wait: SyncWait")
-      sync_wait[{e.value("tid", -1), std::llround(e.value("ts", 0.0) + e.value("dur", 0.0))}] = e.value("dur", 0.0);
+    if (cat == "wait")  // ends with the instruction that waited
+      waited[{e.value("tid", -1), std::llround(e.value("ts", 0.0) + e.value("dur", 0.0))}] = e.value("dur", 0.0);
     if (cat == "lane") {
       const std::string lane = e.value("name", "");
       d.lane_step_s[lane].push_back(e.value("dur", 0.0) * 1e-6);
@@ -155,9 +155,11 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
     else if (op == "Bwd") bwd[stage][chunk].push_back(s);
     else if (op == "BwdWeight") weight[stage][chunk].push_back(s);
     else if (op == "OptimizerStep") opt[stage].push_back(s);
+    else if (op == "SendFwd" || op == "SendBwd") send[stage].push_back(s);
+    else if ((op == "RecvFwd" || op == "RecvBwd") && !waited.count({tid, std::llround(ts + dur)})) recv[stage].push_back(s);
     else if (op == "GradSync") {
-      const auto w = sync_wait.find({tid, std::llround(ts + dur)});
-      sync[stage].push_back(std::max(0.0, dur - (w == sync_wait.end() ? 0.0 : w->second)) * 1e-6);
+      const auto w = waited.find({tid, std::llround(ts + dur)});
+      sync[stage].push_back(std::max(0.0, dur - (w == waited.end() ? 0.0 : w->second)) * 1e-6);
     } else {
       continue;
     }
@@ -186,6 +188,8 @@ TraceDigest digest_run_trace(const json& trace, const sim::JobSpec& job, const s
     t.sync.push_back(mean(sync[s]));
     t.optimizer_samples.push_back(sim::equally_likely(opt[s]));
     t.sync_samples.push_back(sim::equally_likely(sync[s]));
+    t.send.push_back(mean(send[s]));
+    t.recv.push_back(mean(recv[s]));
   }
   d.ops = t;
   return d;

@@ -133,24 +133,16 @@ int simulate_command(int argc, char** argv) {
   const po::options_description desc = describe(o);
   try {
     po::variables_map vm;
-    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).allow_unregistered().run();
-    po::store(parsed, vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    const std::vector<std::string> rest = po::collect_unrecognized(parsed.options, po::include_positional);
-    if (o.profile.empty() && std::none_of(rest.begin(), rest.end(), [](const std::string& a) {
-          return a == "--config" || a.rfind("--config=", 0) == 0;
-        }))
+    const std::optional<std::vector<std::string>> rest = parse_command_options(argc, argv, desc, vm);
+    if (!rest) return 0;
+    if (o.profile.empty() && !has_config_argument(*rest))
       throw SimInputError("give --config FILE (a training config) or --profile RUN_DIR (see --help)");
     if (o.trace_iterations < 0) throw SimInputError("--trace-iterations must be >= 0");
 
     std::optional<RunProfile> run;
     if (!o.profile.empty()) run = load_run_profile(o.profile);
     const TrainOptions options =
-        train_options_from_args(rest, run ? (std::filesystem::path(o.profile) / "config.ini").string() : "");
+        train_options_from_args(*rest, run ? (std::filesystem::path(o.profile) / "config.ini").string() : "");
     const int model_parallel = options.parallel.tp * options.parallel.pp;
     const int wanted = options.parallel.dp > 0 ? model_parallel * options.parallel.dp : model_parallel;
     ClusterFile cluster = o.cluster.empty() ? this_machine_cluster(wanted) : load_cluster(o.cluster);

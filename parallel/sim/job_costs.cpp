@@ -220,6 +220,10 @@ double JobCostModel::compute_s(int stage, const Instr& instr) const {
     case Op::Bwd: return pass(ops_.bwd, ops_.bwd_samples);
     case Op::BwdWeight: return pass(ops_.bwd_weight, ops_.bwd_weight_samples);
     case Op::OptimizerStep: return mean_or_draw(ops_.optimizer[stage], entry(ops_.optimizer_samples, stage), draws_);
+    case Op::SendFwd:
+    case Op::SendBwd: return static_cast<std::size_t>(stage) < ops_.send.size() ? ops_.send[stage] : 0.0;
+    case Op::RecvFwd:
+    case Op::RecvBwd: return static_cast<std::size_t>(stage) < ops_.recv.size() ? ops_.recv[stage] : 0.0;
     default: return 0.0;
   }
 }

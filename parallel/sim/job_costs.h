@@ -29,6 +29,8 @@ struct OpTable {
   std::vector<std::vector<double>> fwd, bwd, bwd_weight;  // Bwd as the schedule runs it (ZB-H1: B)
   std::vector<double> optimizer;
   std::vector<double> sync;  // GradSync's own work on the stage: the gradient norm and its all-reduce
+  // The host's own work of a send and of a receive whose data is there (a profile's; empty: none).
+  std::vector<double> send, recv;
   // Measured spread (from a profile): the same instructions' times as equally likely values
   // (distribution.h). When present, each
   // simulated instruction draws its time from them (a loaded machine's slow ones included) instead

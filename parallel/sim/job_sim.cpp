@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "parallel/sim/distribution.h"
+
 namespace pipelane::sim {
 
 namespace {
@@ -10,10 +12,8 @@ namespace {
 bool is_compute(Op op) { return op == Op::Fwd || op == Op::Bwd || op == Op::BwdWeight; }
 
 double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return median_of(v);
 }
 
 }  // namespace
