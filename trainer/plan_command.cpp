@@ -71,13 +71,20 @@ std::string describe_job(const sim::JobSpec& j) {
   return s;
 }
 
-void print_rows(const std::vector<const sim::PlanCandidate*>& rows, bool lanes) {
-  std::printf("  %-58s %12s %8s %8s %9s %10s %9s %8s\n", "plan", "tokens/s", "bubble", "harvest", "mem_GiB",
-              lanes ? "lanes_$/h" : "-", lanes ? "net_save" : "-", "train_$/h");
-  for (const sim::PlanCandidate* c : rows)
-    std::printf("  %-58s %12.5g %8.4f %8.3f %9.2f %10.4g %8.2f%% %8.4g\n", describe_job(c->job).c_str(),
-                c->tokens_per_s, c->bubble_fraction, c->harvest_fraction, c->max_stage_memory / (1024.0 * 1024 * 1024),
-                c->lane_value_per_hour, 100 * c->net_saving, c->training_per_hour);
+// One row per plan; with lanes, the work units each lane does per hour of training and their worth.
+void print_rows(const std::vector<const sim::PlanCandidate*>& rows, const std::vector<sim::LaneModel>& lanes) {
+  std::printf("  %-58s %12s %8s %8s %9s %9s", "plan", "tokens/s", "bubble", "harvest", "mem_GiB", "train_$/h");
+  for (const sim::LaneModel& lane : lanes) std::printf(" %14s", (lane.name + "/h").substr(0, 14).c_str());
+  if (!lanes.empty()) std::printf(" %10s %9s", "lanes_$/h", "net_save");
+  std::printf("\n");
+  for (const sim::PlanCandidate* c : rows) {
+    std::printf("  %-58s %12.5g %8.4f %8.3f %9.2f %9.4g", describe_job(c->job).c_str(), c->tokens_per_s,
+                c->bubble_fraction, c->harvest_fraction, c->max_stage_memory / (1024.0 * 1024 * 1024),
+                c->training_per_hour);
+    for (double units : c->lane_units_per_hour) std::printf(" %14.4g", units);
+    if (!lanes.empty()) std::printf(" %10.4g %8.2f%%", c->lane_value_per_hour, 100 * c->net_saving);
+    std::printf("\n");
+  }
 }
 
 }  // namespace
@@ -133,6 +140,7 @@ int plan_command(int argc, char** argv) {
                        {"tokens_per_s", c.tokens_per_s}, {"tokens_per_s_lanes_off", c.tokens_per_s_off},
                        {"bubble_fraction", c.bubble_fraction}, {"harvest_fraction", c.harvest_fraction},
                        {"lane_value_per_hour", c.lane_value_per_hour}, {"training_per_hour", c.training_per_hour},
+                       {"lane_units_per_hour", c.lane_units_per_hour},
                        {"gross_saving", c.gross_saving}, {"net_saving", c.net_saving}, {"overhead", c.overhead},
                        {"max_stage_memory_bytes", c.max_stage_memory}, {"on_frontier", c.on_frontier}});
       std::cout << out.dump(2) << "\n";
@@ -154,10 +162,10 @@ int plan_command(int argc, char** argv) {
     }
     if (lanes) {
       std::printf("\nfrontier of throughput vs lane value (no plan is both faster and worth more):\n");
-      print_rows(frontier, lanes);
+      print_rows(frontier, base.lanes);
     }
     std::printf("\n%s:\n", o.all ? "every candidate, fastest first" : "fastest");
-    print_rows(o.all ? all : fastest, lanes);
+    print_rows(o.all ? all : fastest, base.lanes);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipelane plan: %s\n", e.what());

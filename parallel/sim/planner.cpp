@@ -141,6 +141,8 @@ PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
         }
         c.harvest_fraction = bubble > 0 ? harvested / bubble : 0.0;
         c.lane_value_per_hour = out.on->train_s > 0 ? out.value_usd / out.on->train_s * 3600 : 0.0;
+        for (const LaneValue& v : out.values)
+          c.lane_units_per_hour.push_back(out.on->train_s > 0 ? v.units / out.on->train_s * 3600 : 0.0);
         c.net_saving = out.net_saving;
         c.gross_saving = out.gross_saving;
         c.overhead = out.overhead;

@@ -31,6 +31,7 @@ struct PlanCandidate {
   double bubble_fraction = 0;     // lanes off
   double harvest_fraction = 0;    // of the bubble, after profiling
   double lane_value_per_hour = 0; // $ of lane work per hour of training (every device)
+  std::vector<double> lane_units_per_hour;  // per lane: its work units per hour of training
   double training_per_hour = 0;   // $ per hour of the training devices
   double net_saving = 0, gross_saving = 0, overhead = 0;
   double max_stage_memory = 0;    // bytes
