@@ -65,13 +65,15 @@ si = json.load(open(run + "-sim/summary.json"))
 def harvest(s):
     return s["lanes"]["total"]["harvest_fraction_after_profiling"] if s.get("lanes") else float("nan")
 quarantined = bool(me.get("lanes") and me["lanes"]["total"]["quarantined"])
+sim_quarantined = bool(si.get("lanes") and si["lanes"]["total"]["quarantined"])
 it_m, it_s = me["step_ms_median"], si["step_ms_median"]
 b_m, b_s = me["bubble_fraction_measured"], si["bubble_fraction_measured"]
 h_m, h_s = harvest(me), harvest(si)
 err = lambda a, b: 100 * (b - a) / a if a else float("nan")
 print(f"{sched:12s} {m:>2s} {lanes:>5s} | {it_m:9.2f} {it_s:9.2f} {err(it_m, it_s):+6.1f} | {b_m:7.3f} {b_s:7.3f} "
       f"{err(b_m, b_s):+6.1f} | {h_m:7.3f} {h_s:7.3f} {100 * (h_s - h_m):+6.1f}" +
-      ("  (a lane was quarantined in the run)" if quarantined else ""))
+      ("  (a lane was quarantined in the run)" if quarantined else "") +
+      ("  (the simulation quarantined a lane)" if sim_quarantined else ""))
 with open(csv, "a") as f:
     f.write(f"{sched},{m},{lanes},{it_m},{it_s},{b_m},{b_s},{h_m},{h_s}\n")
 PY

@@ -114,7 +114,9 @@ class SimulateCalibration : public ::testing::TestWithParam<Case> {
                << "); ";
       } else {
         const double hm = harvest(measured), hs = harvest(simulated);
-        if (!(std::fabs(hs - hm) <= 0.10)) missed << "harvest measured " << hm << " simulated " << hs << "; ";
+        if (!(std::fabs(hs - hm) <= 0.10))
+          missed << "harvest measured " << hm << " simulated " << hs << " (simulated quarantines: "
+                 << simulated["lanes"]["total"]["quarantined"].dump() << "); ";
       }
     }
     return missed.str();
