@@ -12,8 +12,10 @@
 
 namespace pipelane {
 
-// Per stage, chunk and pass: the means of a run's traced instructions after its first step,
-// GradSync's own work (its time minus its wait), the optimizer step. Lane steps by lane name.
+// A run's traced instructions after its first step: per stage, chunk and pass their means, and
+// every step as it ran (what an instruction took without its wait: GradSync's own work, a send's
+// posting, a compute pass); the wake-up times of its waits; its lanes' steps by lane name, in the
+// order they ran.
 struct TraceDigest {
   std::optional<sim::OpTable> ops;
   std::vector<double> wake_samples;  // empty: no wait to measure

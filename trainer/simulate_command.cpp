@@ -38,8 +38,8 @@ po::options_description describe(SimulateOptions& o) {
       "summary.json fields a real run writes (plus idle time by wait kind and memory per stage) and\n"
       "a trace.json for Perfetto. Every `pipelane train` config key is accepted as in train\n"
       "(--section.key=value; see pipelane train --help); [parallel] dp = 0 fills the cluster.\n\n"
-      "Compute costs: --profile RUN_DIR uses a real run's traced instruction times (drawn from as\n"
-      "measured when the job is the one measured - with the wake-up time of its waiting ranks when no\n"
+      "Compute costs: --profile RUN_DIR uses a real run's traced instruction times (its steps replayed\n"
+      "in turn when the job is the one measured - with the wake-up time of its waiting ranks when no\n"
       "--cluster is given - else their means scaled by FLOPs); without it, FLOPs / (device peak x\n"
       "efficiency) from the cluster's device table. Lane files: one JSON object a line, see README.md\n"
       "(\"Simulating and planning jobs\").\n\noptions");

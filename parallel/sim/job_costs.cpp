@@ -195,35 +195,30 @@ const LinkSpec& JobCostModel::p2p_link(int from, int to) const {
   return it->second;
 }
 
-namespace {
-
-// The mean, or a draw from the measured samples when there are any.
-double mean_or_draw(double mean, const std::vector<double>* samples, UniformDraws& draws) {
-  return samples && !samples->empty() ? draw_from(*samples, draws.next()) : mean;
+const TracedStep* JobCostModel::traced() const {
+  return ops_.traced_steps.empty() ? nullptr : &ops_.traced_steps[step_ % ops_.traced_steps.size()];
 }
 
-template <typename T>
-const T* entry(const std::vector<T>& table, std::size_t i) {
-  return i < table.size() ? &table[i] : nullptr;
+double JobCostModel::traced_or(int stage, const Instr& instr, double mean) const {
+  const TracedStep* step = traced();
+  if (!step) return mean;
+  const auto it = step->seconds.find({stage, instr.op, instr.microbatch, instr.chunk});
+  return it == step->seconds.end() ? mean : it->second;
 }
-
-}  // namespace
 
 double JobCostModel::compute_s(int stage, const Instr& instr) const {
-  const auto pass = [&](const std::vector<std::vector<double>>& means,
-                        const std::vector<std::vector<std::vector<double>>>& samples) {
-    const std::vector<std::vector<double>>* of_stage = entry(samples, stage);
-    return mean_or_draw(means[stage][instr.chunk], of_stage ? entry(*of_stage, instr.chunk) : nullptr, draws_);
+  const auto entry = [&](const std::vector<double>& per_stage) {
+    return static_cast<std::size_t>(stage) < per_stage.size() ? per_stage[stage] : 0.0;
   };
   switch (instr.op) {
-    case Op::Fwd: return pass(ops_.fwd, ops_.fwd_samples);
-    case Op::Bwd: return pass(ops_.bwd, ops_.bwd_samples);
-    case Op::BwdWeight: return pass(ops_.bwd_weight, ops_.bwd_weight_samples);
-    case Op::OptimizerStep: return mean_or_draw(ops_.optimizer[stage], entry(ops_.optimizer_samples, stage), draws_);
+    case Op::Fwd: return traced_or(stage, instr, ops_.fwd[stage][instr.chunk]);
+    case Op::Bwd: return traced_or(stage, instr, ops_.bwd[stage][instr.chunk]);
+    case Op::BwdWeight: return traced_or(stage, instr, ops_.bwd_weight[stage][instr.chunk]);
+    case Op::OptimizerStep: return traced_or(stage, instr, ops_.optimizer[stage]);
     case Op::SendFwd:
-    case Op::SendBwd: return static_cast<std::size_t>(stage) < ops_.send.size() ? ops_.send[stage] : 0.0;
+    case Op::SendBwd: return traced_or(stage, instr, entry(ops_.send));
     case Op::RecvFwd:
-    case Op::RecvBwd: return static_cast<std::size_t>(stage) < ops_.recv.size() ? ops_.recv[stage] : 0.0;
+    case Op::RecvBwd: return entry(ops_.recv);  // traced receives include their waits
     default: return 0.0;
   }
 }
@@ -231,7 +226,7 @@ double JobCostModel::compute_s(int stage, const Instr& instr) const {
 double JobCostModel::sync_s() const {
   double own = 0;  // the slowest stage's own work holds every stage
   for (std::size_t s = 0; s < ops_.sync.size(); ++s)
-    own = std::max(own, mean_or_draw(ops_.sync[s], entry(ops_.sync_samples, s), draws_));
+    own = std::max(own, traced_or(static_cast<int>(s), Instr{Op::GradSync, -1, 0}, ops_.sync[s]));
   // A collective ends when its last rank has joined and the others, waiting, have woken: the tied
   // embedding's sum is one more wake (the norm's is in the stages' measured own work).
   return tied_s_ + (tied_s_ > 0 ? wake_s() : 0.0) + own;
@@ -239,7 +234,11 @@ double JobCostModel::sync_s() const {
 
 double JobCostModel::iteration_end_s() const { return loss_sum_s_ + wake_s(); }
 
-double JobCostModel::wake_s() const { return wake_.empty() ? 0.0 : draw_from(wake_, draws_.next()); }
+double JobCostModel::wake_s() const {
+  if (wake_.empty()) return 0.0;  // not on the profiled machine
+  const TracedStep* step = traced();
+  return draw_from(step && !step->wake.empty() ? step->wake : wake_, draws_.next());
+}
 
 double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr&, double send_s) {
   if (from_stage == to_stage) return send_s;  // pp = 1 with chunks: a local hand-over
@@ -261,6 +260,8 @@ double JobCostModel::grad_reduce_done_s(int stage, int chunk, double ready_s) {
 }
 
 void JobCostModel::start_iteration() {
+  if (started_) ++step_;
+  started_ = true;
   link_free_.clear();
   std::fill(dp_free_.begin(), dp_free_.end(), 0.0);
 }

@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "parallel/schedule_sim.h"
@@ -24,6 +25,14 @@
 
 namespace pipelane::sim {
 
+// One traced step of a run: each instruction's time by (stage, op, microbatch, chunk) - which is
+// unique within a stage's list - and the wake-up times of its waits.
+struct TracedStep {
+  using Key = std::tuple<int, Op, int, int>;
+  std::map<Key, double> seconds;  // GradSync: its own work (the time it did not wait)
+  std::vector<double> wake;       // see MeasuredProfile::wake_samples
+};
+
 // Seconds per instruction: [stage][chunk] for the compute passes, [stage] for the rest.
 struct OpTable {
   std::vector<std::vector<double>> fwd, bwd, bwd_weight;  // Bwd as the schedule runs it (ZB-H1: B)
@@ -31,13 +40,11 @@ struct OpTable {
   std::vector<double> sync;  // GradSync's own work on the stage: the gradient norm and its all-reduce
   // The host's own work of a send and of a receive whose data is there (a profile's; empty: none).
   std::vector<double> send, recv;
-  // Measured spread (from a profile): the same instructions' times as equally likely values
-  // (distribution.h). When present, each
-  // simulated instruction draws its time from them (a loaded machine's slow ones included) instead
-  // of taking the mean: an iteration is a max over paths of sums, so its typical length exceeds
-  // the one of typical instructions when their times vary.
-  std::vector<std::vector<std::vector<double>>> fwd_samples, bwd_samples, bwd_weight_samples;
-  std::vector<std::vector<double>> optimizer_samples, sync_samples;
+  // A profile's traced steps, each as it ran (optional): when present, simulated iterations replay
+  // them in turn, every instruction taking its time in that step, instead of the means - so a
+  // loaded machine's slow steps are as slow and as rare as they were (an iteration is a max over
+  // paths of sums: its typical length is not the one of typical instructions).
+  std::vector<TracedStep> traced_steps;
 };
 
 // A profile measured on a real run (`pipelane train`'s summary.json and trace.json).
@@ -77,7 +84,7 @@ class JobCostModel final : public SimCostModel {
   double grad_reduce_done_s(int stage, int chunk, double ready_s) override;
   double sync_s() const override;
 
-  void start_iteration() override;  // empties the link queues
+  void start_iteration() override;  // empties the link queues; the next traced step, if any
   double wake_s() const override;
   double iteration_end_s() const override;
   // The wake-up time as equally likely values (empty: none); drawn from per wait.
@@ -99,6 +106,10 @@ class JobCostModel final : public SimCostModel {
   double loss_sum_s_ = 0;  // the world all-reduce of the loss ending every iteration
   std::vector<double> wake_;
   mutable UniformDraws draws_{1};  // drawing is the model's own state, not a change to it
+  std::size_t step_ = 0;           // the traced step the current iteration replays
+  bool started_ = false;
+  const TracedStep* traced() const;
+  double traced_or(int stage, const Instr& instr, double mean) const;
   bool replicas_identical_ = true;
   std::map<std::pair<int, int>, LinkSpec> p2p_;  // (from, to) stage -> link
   std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]

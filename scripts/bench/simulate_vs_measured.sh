@@ -3,8 +3,8 @@
 # 1f1b, interleaved (v = 2) and zb-h1 at m = 2, 4, 8, lanes off and on (PageRank slices of a
 # fraction of a millisecond in the bubbles).
 # Each run is measured, then simulated from its own profile (`pipelane simulate --profile RUN`: the
-# run's traced instruction times, its waiting ranks' wake-up times and its lane steps, drawn from
-# over 200 simulated iterations); the table puts the measured and simulated
+# run's traced steps replayed in turn, its waiting ranks' wake-up times and its lane steps, over
+# 200 simulated iterations); the table puts the measured and simulated
 # iteration time (summary.json step_ms_median), bubble fraction (bubble_fraction_measured) and
 # harvest (lanes' harvest_fraction_after_profiling) side by side. The calibration test
 # (tests/integration/test_simulate_calibration.cpp) checks the same within 10% / 10 points.

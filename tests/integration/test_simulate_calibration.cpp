@@ -4,14 +4,13 @@
 // harvest within 10 points.
 //
 // What makes this hold on a loaded 2-core machine: the run is measured at real-time priority when
-// the OS allows it (see realtime_prefix), and the simulator is fed the same run's profile -
-// every traced instruction's time (whatever slowdown the machine imposed on that run, its slow
-// outliers included: each simulated instruction draws from them), how long a waiting rank took to
-// go on once its data was sent, and the lanes' traced step times - so what is predicted is the
-// schedule's structure: the waits, where lane steps fit, what a late arrival does. 200 simulated
-// iterations make the simulation's own medians steady; the run's 10 steps are one sample of a
-// noisy machine, so a configuration that misses is measured once more (the bounds stay the
-// same), and fails only if the second run misses too.
+// the OS allows it (see realtime_prefix), and the simulator is fed the same run's profile - each
+// traced step as it ran (simulated iterations replay them in turn, so a slow step stays one slow
+// step), how long a waiting rank took to go on once its data was sent, and the lanes' traced steps
+// in their order - so what is predicted is the schedule's structure: the waits, where lane steps
+// fit, what a late arrival does. The run's 10 steps are one sample of a noisy machine, so a
+// configuration that misses is measured once more (the bounds stay the same), and fails only if
+// the second run misses too.
 #include <gtest/gtest.h>
 
 #include <cmath>
