@@ -34,7 +34,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$(dirname "$csv")"
 lanes=(--lanes.enabled=pagerank --lanes.profile_iterations=2 --lane.pagerank.generate=rmat
-       --lane.pagerank.scale=16 --lane.pagerank.slice_edges=262144 --lane.pagerank.tolerance=0
+       --lane.pagerank.scale=15 --lane.pagerank.slice_edges=131072 --lane.pagerank.tolerance=0
        --lane.pagerank.max_iterations=1000000)
 # Round-robin real-time priority when allowed (root): other processes cannot preempt the two ranks,
 # so a run measures the schedule rather than the machine's other tenants.
