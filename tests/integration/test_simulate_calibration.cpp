@@ -8,7 +8,7 @@
 // traced step as it ran (simulated iterations replay them in turn, so a slow step stays one slow
 // step), how long a waiting rank took to go on once its data was sent, and the lanes' traced steps
 // in their order - so what is predicted is the schedule's structure: the waits, where lane steps
-// fit, what a late arrival does. The run's 10 steps are one sample of a noisy machine, so a
+// fit, what a late arrival does. The run's 8 steps are one sample of a noisy machine, so a
 // configuration that misses is measured once more (the bounds stay the same), and fails only if
 // the second run misses too.
 #include <gtest/gtest.h>
@@ -43,9 +43,9 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 // The measured job runs at round-robin real-time priority when the OS allows it (root or
 // CAP_SYS_NICE): other processes on a shared machine then cannot preempt its two ranks, so the run
-// measures the schedule rather than its neighbours. The job lasts about a second; the kernel keeps
-// 5% of each second for everyone else (past 0.95 s it pauses real-time work, which a longer job
-// would feel).
+// measures the schedule rather than its neighbours. The job (8 steps) stays under a second: the
+// kernel keeps 5% of each second for everyone else, pausing real-time work for 50 ms past 0.95 s,
+// which a longer run would measure as one slow step.
 std::string realtime_prefix() {
   static const bool allowed = std::system("chrt -r 1 true > /dev/null 2>&1") == 0;  // asked once
   return allowed ? "chrt -r 1" : "";
@@ -67,7 +67,7 @@ class SimulateCalibration : public ::testing::TestWithParam<Case> {
     // Eight layers split over 2 stages (x 2 chunks for interleaving), instructions of a few ms.
     write_file(dir_.file("cal.ini"),
                "[model]\nlayers = 8\nd_model = 96\nheads = 4\nseq_len = 64\nvocab_size = 256\n"
-               "[train]\nmicro_batch = 2\nsteps = 10\nwarmup_steps = 1\neval_every = 0\nthreads = 1\n"
+               "[train]\nmicro_batch = 2\nsteps = 8\nwarmup_steps = 1\neval_every = 0\nthreads = 1\n"
                "peak_gflops = 100\nseed = 7\n[parallel]\npp = 2\n[data]\npath = " + dir_.file("data.h5") +
                    "\n[run]\nlog_every = 100\n");
   }
