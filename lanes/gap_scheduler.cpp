@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "parallel/gap_fit.h"
+
 namespace pipelane {
 
 struct GapScheduler::LaneSlot {
@@ -218,9 +220,8 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  const bool runaway = failure.empty() && slot.cost_from_work && predicted > 0 &&
-                       duration > options_.quarantine_factor * predicted &&
-                       duration > options_.quarantine_min_s;
+  const bool runaway = failure.empty() && slot.cost_from_work &&
+                       is_runaway_step(duration, predicted, options_.quarantine_factor, options_.quarantine_min_s);
   slot.runaway_strikes = runaway ? slot.runaway_strikes + 1 : 0;
   if (runaway && slot.runaway_strikes >= options_.quarantine_strikes) {
     char text[200];
@@ -330,20 +331,14 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
         }
       }
     } else {
-      const double budget = predicted_gap * options_.margin;
+      const double budget = gap_budget(predicted_gap, options_.margin);
       while (!poll_idle()) {
-        const double elapsed = clock_() - record.start_s;
-        const std::size_t n = lanes_.size();
-        LaneSlot* chosen = nullptr;
-        for (std::size_t k = 0; k < n && !chosen; ++k) {
-          const std::size_t index = (next_lane_ + k) % n;
-          LaneSlot& slot = *lanes_[index];
-          if (schedulable(slot) && elapsed + slot.predicted_s <= budget) {
-            chosen = &slot;
-            next_lane_ = (index + 1) % n;
-          }
-        }
-        if (!chosen) break;
+        const GapFitChoice choice = next_fitting_step(
+            lanes_.size(), next_lane_, clock_() - record.start_s, budget,
+            [&](std::size_t i) { return schedulable(*lanes_[i]) ? std::optional(lanes_[i]->predicted_s) : std::nullopt; });
+        if (!choice.found) break;
+        next_lane_ = choice.cursor;
+        LaneSlot* chosen = lanes_[choice.lane].get();
         const std::size_t before = steps_.size();
         run_step(*chosen, iteration, gap_id, kind, chosen->predicted_s);
         if (poll_after_step(steps_[before].start_s, steps_[before].end_s)) break;
@@ -402,19 +397,17 @@ void GapScheduler::freeze_plan() {
   std::size_t cursor = 0;
   for (const auto& [gap_id, predicted_gap] : gap_ewma_) {  // ascending gap id: the order of the list
     std::vector<std::size_t>& sequence = plan_[gap_id];
-    const double budget = predicted_gap * options_.margin;
+    const double budget = gap_budget(predicted_gap, options_.margin);
+    const auto planned_cost = [&](std::size_t i) {
+      return schedulable(*lanes_[i]) ? std::optional(std::max(lanes_[i]->predicted_s, kMinStepCost)) : std::nullopt;
+    };
     double elapsed = 0;
     while (sequence.size() < kMaxPlannedStepsPerGap) {
-      std::size_t chosen = n;
-      for (std::size_t k = 0; k < n && chosen == n; ++k) {
-        const std::size_t index = (cursor + k) % n;
-        const LaneSlot& slot = *lanes_[index];
-        if (schedulable(slot) && elapsed + std::max(slot.predicted_s, kMinStepCost) <= budget) chosen = index;
-      }
-      if (chosen == n) break;
-      sequence.push_back(chosen);
-      elapsed += std::max(lanes_[chosen]->predicted_s, kMinStepCost);
-      cursor = (chosen + 1) % n;
+      const GapFitChoice choice = next_fitting_step(n, cursor, elapsed, budget, planned_cost);
+      if (!choice.found) break;
+      sequence.push_back(choice.lane);
+      elapsed += *planned_cost(choice.lane);
+      cursor = choice.cursor;
     }
   }
   plan_frozen_ = true;

@@ -65,10 +65,49 @@ int max_in_flight(const std::vector<Instr>& list) {
   return most;
 }
 
+double SimCostModel::arrival_s(int, int, const Instr&, double send_s) { return send_s; }
+double SimCostModel::grad_reduce_done_s(int, int, double ready_s) { return ready_s; }
+
+namespace {
+
+// SimCosts as a cost model: unit compute costs, free transfers, no data parallelism.
+class UnitCostModel final : public SimCostModel {
+ public:
+  UnitCostModel(ScheduleKind kind, const SimCosts& costs) : kind_(kind), costs_(costs) {}
+  double compute_s(int, const Instr& instr) const override { return instr_cost(instr, kind_, costs_); }
+  double sync_s() const override { return costs_.t_sync; }
+
+ private:
+  ScheduleKind kind_;
+  SimCosts costs_;
+};
+
+// Per chunk: the list position of its last gradient-writing instruction (its gradients are final
+// there), or -1.
+std::vector<int> last_gradient_instr(const std::vector<Instr>& list) {
+  const bool split = list_has_weight_pass(list);
+  std::vector<int> last;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Instr& in = list[i];
+    if (!((in.op == Op::Bwd && !split) || in.op == Op::BwdWeight)) continue;
+    if (in.chunk >= static_cast<int>(last.size())) last.resize(in.chunk + 1, -1);
+    last[in.chunk] = static_cast<int>(i);
+  }
+  return last;
+}
+
+}  // namespace
+
 SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
                             const SimCosts& costs) {
-  validate_schedule_spec(spec);
   validate_sim_costs(costs, spec.kind);
+  UnitCostModel model(spec.kind, costs);
+  return simulate_schedule(spec, lists, model);
+}
+
+SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
+                            SimCostModel& model, SimGapFiller* filler) {
+  validate_schedule_spec(spec);
   const int p = spec.pp;
   if (static_cast<int>(lists.size()) != p)
     throw std::invalid_argument("simulate_schedule: " + std::to_string(lists.size()) +
@@ -78,11 +117,20 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
   result.stages.resize(p);
   std::vector<std::size_t> pc(p, 0);
   std::vector<double> clock(p, 0.0);
+  std::vector<double> grads_reduced(p, 0.0);  // when each stage's data-parallel all-reduces are done
+  std::vector<std::vector<int>> last_grad(p);
+  for (int s = 0; s < p; ++s) last_grad[s] = last_gradient_instr(lists[s]);
   std::map<Tag, double> mailbox;  // sent, not yet received: arrival time
   std::set<Tag> delivered;
 
   const auto add_idle = [&](int s, double from, double to, int index, WaitKind kind) {
     if (to > from) result.stages[s].idle.push_back({from, to, index, kind});
+  };
+  // A wait from `from` until `ready`: lanes (the filler) may run in it, and may run past `ready`.
+  const auto wait_until = [&](int s, int index, WaitKind kind, double from, double ready) {
+    if (!(ready > from)) return from;
+    ready += model.wake_s();
+    return filler ? std::max(ready, filler->fill(s, index, kind, from, ready)) : ready;
   };
 
   bool all_done = false;
@@ -103,27 +151,35 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
                                           instr_to_string(instr));
             break;  // blocks until a neighbour sends it
           }
-          const double ready = std::max(clock[s], it->second);
-          add_idle(s, clock[s], ready, index, instr.wait);
-          tl.events.push_back({clock[s], ready, index, instr});
-          clock[s] = ready;
+          // The receive's own work (its copy) follows the wait; like the wait, it is not compute.
+          const double resume = wait_until(s, index, instr.wait, clock[s], it->second) + model.compute_s(s, instr);
+          add_idle(s, clock[s], resume, index, instr.wait);
+          tl.events.push_back({clock[s], resume, index, instr});
+          clock[s] = resume;
           mailbox.erase(it);
           delivered.insert(tag);
         } else if (instr.op == Op::SendFwd || instr.op == Op::SendBwd) {
           const Tag tag = send_tag(spec, s, instr);
-          if (!mailbox.emplace(tag, clock[s]).second || delivered.count(tag))
+          const double posted = clock[s] + model.compute_s(s, instr);  // the host's work of posting it
+          const double arrival = model.arrival_s(s, std::get<1>(tag), instr, posted);
+          if (!mailbox.emplace(tag, arrival).second || delivered.count(tag))
             throw std::invalid_argument("stage " + std::to_string(s) + " sends twice: " +
                                         instr_to_string(instr));
-          tl.events.push_back({clock[s], clock[s], index, instr});
+          add_idle(s, clock[s], posted, index, WaitKind::None);
+          tl.events.push_back({clock[s], posted, index, instr});
+          clock[s] = posted;
         } else if (instr.op == Op::GradSync) {
           // A barrier over all stages (the gradient-norm all-reduce spans the model-parallel
           // group): resolved below once every stage stands here.
           break;
         } else {
-          const double cost = instr_cost(instr, spec.kind, costs);
+          const double cost = model.compute_s(s, instr);
           tl.events.push_back({clock[s], clock[s] + cost, index, instr});
           clock[s] += cost;
           tl.busy += cost;
+          const std::vector<int>& last = last_grad[s];
+          if (instr.chunk >= 0 && instr.chunk < static_cast<int>(last.size()) && last[instr.chunk] == index)
+            grads_reduced[s] = std::max(grads_reduced[s], model.grad_reduce_done_s(s, instr.chunk, clock[s]));
         }
         ++pc[s];
         progress = true;
@@ -138,17 +194,28 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
     }
     all_done = !any_left;
     if (any_left && at_sync) {
-      double t = 0;
+      double last_arrival = 0;
       for (int s = 0; s < p; ++s)
-        if (pc[s] < lists[s].size()) t = std::max(t, clock[s]);
+        if (pc[s] < lists[s].size()) last_arrival = std::max(last_arrival, clock[s]);
+      // Each stage's wait for the last one may be filled; the sync then starts when every filled
+      // wait and every stage's gradient all-reduces are over.
+      double sync_start = last_arrival;
+      std::vector<double> resume(p, 0.0);
+      for (int s = 0; s < p; ++s) {
+        if (pc[s] >= lists[s].size()) continue;
+        const Instr& instr = lists[s][pc[s]];
+        resume[s] = wait_until(s, static_cast<int>(pc[s]), instr.wait, clock[s], last_arrival);
+        sync_start = std::max({sync_start, resume[s], grads_reduced[s]});
+      }
+      const double sync = model.sync_s();
       for (int s = 0; s < p; ++s) {
         if (pc[s] >= lists[s].size()) continue;
         const Instr& instr = lists[s][pc[s]];
         const int index = static_cast<int>(pc[s]);
-        add_idle(s, clock[s], t, index, instr.wait);
-        result.stages[s].events.push_back({clock[s], t + costs.t_sync, index, instr});
-        clock[s] = t + costs.t_sync;
-        result.stages[s].busy += costs.t_sync;
+        add_idle(s, clock[s], sync_start, index, instr.wait);
+        result.stages[s].events.push_back({clock[s], sync_start + sync, index, instr});
+        clock[s] = sync_start + sync;
+        result.stages[s].busy += sync;
         ++pc[s];
       }
       progress = true;
@@ -172,6 +239,7 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
   }
 
   for (int s = 0; s < p; ++s) result.makespan = std::max(result.makespan, clock[s]);
+  result.makespan += model.iteration_end_s();
   double idle_sum = 0;
   for (int s = 0; s < p; ++s) {
     StageTimeline& tl = result.stages[s];

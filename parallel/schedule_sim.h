@@ -1,5 +1,6 @@
-// Unit-cost simulator of pipeline schedules: runs every stage's instruction list together with
-// fixed compute costs, zero-cost transfers, buffered sends and blocking receives.
+// Simulator of pipeline schedules: runs every stage's instruction list together, with buffered
+// sends and blocking receives, under a cost model: fixed unit costs and free transfers (SimCosts),
+// or any SimCostModel (parallel/sim/ prices a real job). Waits can be handed to a SimGapFiller.
 #pragma once
 
 #include <stdexcept>
@@ -41,7 +42,7 @@ struct SimIdle {
 struct StageTimeline {
   std::vector<SimEvent> events;  // every instruction, in list order
   std::vector<SimIdle> idle;     // waits of positive length, plus the tail up to the makespan
-  double busy = 0;               // total compute time
+  double busy = 0;               // total compute time (GradSync's sync_s counts as busy)
   double idle_total = 0;
   double idle_by_kind[5] = {0, 0, 0, 0, 0};  // indexed by static_cast<int>(WaitKind)
 };
@@ -59,10 +60,54 @@ class ScheduleDeadlock : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a simulation charges. The unit-cost model above (SimCosts) is one; parallel/sim/ has the
+// model of a real job (measured or FLOP-derived compute, links, collectives).
+class SimCostModel {
+ public:
+  virtual ~SimCostModel() = default;
+  // Seconds `stage` spends on an instruction itself: a Fwd, Bwd, BwdWeight or OptimizerStep, or the
+  // host's own work of a send or of a receive whose data is there (posting, copying; not waiting).
+  virtual double compute_s(int stage, const Instr& instr) const = 0;
+  // When a message sent by `from_stage` at `send_s` (a SendFwd/SendBwd) arrives at `to_stage`.
+  // Called in each sender's program order, so a model may queue messages on a link.
+  virtual double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s);
+  // A chunk's gradients are final at `ready_s` (after its last gradient-writing instruction): when
+  // their data-parallel all-reduce, started then in the background, has finished. Called in
+  // program order per stage. Default: no data parallelism (ready_s).
+  virtual double grad_reduce_done_s(int stage, int chunk, double ready_s);
+  // GradSync, once every stage stands at it and its gradient all-reduces are done: the seconds of
+  // what follows on every stage (tied-embedding sum, global gradient norm).
+  virtual double sync_s() const = 0;
+  // A driver simulating iteration after iteration calls this before each (queues start empty).
+  virtual void start_iteration() {}
+  // What a stage that had to wait takes to go on once the data is there (waking a waiting process
+  // on a busy machine): added to every wait of positive length. Default 0.
+  virtual double wake_s() const { return 0.0; }
+  // The collectives every stage joins after its last instruction (the executor's loss sum): the
+  // iteration ends this long after the last stage is done. Default 0.
+  virtual double iteration_end_s() const { return 0.0; }
+};
+
+// Fills simulated waits, as lanes fill real ones. Called when `stage` reaches the wait at list
+// position `index` (its gap id) at `start_s` and the data (or, at GradSync, the last stage) is
+// there at `ready_s` > start_s. Returns when the stage goes on: >= ready_s, later when side work
+// ran past the arrival (its cost to training).
+class SimGapFiller {
+ public:
+  virtual ~SimGapFiller() = default;
+  virtual double fill(int stage, int index, WaitKind kind, double start_s, double ready_s) = 0;
+};
+
 // Simulates the given per-stage lists (lists.size() == spec.pp). Throws ScheduleDeadlock if they
 // deadlock, std::invalid_argument if a send has no receive (or a message is received twice).
 SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
                             const SimCosts& costs);
+// The same under any cost model, with waits handed to `filler` when one is given. GradSync is a
+// barrier over all stages: each stage's wait there is [its arrival, the last stage's arrival]
+// (filled like any other), then every stage waits for its own gradient all-reduces and for the
+// slowest filled wait, then spends sync_s().
+SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vector<Instr>>& lists,
+                            SimCostModel& model, SimGapFiller* filler = nullptr);
 // Builds every stage's list with build_schedule and simulates them.
 SimResult simulate_schedule(const ScheduleSpec& spec, const SimCosts& costs);
 

@@ -103,11 +103,14 @@ int lane_bench_command(int argc, char** argv) {
     lane->teardown(ctx);
     std::sort(step_s.begin(), step_s.end());
     const double median_ms = step_s.empty() ? 0 : 1e3 * step_s[step_s.size() / 2];
+    // The step-time distribution (fastest, 10%, ..., slowest): what `pipelane simulate` draws from.
+    nlohmann::json deciles = nlohmann::json::array();
+    for (int k = 0; k <= 10 && !step_s.empty(); ++k) deciles.push_back(1e3 * step_s[(step_s.size() - 1) * k / 10]);
     const nlohmann::json result = {{"lane", name}, {"work_unit", lane->work_unit()},
                                    {"units", units}, {"steps", step_s.size()}, {"step_s", busy},
                                    {"units_per_s", busy > 0 ? units / busy : 0.0},
-                                   {"step_ms_median", median_ms}, {"setup_s", setup_s},
-                                   {"finished", finished}};
+                                   {"step_ms_median", median_ms}, {"step_ms_deciles", deciles},
+                                   {"setup_s", setup_s}, {"finished", finished}};
     if (json) {
       std::cout << result.dump() << "\n";
     } else {

@@ -8,6 +8,8 @@
 #include "trainer/lane_bench_command.h"
 #include "trainer/prepare_data_command.h"
 #include "trainer/schedule_command.h"
+#include "trainer/plan_command.h"
+#include "trainer/simulate_command.h"
 #include "trainer/train_command.h"
 #include "runtime/backend_registry.h"
 
@@ -20,6 +22,8 @@ void print_usage(std::FILE* out) {
                "  train          train a GPT from a config file (pipelane train --help)\n"
                "  prepare-data   tokenize text into an HDF5 token file (pipelane prepare-data --help)\n"
                "  schedule       print a pipeline schedule and its bubbles (pipelane schedule --help)\n"
+               "  simulate       replay a job's schedules under a cost model on a cluster (pipelane simulate --help)\n"
+               "  plan           search pp/tp/dp/schedule for a model on a cluster, with lane value (pipelane plan --help)\n"
                "  export         a checkpoint as a Hugging Face GPT-2 model (pipelane export --help)\n"
                "  lane-bench     one lane alone on one core: its dedicated throughput (pipelane lane-bench --help)\n"
                "  devices        list the compute devices this build can use\n"
@@ -58,6 +62,8 @@ int main(int argc, char** argv) {
   if (cmd == "train") return pipelane::train_command(argc - 1, argv + 1);
   if (cmd == "prepare-data") return pipelane::prepare_data_command(argc - 1, argv + 1);
   if (cmd == "schedule") return pipelane::schedule_command(argc - 1, argv + 1);
+  if (cmd == "simulate") return pipelane::simulate_command(argc - 1, argv + 1);
+  if (cmd == "plan") return pipelane::plan_command(argc - 1, argv + 1);
   if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
   if (cmd == "devices") return devices_command(argc - 1, argv + 1);
   if (cmd == "lane-bench") return pipelane::lane_bench_command(argc - 1, argv + 1);

@@ -1,0 +1,55 @@
+// A cluster the simulator places a job on: identical devices in nodes, nodes in sites, and the
+// link between two devices by where they are (same node, same site, different sites).
+//
+// A job's ranks are laid out as in a real run (tp fastest, then dp, then pp) and filled into the
+// nodes in order, site after site. Sites are for jobs spread over data centres joined by a WAN:
+// the inter-site link is then what pipeline transfers and all-reduces crossing sites pay.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parallel/sim/hardware.h"
+
+namespace pipelane::sim {
+
+struct Site {
+  std::string name;
+  int nodes = 1;
+};
+
+struct Cluster {
+  std::string name;
+  DeviceSpec device;                   // every device's type
+  int devices_per_node = 1;
+  std::vector<Site> sites;             // at least one
+  LinkSpec intra_node;                 // between devices of one node
+  std::optional<LinkSpec> inter_node;  // between nodes of one site (needed when a site has > 1 node)
+  std::optional<LinkSpec> inter_site;  // between sites (needed with > 1 site)
+
+  int nodes() const;
+  int devices() const { return nodes() * devices_per_node; }
+  int node_of(int rank) const { return rank / devices_per_node; }
+  int site_of(int rank) const;  // index into sites
+  // The link two ranks talk over. std::out_of_range for a rank past the cluster.
+  const LinkSpec& link_between(int rank_a, int rank_b) const;
+  // The slowest link a collective over ranks {first + k * stride, k < size} crosses (the one a
+  // ring or tree is bound by): the inter-site link if it spans sites, else the inter-node link if
+  // it spans nodes, else the intra-node link.
+  const LinkSpec& group_link(int first, int stride, int size) const;
+  // std::invalid_argument, one line, when something a placement needs is missing.
+  void validate() const;
+};
+
+enum class AllReduceAlgorithm { Ring, Tree, Auto };
+
+// Seconds of an all-reduce of `bytes` over `ranks` ranks bound by `link`:
+//   ring: 2(n-1) steps of latency + bytes/n at the link's bandwidth;
+//   tree: (pipelined double binary tree) 2 ceil(log2 n) latencies + 2 bytes at the bandwidth;
+//   auto: the faster of the two (NCCL's choice, roughly). 0 for one rank.
+double all_reduce_s(double bytes, int ranks, const LinkSpec& link, AllReduceAlgorithm algorithm);
+
+AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name);  // ring | tree | auto
+const char* all_reduce_algorithm_name(AllReduceAlgorithm algorithm);
+
+}  // namespace pipelane::sim

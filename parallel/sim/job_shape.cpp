@@ -1,0 +1,116 @@
+#include "parallel/sim/job_shape.h"
+
+#include "runtime/backend_registry.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "model/gpt_layout.h"
+#include "model/gpt_model.h"
+#include "parallel/pipeline_executor.h"
+#include "runtime/arena.h"
+
+namespace pipelane::sim {
+
+namespace {
+
+// Sizing only: GptStage asks a tensor-parallel group for its size; nothing is ever reduced.
+class SizingGroup final : public TensorParallelComm {
+ public:
+  explicit SizingGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  void all_reduce_sum(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
+  void all_reduce_max(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
+
+ private:
+  int size_;
+};
+
+double aligned(double bytes) {
+  return static_cast<double>(align_up(static_cast<std::size_t>(bytes), Arena::kDefaultAlignment));
+}
+
+}  // namespace
+
+JobShape job_shape(const JobSpec& job) {
+  const GptConfig& cfg = job.model;
+  if (const std::string problem = cfg.problem(); !problem.empty()) throw std::invalid_argument("model: " + problem);
+  if (job.tp < 1 || job.dp < 1 || job.micro_batch < 1 || job.seq_len < 1)
+    throw std::invalid_argument("tp, dp, micro_batch and seq_len must be >= 1");
+  if (cfg.heads % job.tp != 0)
+    throw std::invalid_argument("tp = " + std::to_string(job.tp) + " does not divide the model's " +
+                                std::to_string(cfg.heads) + " heads");
+  if (job.seq_len > cfg.max_seq_len)
+    throw std::invalid_argument("seq_len " + std::to_string(job.seq_len) + " exceeds the model's " +
+                                std::to_string(cfg.max_seq_len) + " positions");
+  validate_schedule_spec(job.schedule);
+  const ScheduleSpec& spec = job.schedule;
+  const std::vector<StageRange> ranges =
+      split_layers(cfg.layers, spec.pp, spec.virtual_stages, job.layers_per_stage);
+
+  const double N = static_cast<double>(job.micro_batch) * job.seq_len, d = cfg.d_model, T = job.seq_len;
+  const double tp = job.tp;
+  const double vocab = cfg.padded_vocab_for_tp(job.tp);
+  SizingGroup group(job.tp);
+  // Sizes only (no compute): the CPU backend's scratch rule for the fused head, as the executor's.
+  const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
+  const std::unique_ptr<Stream> stream = sizing->create_stream(StreamPriority::Low);
+  JobShape shape;
+  shape.message_elements = N * d;
+  for (const StageRange& range : ranges) {
+    ChunkShape c;
+    c.range = range;
+    const double layers = range.num_layers();
+    // Per layer and token: 24 d^2 FLOPs of matmuls forward, 4 T d of attention (the REFERENCE
+    // formula 6N + 12 L d T split 1:2 between forward and backward); the backward's matmuls split
+    // evenly into input and weight gradients, attention's backward is all input gradient.
+    c.fwd_flops = layers * N * (24 * d * d + 4 * T * d) / tp;
+    c.bwd_input_flops = layers * N * (24 * d * d + 8 * T * d) / tp;
+    c.bwd_weight_flops = layers * N * 24 * d * d / tp;
+    if (range.has_head) c.fwd_flops += 6 * N * d * vocab / tp;  // head forward + backward, fused
+    c.tp_all_reduces_fwd = job.tp > 1 ? 2 * range.num_layers() : 0;
+    c.tp_all_reduces_bwd = job.tp > 1 ? 2 * range.num_layers() : 0;
+    const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr);
+    c.params = static_cast<double>(stage.layout().total_floats());
+    if (const ParamEntry* wte = stage.layout().find("wte"); wte && (range.has_embedding != range.has_head))
+      c.tied_embedding_params = static_cast<double>(wte->numel);
+    c.activation_bytes = static_cast<double>(stage.activation_bytes(job.micro_batch, job.seq_len, job.split_backward()));
+    c.scratch_bytes = static_cast<double>(stage.scratch_bytes(job.micro_batch, job.seq_len));
+    shape.virtual_stages.push_back(c);
+  }
+  for (int s = 0; s < spec.pp; ++s)
+    shape.in_flight.push_back(inflight_peak_per_chunk(build_schedule(spec, s), spec));
+  return shape;
+}
+
+double JobShape::stage_params(const ScheduleSpec& spec, int stage) const {
+  double params = 0;
+  for (int c = 0; c < spec.virtual_stages; ++c) params += chunk(spec, stage, c).params;
+  return params;
+}
+
+std::vector<double> JobShape::stage_memory_bytes(const ScheduleSpec& spec, int element_bytes) const {
+  std::vector<double> out;
+  const double scale = element_bytes / 4.0;
+  const double message = aligned(message_elements * element_bytes);
+  for (int s = 0; s < spec.pp; ++s) {
+    double bytes = 0;
+    for (int c = 0; c < spec.virtual_stages; ++c) {
+      const ChunkShape& ch = chunk(spec, s, c);
+      bytes += 4 * aligned(ch.params * 4) + ch.scratch_bytes * scale +
+               in_flight[s][c] * (ch.activation_bytes * scale + 3 * message);
+    }
+    out.push_back(bytes);
+  }
+  return out;
+}
+
+double job_flops_per_iteration(const JobSpec& job, const JobShape& shape) {
+  double per_microbatch = 0;
+  for (const ChunkShape& c : shape.virtual_stages)
+    per_microbatch += c.fwd_flops + c.bwd_input_flops + c.bwd_weight_flops;
+  return per_microbatch * job.tp * job.schedule.microbatches * job.dp;
+}
+
+}  // namespace pipelane::sim

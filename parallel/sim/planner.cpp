@@ -1,0 +1,175 @@
+#include "parallel/sim/planner.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipelane::sim {
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+// Pareto frontier: no other candidate is at least as fast and at least as valuable, and better in one.
+void mark_frontier(std::vector<PlanCandidate>& all) {
+  for (PlanCandidate& c : all) {
+    c.on_frontier = std::none_of(all.begin(), all.end(), [&](const PlanCandidate& o) {
+      return o.tokens_per_s >= c.tokens_per_s && o.lane_value_per_hour >= c.lane_value_per_hour &&
+             (o.tokens_per_s > c.tokens_per_s || o.lane_value_per_hour > c.lane_value_per_hour);
+    });
+  }
+}
+
+}  // namespace
+
+std::string balanced_layer_split(const GptConfig& model, int seq_len, int pp) {
+  if (pp < 2 || model.layers < pp) return "";
+  const double d = model.d_model, T = seq_len;
+  const double layer = 3 * (24 * d * d + 4 * T * d);       // forward + backward per token
+  const double head = 6 * d * model.padded_vocab();          // fused forward + backward per token
+  // Layers the last stage gives up for its head, rounded, at most all but one of its share.
+  const int even = model.layers / pp;
+  const int shift = std::min(std::max(0, static_cast<int>(std::lround(head / layer))), std::max(0, even - 1));
+  if (shift == 0 && model.layers % pp == 0) return "";
+  std::vector<int> counts(pp, 0);
+  int left = model.layers;
+  counts[pp - 1] = std::max(1, even - shift);
+  left -= counts[pp - 1];
+  for (int s = 0; s < pp - 1; ++s) {
+    counts[s] = left / (pp - 1 - s);
+    left -= counts[s];
+  }
+  // The other stages share the rest evenly (any remainder on the later ones).
+  std::string out;
+  for (int s = 0; s < pp; ++s) {
+    if (s) out += ',';
+    out += std::to_string(counts[s]);
+  }
+  return out;
+}
+
+PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
+                     const std::function<void(int, int)>& progress) {
+  const Cluster& cluster = base.cluster;
+  const int devices = space.devices > 0 ? space.devices : cluster.devices();
+  const int max_tp = space.max_tp > 0 ? space.max_tp : cluster.devices_per_node;
+  std::vector<JobSpec> jobs;
+  for (int pp : divisors(devices)) {
+    if (pp > space.model.layers) continue;
+    for (int tp = 1; tp <= max_tp && pp * tp <= devices; tp *= 2) {
+      if (devices % (pp * tp) != 0 || space.model.heads % tp != 0) continue;
+      const int dp = devices / (pp * tp);
+      if (space.global_batch % dp != 0) continue;
+      std::vector<int> micro_batches = space.micro_batches;
+      if (micro_batches.empty())
+        for (int mb = 1; mb <= space.global_batch / dp; mb *= 2) micro_batches.push_back(mb);
+      for (int mb : micro_batches) {
+        if ((space.global_batch / dp) % mb != 0) continue;
+        const int m = space.global_batch / dp / mb;
+        for (ScheduleKind kind : space.schedules) {
+          std::vector<int> vs{1};
+          if (kind == ScheduleKind::Interleaved) vs = space.virtual_stages;
+          for (int v : vs) {
+            JobSpec job;
+            job.model = space.model;
+            job.seq_len = space.seq_len;
+            job.micro_batch = mb;
+            job.tp = tp;
+            job.dp = dp;
+            job.schedule = {kind, pp, v, m};
+            try {
+              validate_schedule_spec(job.schedule);
+            } catch (const std::invalid_argument&) {
+              continue;
+            }
+            if (kind == ScheduleKind::Interleaved && pp < 2) continue;
+            if (space.model.layers % (pp * v) == 0) jobs.push_back(job);
+            if (space.balanced_split && v == 1) {
+              const std::string split = balanced_layer_split(space.model, space.seq_len, pp);
+              if (!split.empty()) {
+                job.layers_per_stage = split;
+                jobs.push_back(job);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  PlanResult result;
+  result.smallest_memory_needed = -1;
+  int done = 0;
+  for (const JobSpec& job : jobs) {
+    if (progress) progress(done, static_cast<int>(jobs.size()));
+    ++done;
+    SimulationSetup setup;
+    setup.job = job;
+    setup.cluster = cluster;
+    setup.profile = base.profile;
+    setup.lanes = base.lanes;
+    setup.lane_stages = base.lane_stages;
+    setup.lane_settings = base.lane_settings;
+    setup.all_reduce = base.all_reduce;
+    setup.iterations = base.iterations;
+    try {
+      const JobShape shape = job_shape(job);
+      const std::vector<double> memory = shape.stage_memory_bytes(job.schedule, cluster.device.element_bytes());
+      const double most = *std::max_element(memory.begin(), memory.end());
+      if (result.smallest_memory_needed < 0 || most < result.smallest_memory_needed) result.smallest_memory_needed = most;
+      if (most > cluster.device.memory_bytes) {
+        ++result.rejected_memory;
+        continue;
+      }
+      const SimulationOutcome out = run_simulation(setup);
+      PlanCandidate c;
+      c.job = job;
+      c.tokens_per_s_off = out.tokens_per_s;
+      c.tokens_per_s = out.on ? out.tokens_per_s_lanes : out.tokens_per_s;
+      c.bubble_fraction = out.off.bubble_fraction;
+      c.max_stage_memory = most;
+      c.training_per_hour = job.world() * cluster.device.price_per_hour;
+      if (out.on) {
+        double bubble = 0, harvested = 0;
+        for (const StageReport& st : out.on->stages) {
+          bubble += st.bubble_after_profiling_s;
+          harvested += st.harvested_after_profiling_s;
+        }
+        c.harvest_fraction = bubble > 0 ? harvested / bubble : 0.0;
+        c.lane_value_per_hour = out.on->train_s > 0 ? out.value_usd / out.on->train_s * 3600 : 0.0;
+        for (const LaneValue& v : out.values)
+          c.lane_units_per_hour.push_back(out.on->train_s > 0 ? v.units / out.on->train_s * 3600 : 0.0);
+        c.net_saving = out.net_saving;
+        c.gross_saving = out.gross_saving;
+        c.overhead = out.overhead;
+      }
+      result.candidates.push_back(c);
+    } catch (const DoesNotFit&) {
+      ++result.rejected_memory;
+    } catch (const std::invalid_argument&) {
+      ++result.rejected_shape;
+    }
+  }
+  if (progress) progress(done, static_cast<int>(jobs.size()));
+  if (result.candidates.empty()) {
+    char need[64];
+    std::snprintf(need, sizeof need, "%.2f GiB", result.smallest_memory_needed / (1024.0 * 1024.0 * 1024.0));
+    throw DoesNotFit("the model fits no " + cluster.device.name + " of cluster " + cluster.name + ": " +
+                     std::to_string(jobs.size()) + " ways to split it over " + std::to_string(devices) +
+                     " devices tried, the smallest needs " +
+                     (result.smallest_memory_needed > 0 ? std::string(need) : std::string("?")) +
+                     " on one device, which has " +
+                     std::to_string(static_cast<int>(cluster.device.memory_bytes / (1024.0 * 1024.0 * 1024.0))) +
+                     " GiB");
+  }
+  std::sort(result.candidates.begin(), result.candidates.end(),
+            [](const PlanCandidate& a, const PlanCandidate& b) { return a.tokens_per_s > b.tokens_per_s; });
+  mark_frontier(result.candidates);
+  return result;
+}
+
+}  // namespace pipelane::sim

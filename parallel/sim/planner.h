@@ -1,0 +1,58 @@
+// `pipelane plan`'s search: every way to run a model on a cluster's devices - pipeline, tensor and
+// data parallel degrees, micro batch (hence microbatches), schedule, virtual stages, layer split -
+// that fits each device's memory, simulated with and without lanes, and the frontier of training
+// throughput against what the lanes' work is worth.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "parallel/sim/simulation.h"
+
+namespace pipelane::sim {
+
+struct PlanSpace {
+  GptConfig model;
+  int seq_len = 1024;
+  int global_batch = 8;  // sequences per iteration, fixed across candidates
+  int devices = 0;       // devices to use (0: the whole cluster)
+  std::vector<ScheduleKind> schedules{ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Interleaved,
+                                      ScheduleKind::ZeroBubbleH1};
+  std::vector<int> virtual_stages{2, 4};  // tried for interleaved
+  std::vector<int> micro_batches;          // empty: powers of two up to the global batch
+  int max_tp = 0;                          // 0: the devices of a node
+  bool balanced_split = true;              // also try the split that evens the stages' FLOPs
+};
+
+struct PlanCandidate {
+  JobSpec job;
+  double tokens_per_s = 0;        // lanes on (lanes off when there are no lanes)
+  double tokens_per_s_off = 0;    // lanes off
+  double bubble_fraction = 0;     // lanes off
+  double harvest_fraction = 0;    // of the bubble, after profiling
+  double lane_value_per_hour = 0; // $ of lane work per hour of training (every device)
+  std::vector<double> lane_units_per_hour;  // per lane: its work units per hour of training
+  double training_per_hour = 0;   // $ per hour of the training devices
+  double net_saving = 0, gross_saving = 0, overhead = 0;
+  double max_stage_memory = 0;    // bytes
+  bool on_frontier = false;
+};
+
+struct PlanResult {
+  std::vector<PlanCandidate> candidates;  // every candidate that fits, fastest first
+  int rejected_memory = 0;                // candidates over a device's memory
+  int rejected_shape = 0;                 // splits the model does not allow
+  double smallest_memory_needed = 0;      // over all candidates (bytes): "fits no device" says it
+};
+
+// `base` carries the lanes, lane settings, cluster, all-reduce and iterations; its job is ignored.
+// DoesNotFit when no candidate fits.
+PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
+                     const std::function<void(int done, int total)>& progress = {});
+
+// The layer counts per stage (pp of them) that even out the stages' compute: the first stage has
+// the embedding (free), the last the head, whose FLOPs count as layers'. "" when an even split is
+// already the best or the model has fewer layers than stages.
+std::string balanced_layer_split(const GptConfig& model, int seq_len, int pp);
+
+}  // namespace pipelane::sim

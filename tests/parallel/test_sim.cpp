@@ -1,0 +1,300 @@
+// The job simulator (parallel/sim): cost model, transfers, memory from the size tables, lanes in
+// simulated gaps by the gap scheduler's fit rule, replicas, and the planner.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "parallel/pipeline_executor.h"
+#include "parallel/sim/planner.h"
+#include "parallel/sim/simulation.h"
+#include "parallel/topology.h"
+#include "tests/support/cpu_backend_fixture.h"
+
+namespace pipelane::sim {
+namespace {
+
+// Fixed costs: Fwd t_f, Bwd t_b, everything else free.
+class FixedCosts final : public SimCostModel {
+ public:
+  FixedCosts(double t_f, double t_b) : t_f_(t_f), t_b_(t_b) {}
+  double compute_s(int, const Instr& i) const override {
+    return i.op == Op::Fwd ? t_f_ : i.op == Op::Bwd ? t_b_ : 0.0;
+  }
+  double sync_s() const override { return 0.0; }
+
+ private:
+  double t_f_, t_b_;
+};
+
+std::vector<std::vector<Instr>> lists_of(const ScheduleSpec& spec) {
+  std::vector<std::vector<Instr>> lists;
+  for (int s = 0; s < spec.pp; ++s) lists.push_back(build_schedule(spec, s));
+  return lists;
+}
+
+GptConfig small_model() {
+  GptConfig c;
+  c.layers = 8;
+  c.d_model = 128;
+  c.heads = 4;
+  c.max_seq_len = 64;
+  c.vocab_size = 256;
+  return c;
+}
+
+Cluster one_node(int devices, const LinkSpec& link) {
+  Cluster c;
+  c.name = "test";
+  c.device = *builtin_device("h100");
+  c.devices_per_node = devices;
+  c.sites = {{"site", 1}};
+  c.intra_node = link;
+  return c;
+}
+
+LaneModel constant_lane(const std::string& name, double step_s) {
+  LaneModel lane;
+  lane.name = name;
+  lane.step_s = {step_s};
+  return lane;
+}
+
+// GPipe, pp 2, m 1, t_f 1, t_b 2: stage 1 waits [0, 1] for the activation, stage 0 waits [1, 4]
+// for the gradient, stage 1 waits [4, 6] at GradSync for stage 0. Makespan 6.
+const ScheduleSpec kTwoStages{ScheduleKind::GPipe, 2, 1, 1};
+
+TEST(SimLanes, FillEachGapByTheFitRuleAfterProfiling) {
+  FixedCosts costs(1, 2);
+  LaneSimSettings settings;
+  settings.margin = 0.9;
+  settings.profile_iterations = 1;
+  LaneSimulator lanes({constant_lane("a", 0.4)}, {{true}, {true}}, settings);
+  const JobSimReport r = simulate_job(kTwoStages, lists_of(kTwoStages), costs, &lanes, 2, 0);
+  EXPECT_DOUBLE_EQ(r.iteration_s[0], 6.0);
+  EXPECT_DOUBLE_EQ(r.iteration_s[1], 6.0);  // nothing ran past an arrival
+  // Iteration 1: budgets 0.9, 2.7 and 1.8 take 2, 6 and 4 steps of 0.4 (the next would not fit).
+  const auto& totals = lanes.totals();
+  EXPECT_EQ(totals[0][0].steps, 6);
+  EXPECT_EQ(totals[1][0].steps, 2 + 4);
+  double bubble = 0, harvested = 0;
+  for (const StageReport& st : r.stages) {
+    bubble += st.bubble_after_profiling_s;
+    harvested += st.harvested_after_profiling_s;
+    EXPECT_DOUBLE_EQ(st.overrun_s, 0.0);
+  }
+  EXPECT_NEAR(bubble, 6.0, 1e-12);
+  EXPECT_NEAR(harvested, 4.8, 1e-12);
+}
+
+TEST(SimLanes, ProfilingIterationsOnlyMeasure) {
+  FixedCosts costs(1, 2);
+  LaneSimSettings settings;
+  settings.profile_iterations = 3;
+  LaneSimulator lanes({constant_lane("a", 0.1)}, {{true}, {true}}, settings);
+  simulate_job(kTwoStages, lists_of(kTwoStages), costs, &lanes, 3, 0);
+  EXPECT_TRUE(lanes.steps().empty());
+}
+
+TEST(SimLanes, AStepPastTheArrivalDelaysTrainingAndIsCountedAsOverrun) {
+  FixedCosts costs(1, 2);
+  LaneSimSettings settings;
+  settings.margin = 1.5;  // lets a step start that cannot end before the data is there
+  settings.profile_iterations = 1;
+  LaneSimulator lanes({constant_lane("a", 0.7)}, {{false}, {true}}, settings);
+  const JobSimReport r = simulate_job(kTwoStages, lists_of(kTwoStages), costs, &lanes, 2, 0);
+  // Stage 1's first gap (1 s, budget 1.5): steps [0, 0.7] and [0.7, 1.4]; the data came at 1, so
+  // stage 1 goes on at 1.4 and the whole iteration is 0.4 s later (the GradSync gap, 2 s with a
+  // budget of 3, takes steps until the arrival and may add more).
+  EXPECT_GE(r.iteration_s[1], 6.4 - 1e-12);
+  EXPECT_GT(r.stages[1].overrun_s, 0.39);
+  EXPECT_EQ(lanes.totals()[0][0].steps, 0);  // not on stage 0
+}
+
+TEST(SimCosts, TransfersPayLatencyAndBandwidthOnTheLinkBetweenStages) {
+  JobSpec job;
+  job.model = small_model();
+  job.seq_len = 64;
+  job.micro_batch = 2;
+  job.schedule = kTwoStages;
+  const JobShape shape = job_shape(job);
+  const LinkSpec link{"slow", "", 0.5, 1e6, 1, 0};  // 0.5 s, 1 MB/s
+  const Cluster cluster = one_node(2, link);
+  OpTable ops;
+  ops.fwd = {{1.0}, {1.0}};
+  ops.bwd = {{2.0}, {2.0}};
+  ops.bwd_weight = {{0.0}, {0.0}};
+  ops.optimizer = {0.0, 0.0};
+  ops.sync = {0.0, 0.0};
+  JobCostModel model(job, shape, cluster, ops, AllReduceAlgorithm::Ring);
+  const double message = 2.0 * 64 * 128 * 2;  // B x T x d bf16 elements
+  EXPECT_DOUBLE_EQ(model.message_bytes(), message);
+  const SimResult r = simulate_schedule(kTwoStages, lists_of(kTwoStages), model);
+  const double transfer = 0.5 + message / 1e6;
+  // The iteration ends with the loss summed over the world (a tree all-reduce of one number).
+  EXPECT_NEAR(model.iteration_end_s(), all_reduce_s(8, 2, link, AllReduceAlgorithm::Tree), 1e-12);
+  EXPECT_NEAR(r.makespan, 2 * (1.0 + 2.0) + 2 * transfer + model.sync_s() + model.iteration_end_s(), 1e-9);
+  // GradSync: the tied embedding (Vp x d fp32) summed between the two stages (latency-bound
+  // here), then the stages' own work (none in this table).
+  const double tied = 256.0 * 128 * 4;
+  EXPECT_NEAR(model.sync_s(), all_reduce_s(tied, 2, link, AllReduceAlgorithm::Ring), 1e-12);
+}
+
+TEST(SimCosts, AllReduceFormulas) {
+  const LinkSpec link{"l", "", 1e-5, 1e10, 1, 0};
+  EXPECT_DOUBLE_EQ(all_reduce_s(1e9, 1, link, AllReduceAlgorithm::Ring), 0.0);
+  EXPECT_NEAR(all_reduce_s(1e9, 4, link, AllReduceAlgorithm::Ring), 6 * (1e-5 + 1e9 / 4 / 1e10), 1e-12);
+  EXPECT_NEAR(all_reduce_s(1e9, 4, link, AllReduceAlgorithm::Tree), 4 * 1e-5 + 2 * 1e9 / 1e10, 1e-12);
+  EXPECT_DOUBLE_EQ(all_reduce_s(1e9, 4, link, AllReduceAlgorithm::Auto),
+                   std::min(all_reduce_s(1e9, 4, link, AllReduceAlgorithm::Ring),
+                            all_reduce_s(1e9, 4, link, AllReduceAlgorithm::Tree)));
+  // Striping over connections multiplies the bandwidth up to the link's capacity.
+  const LinkSpec wan{"wan", "", 0.02, 1.25e8, 8, 1.25e9};
+  EXPECT_DOUBLE_EQ(wan.effective_bandwidth(), 1e9);
+  const LinkSpec capped{"wan", "", 0.02, 1.25e8, 16, 1.25e9};
+  EXPECT_DOUBLE_EQ(capped.effective_bandwidth(), 1.25e9);
+}
+
+TEST(SimCosts, DeviceComputeIsFlopsOverAchievedPeakAndTheJobCountsTheModelsFlops) {
+  JobSpec job;
+  job.model = small_model();
+  job.seq_len = 64;
+  job.micro_batch = 2;
+  job.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
+  const JobShape shape = job_shape(job);
+  const Cluster cluster = one_node(2, *builtin_link("nvlink4"));
+  const OpTable t = device_op_table(job, shape, cluster, AllReduceAlgorithm::Auto);
+  const double N = 2.0 * 64, d = 128, T = 64, achieved = cluster.device.achieved_flops();
+  EXPECT_NEAR(t.fwd[0][0], 4 * N * (24 * d * d + 4 * T * d) / achieved, 1e-15);
+  EXPECT_NEAR(t.bwd[0][0], 4 * N * (48 * d * d + 8 * T * d) / achieved, 1e-15);
+  EXPECT_GT(t.fwd[1][0], t.fwd[0][0]);  // the head (forward and its fused backward) is on stage 1
+  // The whole job's FLOPs agree with GptConfig::train_flops_per_token up to the biases and norms
+  // it also counts (about 78 d FLOPs a layer per token against 72 d^2 of matmuls).
+  const double expected = job.model.train_flops_per_token(job.seq_len) * job.tokens_per_iteration();
+  EXPECT_NEAR(job_flops_per_iteration(job, shape) / expected, 1.0, 2.0 / d);
+}
+
+TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
+  Topology topo = Topology::single_process();
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1}) {
+    JobSpec job;
+    job.model = small_model();
+    job.seq_len = 32;
+    job.micro_batch = 2;
+    job.schedule = {kind, 1, 1, 3};
+    ExecutorOptions e;
+    e.model = job.model;
+    e.schedule = job.schedule;
+    e.micro_batch = job.micro_batch;
+    e.seq_len = job.seq_len;
+    const PipelineExecutor executor(e, topo, testing::cpu_backend());
+    const JobShape shape = job_shape(job);
+    EXPECT_DOUBLE_EQ(shape.stage_memory_bytes(job.schedule, 4)[0], static_cast<double>(executor.arena_bytes()))
+        << schedule_kind_name(kind);
+  }
+}
+
+TEST(SimMemory, AJobOverTheDevicesMemoryDoesNotFit) {
+  SimulationSetup setup;
+  setup.job.model = small_model();
+  setup.job.model.layers = 4;
+  setup.job.model.d_model = 4096;
+  setup.job.model.heads = 32;
+  setup.job.model.max_seq_len = 1024;
+  setup.job.seq_len = 1024;
+  setup.job.micro_batch = 64;
+  setup.job.schedule = {ScheduleKind::GPipe, 1, 1, 8};
+  setup.cluster = one_node(1, *builtin_link("nvlink4"));
+  setup.cluster.device = *builtin_device("rtx3080");
+  EXPECT_THROW(run_simulation(setup), DoesNotFit);
+}
+
+TEST(SimReplicas, IdenticalWhenEveryReplicaSitsAlikeElseTheSlowestLinkCounts) {
+  JobSpec job;
+  job.model = small_model();
+  job.seq_len = 64;
+  job.micro_batch = 1;
+  job.dp = 4;
+  job.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
+  const JobShape shape = job_shape(job);
+  OpTable ops;
+  ops.fwd = ops.bwd = ops.bwd_weight = {{1.0}, {1.0}};
+  ops.optimizer = ops.sync = {0.0, 0.0};
+  Cluster eight = one_node(8, *builtin_link("nvlink4"));
+  EXPECT_TRUE(JobCostModel(job, shape, eight, ops, AllReduceAlgorithm::Auto).replicas_identical());
+  // Six devices a node: replicas 0 and 1 keep both stages in node 0, replicas 2 and 3 cross nodes.
+  Cluster six = eight;
+  six.devices_per_node = 6;
+  six.sites = {{"site", 2}};
+  six.inter_node = *builtin_link("ib-ndr");
+  const JobCostModel model(job, shape, six, ops, AllReduceAlgorithm::Auto);
+  EXPECT_FALSE(model.replicas_identical());
+  EXPECT_EQ(model.p2p_link(0, 1).name, "ib-ndr");
+}
+
+TEST(SimScale, TenThousandGpusSimulateOneReplica) {
+  SimulationSetup setup;
+  setup.job.model.layers = 128;  // ~100B parameters: fits an 80 GiB H100 at pp 16 x tp 8
+  setup.job.model.d_model = 8192;
+  setup.job.model.heads = 64;
+  setup.job.model.max_seq_len = 2048;
+  setup.job.model.vocab_size = 50257;
+  setup.job.seq_len = 2048;
+  setup.job.micro_batch = 1;
+  setup.job.tp = 8;
+  setup.job.dp = 78;
+  setup.job.schedule = {ScheduleKind::Interleaved, 16, 2, 32};
+  setup.cluster.name = "h100";
+  setup.cluster.device = *builtin_device("h100");
+  setup.cluster.devices_per_node = 8;
+  setup.cluster.sites = {{"site", 1248}};
+  setup.cluster.intra_node = *builtin_link("nvlink4");
+  setup.cluster.inter_node = *builtin_link("ib-ndr");
+  setup.iterations = 3;
+  const SimulationOutcome out = run_simulation(setup);
+  EXPECT_TRUE(out.replicas_identical);
+  EXPECT_EQ(setup.job.world(), 9984);
+  // Interleaving with v = 2 at m = 32 leaves (p-1)/(v m + p-1) = 15/79 of the compute window idle
+  // with free transfers; links and the embedding's head only add to it.
+  EXPECT_GT(out.off.bubble_fraction, 15.0 / 79 - 0.01);
+  EXPECT_LT(out.off.bubble_fraction, 0.5);
+}
+
+TEST(Planner, FindsFittingPlansAndMarksAFrontier) {
+  PlanSpace space;
+  space.model = small_model();
+  space.seq_len = 64;
+  space.global_batch = 16;
+  SimulationSetup base;
+  base.cluster = one_node(4, *builtin_link("pcie4"));
+  base.cluster.device = *builtin_device("rtx6000ada");
+  base.lanes = {constant_lane("side", 1e-5)};
+  base.iterations = 4;
+  const PlanResult result = plan_jobs(space, base);
+  ASSERT_FALSE(result.candidates.empty());
+  int frontier = 0;
+  for (std::size_t i = 0; i < result.candidates.size(); ++i) {
+    const PlanCandidate& c = result.candidates[i];
+    EXPECT_EQ(c.job.world(), 4);
+    frontier += c.on_frontier;
+    if (i > 0) {
+      EXPECT_GE(result.candidates[i - 1].tokens_per_s, c.tokens_per_s);  // fastest first
+    }
+  }
+  EXPECT_GE(frontier, 1);
+  EXPECT_TRUE(result.candidates.front().on_frontier);  // nothing is faster than the fastest
+}
+
+TEST(Planner, BalancedSplitGivesTheHeadsStageFewerLayers) {
+  GptConfig c = small_model();
+  c.layers = 24;
+  c.d_model = 2048;
+  c.heads = 16;
+  c.max_seq_len = 1024;
+  c.vocab_size = 50257;
+  // The head's fused forward + backward (6 d V per token) weighs about two layers (3 (24 d^2 + 4 T d)):
+  // the last stage gives up two of its six layers and the others share them.
+  EXPECT_EQ(balanced_layer_split(c, 1024, 4), "6,7,7,4");
+}
+
+}  // namespace
+}  // namespace pipelane::sim
