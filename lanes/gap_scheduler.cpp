@@ -5,12 +5,16 @@
 #include <filesystem>
 #include <thread>
 
+#include "lanes/isolation/process_lane.h"
+#include "lanes/isolation/thread_lane.h"
+
 namespace pipelane {
 
 struct GapScheduler::LaneSlot {
   std::string name;
   std::string work_unit;
-  std::unique_ptr<Lane> lane;
+  std::unique_ptr<GuardedLane> lane;
+  LaneLimits limits;
   LaneOptions options;
   std::unique_ptr<Arena> arena;
   std::unique_ptr<Stream> stream;
@@ -26,7 +30,11 @@ struct GapScheduler::LaneSlot {
   // The cost prediction comes from steps that did work: a lane with nothing to do yet (a prefill
   // queue before the first request) returns at once, and that is no measure of a real step.
   bool cost_from_work = false;
-  int runaway_strikes = 0;  // consecutive steps over quarantine_factor x the prediction
+  // The last runaway_window steps in gaps: late or not (a ring), and how many were.
+  std::vector<char> late;
+  std::size_t late_next = 0;
+  std::size_t late_seen = 0;
+  int late_count = 0;
   double predicted_s = 0;
   // Accounting of steps inside gaps (calibration counted apart).
   double units = 0;
@@ -69,15 +77,36 @@ constexpr std::size_t kMaxPlannedStepsPerGap = 100000;
 
 std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::vector<std::string>& names,
                                       const std::map<std::string, std::map<std::string, std::string>>& sections,
-                                      const std::string& source) {
+                                      const std::string& source, const LaneIsolationOptions& isolation) {
+  using Mode = LaneIsolationOptions::Mode;
   std::vector<LaneSpec> specs;
   for (const std::string& name : names) {
     const auto section = sections.find(name);
-    specs.push_back({registry.create(name),
+    std::unique_ptr<Lane> lane = registry.create(name);
+    const std::string plugin = registry.plugin_path(name);
+    // Untrusted code (a plugin, an arbitrary command) gets a worker unless told otherwise.
+    const bool in_worker = isolation.mode == Mode::Process ||
+                           (isolation.mode == Mode::Auto && (!plugin.empty() || name == "command"));
+    if (in_worker) {
+      LaneWorkerLaunch launch;
+      launch.command = isolation.worker_command;
+      launch.plugin_path = plugin;
+      launch.threads = isolation.worker_threads;
+      launch.allow_child_processes = plugin.empty();  // a built-in's processes are its work (command)
+      lane = std::make_unique<ProcessLane>(lane->name(), lane->work_unit(), std::move(launch));
+    }
+    specs.push_back({std::move(lane),
                      LaneOptions(name, section == sections.end() ? std::map<std::string, std::string>{} : section->second,
                                  source)});
   }
   return specs;
+}
+
+LaneIsolationOptions::Mode parse_isolation_mode(const std::string& text) {
+  if (text == "auto") return LaneIsolationOptions::Mode::Auto;
+  if (text == "thread") return LaneIsolationOptions::Mode::Thread;
+  if (text == "process") return LaneIsolationOptions::Mode::Process;
+  throw LaneError("[lanes] isolation = '" + text + "': expected auto, thread or process");
 }
 
 GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
@@ -97,7 +126,14 @@ GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSched
     slot->name = spec.lane->name();
     if (find(slot->name)) throw LaneError("lane '" + slot->name + "' given twice");
     slot->work_unit = spec.lane->work_unit();
-    slot->lane = std::move(spec.lane);
+    if (dynamic_cast<GuardedLane*>(spec.lane.get()))
+      slot->lane.reset(static_cast<GuardedLane*>(spec.lane.release()));
+    else
+      slot->lane = std::make_unique<ThreadLane>(std::move(spec.lane));
+    slot->limits.call_deadline_s = options_.call_deadline_s;
+    slot->limits.output_bytes = options_.lane_output_bytes;
+    slot->lane->set_limits(slot->limits);
+    slot->late.assign(static_cast<std::size_t>(std::max(1, options_.runaway_window)), 0);
     slot->options = std::move(spec.options);
     slot->arena = std::make_unique<Arena>("lane " + slot->name + " stage " + std::to_string(options_.stage),
                                           options_.lane_memory_bytes);
@@ -111,7 +147,13 @@ GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSched
   }
 }
 
-GapScheduler::~GapScheduler() { teardown(); }
+GapScheduler::~GapScheduler() {
+  teardown();
+  // A lane abandoned past its deadline still runs on its thread, with references into its slot
+  // (context, arena, options): those must never be freed.
+  for (auto& slot : lanes_)
+    if (slot->lane->abandoned()) (void)slot.release();
+}
 
 GapScheduler::LaneSlot* GapScheduler::find(const std::string& name) {
   for (auto& slot : lanes_)
@@ -169,7 +211,12 @@ bool GapScheduler::ensure_setup(LaneSlot& slot) {
   try {
     if (!slot.output_dir.empty()) std::filesystem::create_directories(slot.output_dir);
     slot.set_up = true;  // teardown() is owed from here on, even if setup() throws half-way
+    slot.lane->set_limits(slot.limits);
     slot.lane->setup(*slot.ctx);
+  } catch (const LaneTimeout& error) {
+    quarantine(slot, error.what());
+  } catch (const LaneCrash& error) {
+    quarantine(slot, error.what());
   } catch (const ArenaQuotaError& error) {
     quarantine(slot, "setup went past its arena quota: " + std::string(error.what()));
   } catch (const LaneError& error) {
@@ -186,12 +233,43 @@ bool GapScheduler::schedulable(const LaneSlot& slot) const {
   return slot.set_up && !slot.quarantined && !slot.torn_down && !slot.finished && slot.has_cost;
 }
 
+bool GapScheduler::runaway(LaneSlot& slot, double duration, double predicted, std::string* reason) {
+  const double bound = options_.quarantine_factor * predicted;
+  const bool outlier = slot.cost_from_work && predicted > 0 && duration > bound && duration > options_.quarantine_min_s;
+  bool late = outlier;
+  if (late && options_.forgive_preemption) {
+    // Taken off the CPU while its own work stayed within bounds: the machine was busy.
+    const LaneStepCost cost = slot.lane->last_step_cost();
+    if (cost.involuntary_switches > 0 && cost.cpu_s <= bound) late = false;
+  }
+  const std::size_t window = slot.late.size();
+  slot.late_count += (late ? 1 : 0) - slot.late[slot.late_next];
+  slot.late[slot.late_next] = late ? 1 : 0;
+  slot.late_next = (slot.late_next + 1) % window;
+  slot.late_seen = std::min(slot.late_seen + 1, window);
+  if (late && slot.late_count >= options_.runaway_limit) {
+    char text[240];
+    std::snprintf(text, sizeof text, "%d of its last %zu steps took more than %gx the predicted %.6g s (the last %.6g s)",
+                  slot.late_count, slot.late_seen, options_.quarantine_factor, predicted, duration);
+    *reason = text;
+  }
+  return outlier;
+}
+
 bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted) {
+  slot.limits.step_deadline_s =
+      gap_id < 0 ? options_.call_deadline_s
+                 : std::max(options_.step_deadline_factor * predicted, options_.step_deadline_min_s);
+  slot.lane->set_limits(slot.limits);
   const double start = clock_();
   double units = 0;
   std::string failure;
   try {
     units = slot.lane->step(*slot.ctx);
+  } catch (const LaneTimeout& error) {  // the host's own sentence (deadline, what was killed)
+    failure = error.what();
+  } catch (const LaneCrash& error) {
+    failure = error.what();
   } catch (const ArenaQuotaError& error) {
     failure = "went past its arena quota: " + std::string(error.what());
   } catch (const LaneError& error) {
@@ -204,7 +282,7 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
   const double end = clock_();
   const double duration = end - start;
   // Recorded even when it failed: the time was spent either way (units count only on success).
-  steps_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
+  recent_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
   if (failure.empty()) {
     if (gap_id < 0) {
       slot.calibration_units += units;
@@ -214,21 +292,12 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  const bool runaway = failure.empty() && slot.cost_from_work && predicted > 0 &&
-                       duration > options_.quarantine_factor * predicted &&
-                       duration > options_.quarantine_min_s;
-  slot.runaway_strikes = runaway ? slot.runaway_strikes + 1 : 0;
-  if (runaway && slot.runaway_strikes >= options_.quarantine_strikes) {
-    char text[200];
-    std::snprintf(text, sizeof text, "%d step(s) in a row took more than %gx the predicted %.6g s (the last %.6g s)",
-                  slot.runaway_strikes, options_.quarantine_factor, predicted, duration);
-    failure = text;
-  }
+  const bool outlier = failure.empty() && gap_id >= 0 && runaway(slot, duration, predicted, &failure);
   if (!failure.empty()) {
     quarantine(slot, failure);
     return false;
   }
-  if (units > 0 && !runaway) {
+  if (units > 0 && !outlier) {  // a forgiven (preempted) step is no measure of the lane either
     if (!slot.cost_from_work) {
       slot.predicted_s = std::max(duration, kMinStepCost);
       slot.cost_from_work = slot.has_cost = true;
@@ -236,13 +305,13 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       slot.predicted_s = options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s;
     }
   }
-  try {
-    slot.finished = slot.lane->finished();
-  } catch (const std::exception& error) {
-    quarantine(slot, "finished() threw: " + std::string(error.what()));
-    return false;
-  }
+  slot.finished = slot.lane->finished();  // the host's answer from the step: no lane code runs here
   return true;
+}
+
+void GapScheduler::keep_records(const std::vector<LaneStepRecord>& steps) {
+  for (const LaneStepRecord& step : steps)
+    if (steps_.size() < options_.max_records) steps_.push_back(step);
 }
 
 std::map<std::string, double> GapScheduler::calibrate() {
@@ -250,18 +319,15 @@ std::map<std::string, double> GapScheduler::calibrate() {
   for (auto& owned : lanes_) {
     LaneSlot& slot = *owned;
     if (!ensure_setup(slot)) continue;
-    try {
-      slot.finished = slot.lane->finished();
-    } catch (const std::exception& error) {
-      quarantine(slot, "finished() threw: " + std::string(error.what()));
-      continue;
-    }
+    slot.finished = slot.lane->finished();
     std::vector<double> durations, productive;
     for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k) {
-      const std::size_t before = steps_.size();
-      if (!run_step(slot, -1, -1, WaitKind::None, 0)) break;
-      durations.push_back(steps_[before].end_s - steps_[before].start_s);
-      if (steps_[before].units > 0) productive.push_back(durations.back());
+      recent_.clear();
+      const bool ok = run_step(slot, -1, -1, WaitKind::None, 0);
+      keep_records(recent_);
+      if (!ok) break;
+      durations.push_back(recent_.back().end_s - recent_.back().start_s);
+      if (recent_.back().units > 0) productive.push_back(durations.back());
     }
     if (slot.quarantined) continue;
     if (!durations.empty()) {
@@ -282,7 +348,7 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   record.gap_id = gap_id;
   record.kind = kind;
   record.start_s = clock_();
-  const std::size_t first_step = steps_.size();
+  recent_.clear();
   const double predicted_gap = predicted_gap_s(gap_id);  // before this gap's measurement
   bool seen = false;
   // A poll with nothing run since the previous one: the arrival time is that poll's.
@@ -320,9 +386,8 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
           LaneSlot& slot = *lanes_[index];
           if (!schedulable(slot)) continue;
           poll_idle();
-          const std::size_t before = steps_.size();
           run_step(slot, iteration, gap_id, kind, slot.predicted_s);
-          poll_after_step(steps_[before].start_s, steps_[before].end_s);
+          poll_after_step(recent_.back().start_s, recent_.back().end_s);
         }
       }
     } else {
@@ -340,18 +405,16 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
           }
         }
         if (!chosen) break;
-        const std::size_t before = steps_.size();
         run_step(*chosen, iteration, gap_id, kind, chosen->predicted_s);
-        if (poll_after_step(steps_[before].start_s, steps_[before].end_s)) break;
+        if (poll_after_step(recent_.back().start_s, recent_.back().end_s)) break;
       }
     }
   }
   while (!poll_idle()) std::this_thread::yield();
   record.end_s = clock_();
-  record.lane_steps = static_cast<int>(steps_.size() - first_step);
+  record.lane_steps = static_cast<int>(recent_.size());
 
-  for (std::size_t i = first_step; i < steps_.size(); ++i) {
-    const LaneStepRecord& step = steps_[i];
+  for (const LaneStepRecord& step : recent_) {
     LaneSlot* slot = find(step.lane);
     const double inside = std::max(0.0, std::min(step.end_s, record.arrived_s) - step.start_s);
     const double after = std::max(0.0, step.end_s - std::max(step.start_s, record.arrived_s));
@@ -365,7 +428,14 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   gap_ewma_[gap_id] = previous == gap_ewma_.end()
                           ? length
                           : options_.ewma_alpha * length + (1 - options_.ewma_alpha) * previous->second;
-  gaps_.push_back(record);
+  ++gap_totals_.count;
+  gap_totals_.bubble_s += length;
+  if (!record.profiling) {
+    gap_totals_.bubble_after_profiling_s += length;
+    gap_totals_.harvested_after_profiling_s += record.harvested_s;
+  }
+  keep_records(recent_);
+  if (gaps_.size() < options_.max_records) gaps_.push_back(record);
 }
 
 void GapScheduler::end_iteration(int) {
@@ -485,6 +555,10 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
     try {
       slot->lane->load(state);
       slot->finished = slot->lane->finished();
+    } catch (const LaneTimeout& error) {
+      quarantine(*slot, error.what());
+    } catch (const LaneCrash& error) {
+      quarantine(*slot, error.what());
     } catch (const ArenaQuotaError& error) {
       quarantine(*slot, "load went past its arena quota: " + std::string(error.what()));
     } catch (const std::exception& error) {
@@ -494,14 +568,8 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
 }
 
 nlohmann::json GapScheduler::summary() const {
-  double bubble = 0, bubble_filled = 0, harvested_filled = 0;
-  for (const GapRecord& gap : gaps_) {
-    bubble += gap.arrived_s - gap.start_s;
-    if (!gap.profiling) {
-      bubble_filled += gap.arrived_s - gap.start_s;
-      harvested_filled += gap.harvested_s;
-    }
-  }
+  const double bubble = gap_totals_.bubble_s, bubble_filled = gap_totals_.bubble_after_profiling_s,
+               harvested_filled = gap_totals_.harvested_after_profiling_s;
   double harvested = 0, overrun = 0;
   nlohmann::json lanes = nlohmann::json::object();
   nlohmann::json quarantined = nlohmann::json::array();
@@ -530,7 +598,8 @@ nlohmann::json GapScheduler::summary() const {
         {"predicted_step_s", slot.predicted_s},
         {"finished", slot.finished},
         {"quarantined", slot.quarantined},
-        {"memory_high_water_bytes", slot.arena->high_water()},
+        {"memory_high_water_bytes", slot.lane->memory_high_water()},
+        {"isolation", isolation_name(slot.lane->isolation())},
         {"report", report},
     };
     if (slot.quarantined) {
@@ -544,7 +613,7 @@ nlohmann::json GapScheduler::summary() const {
   return {
       {"stage", options_.stage},
       {"rank", options_.rank},
-      {"gaps", gaps_.size()},
+      {"gaps", gap_totals_.count},
       {"bubble_s", bubble},
       {"harvested_s", harvested},
       {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0},

@@ -71,6 +71,12 @@ void LaneRegistry::load_plugin(const std::string& path) {
   add(name, [plugin, library, path]() -> std::unique_ptr<Lane> {
     return std::make_unique<PluginLane>(plugin, library, path);
   });
+  plugin_paths_[name] = std::filesystem::absolute(path).string();
+}
+
+std::string LaneRegistry::plugin_path(const std::string& name) const {
+  const auto it = plugin_paths_.find(name);
+  return it == plugin_paths_.end() ? "" : it->second;
 }
 
 LaneRegistry LaneRegistry::with_builtins() {

@@ -1,5 +1,6 @@
 #include "runtime/arena.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -20,7 +21,19 @@ Arena::Arena(std::string name, std::size_t capacity_bytes, std::size_t alignment
   }
 }
 
-Arena::~Arena() { std::free(base_); }
+Arena::Arena(std::string name, void* memory, std::size_t capacity_bytes, std::size_t alignment)
+    : name_(std::move(name)), capacity_(0), alignment_(alignment), owned_(false) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+    throw std::invalid_argument("Arena '" + name_ + "': alignment must be a power of two");
+  if (reinterpret_cast<std::uintptr_t>(memory) % alignment != 0)
+    throw std::invalid_argument("Arena '" + name_ + "': memory is not aligned to " + std::to_string(alignment));
+  capacity_ = capacity_bytes / alignment * alignment;
+  base_ = static_cast<unsigned char*>(memory);
+}
+
+Arena::~Arena() {
+  if (owned_) std::free(base_);
+}
 
 void* Arena::allocate(std::size_t bytes, const char* what) {
   // bytes is compared before it is rounded up: align_up wraps around for bytes near SIZE_MAX.

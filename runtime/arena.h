@@ -19,6 +19,9 @@ class Arena {
   static constexpr std::size_t kDefaultAlignment = 64;  // one cache line, and AVX-512 width
 
   Arena(std::string name, std::size_t capacity_bytes, std::size_t alignment = kDefaultAlignment);
+  // Over memory the caller owns and keeps alive (e.g. shared memory of a lane worker); `memory`
+  // must be aligned to `alignment`, and only capacity_bytes rounded down to it are used.
+  Arena(std::string name, void* memory, std::size_t capacity_bytes, std::size_t alignment = kDefaultAlignment);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -45,6 +48,7 @@ class Arena {
   std::size_t used_ = 0;
   std::size_t high_water_ = 0;
   unsigned char* base_ = nullptr;
+  bool owned_ = true;
 };
 
 // Bytes needed to place allocations of the given sizes one after another in an arena.

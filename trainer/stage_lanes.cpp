@@ -6,6 +6,16 @@
 #include "lanes/lane_registry.h"
 
 namespace pipelane {
+namespace {
+
+// This very binary: a lane worker is `pipelane lane-worker`, so it is the same build as the trainer.
+std::string own_executable() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "pipelane" : self.string();
+}
+
+}  // namespace
 
 StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& device,
                        std::chrono::steady_clock::time_point origin) {
@@ -24,9 +34,14 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& d
   g.deterministic = lo.deterministic;
   g.profile_iterations = lo.profile_iterations;
   g.output_root = (std::filesystem::path(opts.run.dir) / "lanes").string();
+  g.lane_output_bytes = static_cast<std::uint64_t>(lo.output_mb) << 20;
+  LaneIsolationOptions isolation;
+  isolation.mode = parse_isolation_mode(lo.isolation);
+  isolation.worker_command = {own_executable(), "lane-worker"};
+  isolation.worker_threads = device.threads();
   const int rank = topo.world_rank;
   scheduler_ = std::make_unique<GapScheduler>(
-      device, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source), g, origin,
+      device, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source, isolation), g, origin,
       [rank](const std::string& line) { std::fprintf(stderr, "pipelane lanes: rank %d: %s\n", rank, line.c_str()); });
 }
 

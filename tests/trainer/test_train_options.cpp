@@ -333,8 +333,8 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"run", "checkpoint_every", "0"},  {"run", "keep_last", "3"},       {"run", "resume", "auto"},
     {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
     {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
-    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "baseline", ""},
-    {"lanes", "dedicated", ""},
+    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "isolation", "auto"},
+    {"lanes", "output_mb", "1024"},    {"lanes", "baseline", ""},     {"lanes", "dedicated", ""},
 };
 
 TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {
