@@ -36,6 +36,7 @@ struct GapScheduler::LaneSlot {
   std::size_t late_seen = 0;
   int late_count = 0;
   double predicted_s = 0;
+  double own_predicted_s = 0;  // EWMA of its own time where it ran (LaneStepCost::wall_s)
   // Accounting of steps inside gaps (calibration counted apart).
   double units = 0;
   long steps = 0;
@@ -233,15 +234,28 @@ bool GapScheduler::schedulable(const LaneSlot& slot) const {
   return slot.set_up && !slot.quarantined && !slot.torn_down && !slot.finished && slot.has_cost;
 }
 
-bool GapScheduler::runaway(LaneSlot& slot, double duration, double predicted, std::string* reason) {
-  const double bound = options_.quarantine_factor * predicted;
-  const bool outlier = slot.cost_from_work && predicted > 0 && duration > bound && duration > options_.quarantine_min_s;
-  bool late = outlier;
-  if (late && options_.forgive_preemption) {
-    // Taken off the CPU while its own work stayed within bounds: the machine was busy.
-    const LaneStepCost cost = slot.lane->last_step_cost();
-    if (cost.involuntary_switches > 0 && cost.cpu_s <= bound) late = false;
+bool GapScheduler::runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work,
+                           std::string* reason) {
+  // The lane's own time and its own prediction (see lane_timing), else the scheduler's.
+  double own = duration, reference = predicted;
+  LaneStepCost cost;
+  if (options_.lane_timing) {
+    cost = slot.lane->last_step_cost();
+    if (cost.wall_s > 0) own = cost.wall_s;
+    if (slot.own_predicted_s > 0) reference = slot.own_predicted_s;
   }
+  const double bound = options_.quarantine_factor * reference;
+  const bool outlier = gap_id >= 0 && slot.cost_from_work && reference > 0 && own > bound &&
+                       own > options_.quarantine_min_s;
+  // Taken off the CPU while its own work stayed within bounds: the machine was busy.
+  const bool preempted = options_.lane_timing && cost.involuntary_switches > 0 && cost.cpu_s <= bound;
+  if (did_work && !outlier && own > 0) {  // the lane's own cost, kept for judging its next steps
+    slot.own_predicted_s = slot.own_predicted_s > 0
+                               ? options_.ewma_alpha * own + (1 - options_.ewma_alpha) * slot.own_predicted_s
+                               : own;
+  }
+  if (gap_id < 0) return false;  // calibration: measured, not judged
+  const bool late = outlier && !preempted;
   const std::size_t window = slot.late.size();
   slot.late_count += (late ? 1 : 0) - slot.late[slot.late_next];
   slot.late[slot.late_next] = late ? 1 : 0;
@@ -250,7 +264,7 @@ bool GapScheduler::runaway(LaneSlot& slot, double duration, double predicted, st
   if (late && slot.late_count >= options_.runaway_limit) {
     char text[240];
     std::snprintf(text, sizeof text, "%d of its last %zu steps took more than %gx the predicted %.6g s (the last %.6g s)",
-                  slot.late_count, slot.late_seen, options_.quarantine_factor, predicted, duration);
+                  slot.late_count, slot.late_seen, options_.quarantine_factor, reference, own);
     *reason = text;
   }
   return outlier;
@@ -292,7 +306,7 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  const bool outlier = failure.empty() && gap_id >= 0 && runaway(slot, duration, predicted, &failure);
+  const bool outlier = failure.empty() && runaway(slot, gap_id, duration, predicted, units > 0, &failure);
   if (!failure.empty()) {
     quarantine(slot, failure);
     return false;

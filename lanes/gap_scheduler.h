@@ -56,22 +56,25 @@ struct GapSchedulerOptions {
   int calibration_steps = 3;    // steps per lane in calibrate(); the median is the first prediction
   double ewma_alpha = 0.3;      // weight of the newest measurement (gap lengths and step costs)
   // Runaway: a step is late when it takes more than quarantine_factor x its predicted cost and
-  // longer than quarantine_min_s, unless the OS preempted it while its own CPU time stayed within
-  // the factor (forgive_preemption: a busy machine is not the lane's fault). A lane with
-  // runaway_limit late steps among its last runaway_window steps in gaps is quarantined: one spike
-  // can be the machine (page cache writeback), a habit is the lane.
+  // longer than quarantine_min_s. A lane with runaway_limit late steps among its last
+  // runaway_window steps in gaps is quarantined: one spike can be the machine (page cache
+  // writeback), a habit is the lane. With lane_timing, a step is judged by its own time where it
+  // ran (LaneStepCost: not the wait for a busy CPU to hand it over) against an EWMA of the same,
+  // and one the OS preempted while its CPU time stayed within the factor is forgiven: a busy
+  // machine is not the lane's fault. Without (tests on an injected clock), by the scheduler's
+  // clock and prediction alone.
   double quarantine_factor = 10;
   double quarantine_min_s = 0.001;  // a 2 us step taking 30 us is no runaway
   int runaway_window = 16;
   int runaway_limit = 3;
-  bool forgive_preemption = true;
+  bool lane_timing = true;
   // The watchdog: a step in a gap must return within max(step_deadline_factor x its predicted
   // cost, step_deadline_min_s), every other call (setup, calibration steps, save, load, report,
   // teardown) within call_deadline_s. Past it the lane is ended (its worker killed, or its thread
   // abandoned) and quarantined, and the gap goes on. The floor is well above a scheduler time
   // slice: killing must never punish a lane for the machine being busy.
   double step_deadline_factor = 50;
-  double step_deadline_min_s = 0.25;
+  double step_deadline_min_s = 0.5;
   double call_deadline_s = 60;
   std::uint64_t lane_output_bytes = 0;  // disk quota of each lane's output directory; 0: none
   std::size_t max_records = 20000;      // step and gap records kept (see `record` above)
@@ -188,7 +191,7 @@ class GapScheduler : public GapFiller {
   void quarantine(LaneSlot& slot, const std::string& reason);
   // Counts the step in the lane's runaway window; sets `reason` when the lane is a runaway (see
   // GapSchedulerOptions). True when the step took longer than the factor allows (forgiven or not).
-  bool runaway(LaneSlot& slot, double duration, double predicted, std::string* reason);
+  bool runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work, std::string* reason);
   void keep_records(const std::vector<LaneStepRecord>& steps);
   void freeze_plan();
   LaneSlot* find(const std::string& name);

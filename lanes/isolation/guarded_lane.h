@@ -38,6 +38,9 @@ struct LaneLimits {
 // What the last step() cost the machine, measured where the lane ran: the gap scheduler tells a
 // runaway lane from a preempted one with it.
 struct LaneStepCost {
+  // From the lane's call starting to it returning, where it ran: without the time it took to hand
+  // the step over and the result back (on a busy machine, waiting for a CPU). 0: not measured.
+  double wall_s = 0;
   double cpu_s = 0;              // CPU time of the lane's code (its thread, or its whole worker)
   long involuntary_switches = 0; // times the OS took the CPU away during the step
 };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -189,10 +190,12 @@ class WorkerSession {
     Lane& l = lane();
     rusage before{};
     getrusage(RUSAGE_SELF, &before);
+    const auto t0 = std::chrono::steady_clock::now();
     const double cpu0 = process_cpu_s();
     WorkerStepResult result;
     result.units = l.step(*ctx_);
     result.finished = l.finished() ? 1 : 0;
+    result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.cpu_s = process_cpu_s() - cpu0;
     rusage after{};
     getrusage(RUSAGE_SELF, &after);
@@ -208,7 +211,7 @@ class WorkerSession {
                         "); a plugin lane may not leave processes behind, so they were killed");
       }
     }
-    output_quota_.check();
+    output_quota_.check(result.finished != 0);  // a finished lane is not stepped again: last look
     return ok(std::string(reinterpret_cast<const char*>(&result), sizeof result));
   }
 

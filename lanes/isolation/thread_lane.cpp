@@ -149,18 +149,23 @@ double ThreadLane::step(LaneContext& ctx) {
   LaneContext* c = &ctx;
   try {
     call(limits_.step_deadline_s, "step", [c](Lane& lane, Results& r) {
+      const auto t0 = std::chrono::steady_clock::now();
       const double cpu0 = thread_cpu_s();
       const long switches0 = thread_involuntary_switches();
+      const auto measure = [&] {
+        r.cost = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  thread_cpu_s() - cpu0, thread_involuntary_switches() - switches0};
+      };
       r.units = 0;
       try {
         r.units = lane.step(*c);
         r.finished = lane.finished();
       } catch (...) {
-        r.cost = {thread_cpu_s() - cpu0, thread_involuntary_switches() - switches0};
+        measure();
         throw;
       }
-      r.cost = {thread_cpu_s() - cpu0, thread_involuntary_switches() - switches0};
-      r.output_quota.check();
+      measure();
+      r.output_quota.check(r.finished);  // a finished lane is not stepped again: last look
     });
   } catch (...) {
     if (!abandoned_) cost_ = host_->results.cost;

@@ -32,6 +32,7 @@ enum class WorkerFailure : char {
 // The Ok payload of Step, as raw bytes (both ends are the same build).
 struct WorkerStepResult {
   double units = 0;
+  double wall_s = 0;
   double cpu_s = 0;
   std::int64_t involuntary_switches = 0;
   std::uint64_t memory_bytes = 0;  // the lane's peak memory so far (arena and what it allocated)

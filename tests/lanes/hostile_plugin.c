@@ -13,7 +13,8 @@
  *   setsid_child    double-forks a grandchild in a new session (setsid) that spins forever
  *   fesetround      switches rounding to FE_UPWARD and turns flush-to-zero/denormals-are-zero off
  *   threads         sets the OpenMP and OpenBLAS thread counts to 1
- *   malloc          mallocs and touches 2 MiB every step, never freeing (no NULL check)
+ *   malloc          mallocs `malloc_mb` (2) MiB every step and never frees it (no NULL check); with
+ *                   malloc_touch = 1 (the default) it writes every byte, with 0 only the first
  *   slow            every other step spins `slow_factor` x step_us
  * The lane's pid and the pids of processes it starts are appended to <output_dir>/pids.txt so a
  * test can check that none is left. The lane's name is HOSTILE_LANE_NAME (several copies of the
@@ -44,13 +45,15 @@ typedef struct {
   long good_steps;
   long step_us;
   long slow_factor;
+  long malloc_mb;
+  long malloc_touch;
   long steps;
   char pids_path[4096];
   volatile char* arena_block;
   void* leaked;
 } hostile;
 
-static const char* const keys[] = {"mode", "good_steps", "step_us", "slow_factor", NULL};
+static const char* const keys[] = {"mode", "good_steps", "step_us", "slow_factor", "malloc_mb", "malloc_touch", NULL};
 
 static double now_us(void) {
   struct timespec ts;
@@ -79,6 +82,8 @@ static void* create(const pipelane_lane_create_args* args, char* err, size_t err
   h->good_steps = 3;
   h->step_us = 200;
   h->slow_factor = 200;
+  h->malloc_mb = 2;
+  h->malloc_touch = 1;
   for (size_t i = 0; i < args->option_count; ++i) {
     const char* k = args->option_keys[i];
     const char* v = args->option_values[i];
@@ -86,6 +91,8 @@ static void* create(const pipelane_lane_create_args* args, char* err, size_t err
     else if (!strcmp(k, "good_steps")) h->good_steps = atol(v);
     else if (!strcmp(k, "step_us")) h->step_us = atol(v);
     else if (!strcmp(k, "slow_factor")) h->slow_factor = atol(v);
+    else if (!strcmp(k, "malloc_mb")) h->malloc_mb = atol(v);
+    else if (!strcmp(k, "malloc_touch")) h->malloc_touch = atol(v);
   }
   if (args->output_dir && *args->output_dir)
     snprintf(h->pids_path, sizeof h->pids_path, "%s/pids.txt", args->output_dir);
@@ -160,9 +167,10 @@ static void misbehave(hostile* h) {
     if (omp_set) omp_set(1);
     if (blas_set) blas_set(1);
   } else if (!strcmp(m, "malloc")) {
-    void** p = malloc((size_t)2 << 20);
-    memset(p, 1, (size_t)2 << 20);
-    *p = h->leaked;  /* kept reachable, so the compiler cannot drop the allocation */
+    const size_t bytes = (size_t)h->malloc_mb << 20;
+    void** p = malloc(bytes);
+    if (h->malloc_touch) memset(p, 1, bytes);
+    *p = h->leaked; /* kept reachable, so the compiler cannot drop the allocation */
     h->leaked = p;
   } else if (!strcmp(m, "slow")) {
     if (h->steps % 2) spin_us((double)h->step_us * (double)h->slow_factor);

@@ -155,9 +155,9 @@ GapSchedulerOptions options_with(double margin = 0.95, int profile = 2, bool det
   options.deterministic = deterministic;
   options.lane_memory_bytes = 1 << 16;
   options.stage_memory_bytes = 1 << 20;
-  // The fake steps' times are on the fake clock, their CPU time and preemptions real: never
-  // forgive one as preempted here (PreemptedStepsAreForgiven tests that on its own).
-  options.forgive_preemption = false;
+  // The fake steps' times are on the fake clock, their own timing (LaneStepCost) real: judge by
+  // the fake clock (PreemptedStepsAreForgivenRunawayOnesAreNot tests the lanes' timing).
+  options.lane_timing = false;
   return options;
 }
 
@@ -519,6 +519,7 @@ class MeasuredLane : public GuardedLane {
     const auto [seconds, cost] = plan_(steps_++);
     clock_.t += seconds;
     cost_ = cost;
+    if (cost_.wall_s == 0) cost_.wall_s = seconds;  // unless the plan says otherwise: all its own
     return 1;
   }
   bool finished() const override { return false; }
@@ -542,11 +543,11 @@ class MeasuredLane : public GuardedLane {
 bool measured_lane_quarantined(LaneStepCost slow_cost) {
   Harness h;
   GapSchedulerOptions options = options_with(0.95, 1);
-  options.forgive_preemption = true;
+  options.lane_timing = true;
   std::vector<LaneSpec> specs;
   specs.push_back({std::make_unique<MeasuredLane>(h.clock, [slow_cost](int k) {
                      return k >= 5 && k % 2 ? std::make_pair(0.02, slow_cost)
-                                            : std::make_pair(0.001, LaneStepCost{0.001, 0});
+                                            : std::make_pair(0.001, LaneStepCost{0, 0.001, 0});
                    }),
                    LaneOptions("measured", {}, "test.ini")});
   h.scheduler = std::make_unique<GapScheduler>(h.device, std::move(specs), options, std::chrono::steady_clock::now(),
@@ -559,10 +560,30 @@ bool measured_lane_quarantined(LaneStepCost slow_cost) {
 TEST(GapSchedulerTest, PreemptedStepsAreForgivenRunawayOnesAreNot) {
   // 20x its prediction on the clock, but its own CPU time stayed at 1 ms and the OS took the CPU
   // away: the machine was busy, not the lane.
-  EXPECT_FALSE(measured_lane_quarantined({0.001, 2}));
+  EXPECT_FALSE(measured_lane_quarantined({0, 0.001, 2}));
   // The same, not preempted (it waited or slept on its own), or working 20x longer: the lane.
-  EXPECT_TRUE(measured_lane_quarantined({0.001, 0}));
-  EXPECT_TRUE(measured_lane_quarantined({0.02, 2}));
+  EXPECT_TRUE(measured_lane_quarantined({0, 0.001, 0}));
+  EXPECT_TRUE(measured_lane_quarantined({0, 0.02, 2}));
+}
+
+TEST(GapSchedulerTest, ALaneIsJudgedByItsOwnTimeNotTheWaitToHandItOver) {
+  // 20 ms on the scheduler's clock, of which the lane ran 1 ms (the rest: waiting for a CPU to
+  // hand the step over on a busy machine). Its own time is what counts.
+  Harness h;
+  GapSchedulerOptions options = options_with(0.95, 1);
+  options.lane_timing = true;
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::make_unique<MeasuredLane>(h.clock,
+                                                  [](int k) {
+                                                    return std::make_pair(k >= 5 && k % 2 ? 0.02 : 0.001,
+                                                                          LaneStepCost{0.001, 0.001, 0});
+                                                  }),
+                   LaneOptions("measured", {}, "test.ini")});
+  h.scheduler = std::make_unique<GapScheduler>(h.device, std::move(specs), options, std::chrono::steady_clock::now(),
+                                               [&h](const std::string& line) { h.messages.push_back(line); },
+                                               [&h] { return h.clock.t; });
+  run_gaps(h, 6);
+  EXPECT_FALSE(h.scheduler->quarantined("measured"));
 }
 
 TEST(GapSchedulerTest, RecordsAreBoundedWhileTotalsCountEveryGapAndStep) {
