@@ -10,10 +10,13 @@
 #include <xmmintrin.h>
 #endif
 
+#include <atomic>
 #include <cfenv>
 #include <chrono>
+#include <ctime>
 #include <thread>
 
+#include "lanes/gap_scheduler.h"
 #include "lanes/isolation/output_quota.h"
 #include "lanes/isolation/process_tree.h"
 #include "lanes/isolation/thread_environment.h"
@@ -162,6 +165,62 @@ TEST(ThreadLane, StepCostIsTheLanesOwnThreadTime) {
   lane.step(env.ctx);
   // Sleeping 30 ms costs (almost) no CPU: the scheduler can tell waiting from working.
   EXPECT_LT(lane.last_step_cost().cpu_s, 0.015);
+}
+
+double thread_cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Each step does 200 us of CPU work, however long the OS makes it take.
+class FixedWork : public Lane {
+ public:
+  std::string name() const override { return "fixed"; }
+  std::string work_unit() const override { return "steps"; }
+  void setup(LaneContext&) override {}
+  double step(LaneContext&) override {
+    const double end = thread_cpu_now() + 200e-6;
+    while (thread_cpu_now() < end) {
+    }
+    return 1;
+  }
+  bool finished() const override { return false; }
+  std::string save() const override { return ""; }
+  void load(const std::string&) override {}
+  nlohmann::json report() const override { return nlohmann::json::object(); }
+};
+
+TEST(ThreadLane, AWellBehavedLaneOnAnOversubscribedMachineIsNotQuarantined) {
+  // Busy threads on every core preempt the lane's steps over and over: a step then takes many
+  // times its 200 us on the clock, but its own CPU time does not grow. That is the machine.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (unsigned i = 0; i < 2 * std::max(1u, std::thread::hardware_concurrency()); ++i)
+    hogs.emplace_back([&stop] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  const std::unique_ptr<Device> device = make_cpu_device(1);
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::make_unique<FixedWork>(), LaneOptions("fixed", {}, "test.ini")});
+  GapSchedulerOptions options;
+  options.profile_iterations = 1;
+  options.lane_memory_bytes = 1 << 16;
+  std::vector<std::string> messages;
+  GapScheduler scheduler(*device, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [&](const std::string& line) { messages.push_back(line); });
+  scheduler.calibrate();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500); ++it) {
+    const auto arrival = std::chrono::steady_clock::now() + std::chrono::milliseconds(3);
+    scheduler.fill(it, 0, WaitKind::P2PWait, [arrival] { return std::chrono::steady_clock::now() >= arrival; });
+    scheduler.end_iteration(it);
+  }
+  stop = true;
+  for (std::thread& hog : hogs) hog.join();
+  EXPECT_FALSE(scheduler.quarantined("fixed")) << messages[0];
+  EXPECT_GT(scheduler.summary()["lanes"]["fixed"]["steps"].get<int>(), 50);
 }
 
 TEST(OutputQuota, CountsEveryFileUnderTheDirectory) {
