@@ -83,18 +83,28 @@ std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::v
   std::vector<LaneSpec> specs;
   for (const std::string& name : names) {
     const auto section = sections.find(name);
-    std::unique_ptr<Lane> lane = registry.create(name);
+    const LaneRegistry::WorkerPlugin* worker_plugin = registry.worker_plugin(name);
     const std::string plugin = registry.plugin_path(name);
-    // Untrusted code (a plugin, an arbitrary command) gets a worker unless told otherwise.
-    const bool in_worker = isolation.mode == Mode::Process ||
+    // Untrusted code (a plugin, an arbitrary command) gets a worker unless told otherwise; a plugin
+    // that was only described by a worker has no other place to run.
+    const bool in_worker = worker_plugin || isolation.mode == Mode::Process ||
                            (isolation.mode == Mode::Auto && (!plugin.empty() || name == "command"));
+    std::unique_ptr<Lane> lane;
     if (in_worker) {
       LaneWorkerLaunch launch;
       launch.command = isolation.worker_command;
       launch.plugin_path = plugin;
       launch.threads = isolation.worker_threads;
       launch.allow_child_processes = plugin.empty();  // a built-in's processes are its work (command)
-      lane = std::make_unique<ProcessLane>(lane->name(), lane->work_unit(), std::move(launch));
+      std::string work_unit;
+      if (worker_plugin) {
+        work_unit = worker_plugin->work_unit;
+      } else {
+        work_unit = registry.create(name)->work_unit();
+      }
+      lane = std::make_unique<ProcessLane>(name, work_unit, std::move(launch));
+    } else {
+      lane = registry.create(name);
     }
     specs.push_back({std::move(lane),
                      LaneOptions(name, section == sections.end() ? std::map<std::string, std::string>{} : section->second,

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "lanes/isolation/plugin_probe.h"
 #include "lanes/lane_registry.h"
 
 namespace pipelane {
@@ -22,8 +23,19 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& d
   const LanesOptions& lo = opts.lanes;
   const std::vector<std::string> names = lo.enabled_lanes();
   if (names.empty() || !lo.runs_on_stage(topo.me.pp)) return;
+  LaneIsolationOptions isolation;
+  isolation.mode = parse_isolation_mode(lo.isolation);
+  isolation.worker_command = {own_executable(), "lane-worker"};
+  isolation.worker_threads = device.threads();
   LaneRegistry registry = LaneRegistry::with_builtins();
-  for (const std::string& plugin : lo.plugin_paths()) registry.load_plugin(plugin);
+  for (const std::string& plugin : lo.plugin_paths()) {
+    if (isolation.mode == LaneIsolationOptions::Mode::Thread) {
+      registry.load_plugin(plugin);  // trusted: loaded here
+    } else {  // never loaded here, not even to read its name
+      const PluginDescription d = describe_plugin_in_worker(plugin, isolation.worker_command);
+      registry.add_worker_plugin(d.name, {d.work_unit, plugin});
+    }
+  }
   GapSchedulerOptions g;
   g.stage = topo.me.pp;
   g.rank = topo.world_rank;
@@ -35,10 +47,6 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& d
   g.profile_iterations = lo.profile_iterations;
   g.output_root = (std::filesystem::path(opts.run.dir) / "lanes").string();
   g.lane_output_bytes = static_cast<std::uint64_t>(lo.output_mb) << 20;
-  LaneIsolationOptions isolation;
-  isolation.mode = parse_isolation_mode(lo.isolation);
-  isolation.worker_command = {own_executable(), "lane-worker"};
-  isolation.worker_threads = device.threads();
   const int rank = topo.world_rank;
   scheduler_ = std::make_unique<GapScheduler>(
       device, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source, isolation), g, origin,

@@ -32,6 +32,7 @@ namespace {
 struct WorkerArgs {
   int socket_fd = -1, arena_fd = -1, status_fd = -1;
   pid_t parent = 0;
+  std::string describe;  // a plugin to describe instead of serving a lane
 };
 
 bool parse_args(int argc, char** argv, WorkerArgs* args) {
@@ -42,9 +43,32 @@ bool parse_args(int argc, char** argv, WorkerArgs* args) {
     else if (key == "--arena-fd") args->arena_fd = static_cast<int>(value);
     else if (key == "--status-fd") args->status_fd = static_cast<int>(value);
     else if (key == "--parent") args->parent = static_cast<pid_t>(value);
+    else if (key == "--describe") args->describe = argv[i + 1];
     else return false;
   }
-  return args->socket_fd >= 0 && args->arena_fd >= 0 && args->status_fd >= 0 && args->parent > 0;
+  if (args->parent <= 0) return false;
+  return !args->describe.empty() || (args->socket_fd >= 0 && args->arena_fd >= 0 && args->status_fd >= 0);
+}
+
+// Prints the plugin's name and work unit as one JSON line, or {"error": the loader's message}, and
+// ends whatever its loading started (lanes/isolation/plugin_probe.h).
+int describe(const std::string& path) {
+  nlohmann::json answer;
+  try {
+    LaneRegistry registry = LaneRegistry::with_builtins();
+    registry.load_plugin(path);
+    for (const std::string& name : registry.names())
+      if (!registry.plugin_path(name).empty()) {
+        const std::unique_ptr<Lane> lane = registry.create(name);
+        answer = {{"name", lane->name()}, {"work_unit", lane->work_unit()}};
+      }
+  } catch (const std::exception& error) {
+    answer = {{"error", error.what()}};
+  }
+  std::printf("\n%s\n", answer.dump().c_str());
+  std::fflush(stdout);
+  kill_descendants(::getpid());
+  ::_exit(0);  // no destructors of the plugin's static objects
 }
 
 // What the keeper sends on its status pipe when the lane process ends.
@@ -252,6 +276,7 @@ int run_lane_worker(int argc, char** argv) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != args.parent) return 3;  // the trainer is already gone
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (!args.describe.empty()) return describe(args.describe);
   const pid_t keeper = ::getpid();
   const pid_t lane = ::fork();  // early: one thread, nothing of the lane loaded yet
   if (lane < 0) {

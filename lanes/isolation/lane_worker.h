@@ -18,6 +18,7 @@
 namespace pipelane {
 
 // argv: lane-worker --socket-fd N --arena-fd N --status-fd N --parent PID
+//   or: lane-worker --describe PLUGIN --parent PID  (prints what the plugin is: plugin_probe.h)
 int run_lane_worker(int argc, char** argv);
 
 }  // namespace pipelane

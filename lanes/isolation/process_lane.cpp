@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -16,8 +15,7 @@
 #include <stdexcept>
 
 #include "lanes/isolation/process_tree.h"
-
-extern char** environ;
+#include "lanes/isolation/spawn_worker.h"
 
 namespace pipelane {
 namespace {
@@ -53,13 +51,6 @@ struct Fd {
     return f;
   }
 };
-
-// A copy at 10 or above, so dup2 onto 3..5 in the child cannot overwrite another source.
-int high_copy(int fd) {
-  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  if (copy < 0) fail_errno("fcntl(F_DUPFD_CLOEXEC)");
-  return copy;
-}
 
 // The last non-empty line of a log, printable and short, for a crash message.
 std::string last_line_of(const std::string& path) {
@@ -114,56 +105,21 @@ void ProcessLane::spawn(const LaneContext& ctx) {
   int status_pipe[2];
   if (::pipe2(status_pipe, O_CLOEXEC) != 0) fail_errno("pipe2");
   Fd status_read(status_pipe[0]), status_write(status_pipe[1]);
-  Fd socket_copy(high_copy(theirs.fd)), arena_copy(high_copy(memfd.fd)), status_copy(high_copy(status_write.fd));
 
   log_path_ = ctx.output_dir.empty() ? "/dev/null" : ctx.output_dir + "/worker.log";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  posix_spawn_file_actions_adddup2(&actions, socket_copy.fd, kSocketFd);
-  posix_spawn_file_actions_adddup2(&actions, arena_copy.fd, kArenaFd);
-  posix_spawn_file_actions_adddup2(&actions, status_copy.fd, kStatusFd);
-  // Nothing else of the trainer's (MPI's sockets, checkpoint files) reaches the worker.
-  posix_spawn_file_actions_addclosefrom_np(&actions, kStatusFd + 1);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);  // the trainer's handlers and ignores stay here
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-
-  std::vector<std::string> args = launch_.command;
-  for (const char* a : {"--socket-fd", "3", "--arena-fd", "4", "--status-fd", "5", "--parent"}) args.emplace_back(a);
-  args.push_back(std::to_string(::getpid()));
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The worker's thread counts are set here: OpenBLAS starts its threads when it is loaded.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; e && *e; ++e) {
-    const std::string entry = *e;
-    if (entry.rfind("OMP_NUM_THREADS=", 0) == 0 || entry.rfind("OPENBLAS_NUM_THREADS=", 0) == 0 ||
-        entry.rfind("MALLOC_ARENA_MAX=", 0) == 0)
-      continue;
-    env_strings.push_back(entry);
-  }
-  env_strings.push_back("OMP_NUM_THREADS=" + std::to_string(launch_.threads));
-  env_strings.push_back("OPENBLAS_NUM_THREADS=1");  // the lane process sets its count after the fork
-  env_strings.push_back("MALLOC_ARENA_MAX=1");  // no 64 MiB address-space reservation per thread
-  std::vector<char*> envp;
-  for (std::string& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
+  WorkerSpawn spawn;
+  spawn.argv = launch_.command;
+  for (const char* a : {"--socket-fd", "3", "--arena-fd", "4", "--status-fd", "5", "--parent"}) spawn.argv.emplace_back(a);
+  spawn.argv.push_back(std::to_string(::getpid()));
+  spawn.fds = {{theirs.fd, kSocketFd}, {memfd.fd, kArenaFd}, {status_write.fd, kStatusFd}};
+  spawn.output_path = log_path_;
+  spawn.threads = launch_.threads;
   pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw LaneError("lane '" + name_ + "': cannot start its worker " + args[0] + ": " + std::strerror(rc));
+  try {
+    pid = spawn_worker(spawn);
+  } catch (const LaneError& error) {
+    throw LaneError("lane '" + name_ + "': " + error.what());
+  }
   keeper_ = pid;
   socket_ = mine.release();
   status_fd_ = status_read.release();

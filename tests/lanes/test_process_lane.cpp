@@ -1,6 +1,7 @@
 // isolation = process: ProcessLane and its worker (`pipelane lane-worker`) against a plugin that
 // misbehaves in every way it can think of, the example plugin inside the gap scheduler, and the
 // command lane in a worker (processes that leave their session; a flood of output).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "lanes/gap_scheduler.h"
+#include "lanes/isolation/plugin_probe.h"
 #include "lanes/isolation/process_lane.h"
 #include "tests/lanes/builtin_io_test_env.h"
 
@@ -160,6 +162,42 @@ TEST(ProcessLane, AWorkerThatCannotStartIsALaneError) {
     EXPECT_NE(std::string(e.what()).find("cannot start its worker /nonexistent/pipelane"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(PluginProbe, DescribesAPluginWithoutLoadingItHere) {
+  const std::vector<std::string> command = {PIPELANE_BINARY, "lane-worker"};
+  const PluginDescription d = describe_plugin_in_worker(PIPELANE_HOSTILE_LANE, command);
+  EXPECT_EQ(d.name, "hostile");
+  EXPECT_EQ(d.work_unit, "steps");
+  EXPECT_EQ(::dlopen(PIPELANE_HOSTILE_LANE, RTLD_NOW | RTLD_NOLOAD), nullptr);  // its code never ran here
+  // The loader's own messages, from the worker.
+  EXPECT_THROW(
+      {
+        try {
+          describe_plugin_in_worker("/nonexistent/libnothing.so", command);
+        } catch (const LaneError& e) {
+          EXPECT_STREQ(e.what(), "/nonexistent/libnothing.so: no such lane plugin file");
+          throw;
+        }
+      },
+      LaneError);
+  try {
+    describe_plugin_in_worker(PIPELANE_BAD_PLUGIN_ABI7, command);
+    FAIL() << "expected LaneError";
+  } catch (const LaneError& e) {
+    EXPECT_EQ(std::string(e.what()), std::string(PIPELANE_BAD_PLUGIN_ABI7) + ": built for lane ABI 7, this pipelane speaks 1");
+  }
+  // A plugin known only by its description runs in a worker whatever the isolation mode.
+  LaneRegistry registry;
+  registry.add_worker_plugin(d.name, {d.work_unit, PIPELANE_HOSTILE_LANE});
+  EXPECT_THROW(registry.create("hostile"), LaneError);
+  LaneIsolationOptions isolation;  // Thread
+  isolation.worker_command = command;
+  std::vector<LaneSpec> specs = make_lane_specs(registry, {"hostile"}, {}, "test.ini", isolation);
+  ASSERT_EQ(specs.size(), 1u);
+  auto* lane = dynamic_cast<ProcessLane*>(specs[0].lane.get());
+  ASSERT_NE(lane, nullptr);
+  EXPECT_EQ(lane->work_unit(), "steps");
 }
 
 // The example plugin, in a worker, inside the gap scheduler: same results as in-process, and its
