@@ -37,6 +37,7 @@ struct GapScheduler::LaneSlot {
   int late_count = 0;
   double predicted_s = 0;
   double own_predicted_s = 0;  // EWMA of its own time where it ran (LaneStepCost::wall_s)
+  std::vector<double> calibration_own_s;
   // Accounting of steps inside gaps (calibration counted apart).
   double units = 0;
   long steps = 0;
@@ -251,20 +252,26 @@ bool GapScheduler::runaway(LaneSlot& slot, int gap_id, double duration, double p
   LaneStepCost cost;
   if (options_.lane_timing) {
     cost = slot.lane->last_step_cost();
-    if (cost.wall_s > 0) own = cost.wall_s;
+    // Less the time it waited for a CPU: that was the machine. Never less than the CPU time it
+    // used: the run-queue clock can run ahead on a virtual machine whose CPUs' clocks differ.
+    if (cost.wall_s > 0) own = std::max(cost.cpu_s, cost.wall_s - std::max(0.0, cost.waiting_s));
     if (slot.own_predicted_s > 0) reference = slot.own_predicted_s;
   }
   const double bound = options_.quarantine_factor * reference;
   const bool outlier = gap_id >= 0 && slot.cost_from_work && reference > 0 && own > bound &&
                        own > options_.quarantine_min_s;
-  // Taken off the CPU while its own work stayed within bounds: the machine was busy.
-  const bool preempted = options_.lane_timing && cost.involuntary_switches > 0 && cost.cpu_s <= bound;
+  // Without a run-queue clock: taken off the CPU while its own work stayed within bounds.
+  const bool preempted = options_.lane_timing && cost.waiting_s < 0 && cost.involuntary_switches > 0 &&
+                         cost.cpu_s <= bound;
+  if (gap_id < 0) {  // calibration: measured (its median starts the prediction), not judged
+    if (did_work) slot.calibration_own_s.push_back(own);
+    return false;
+  }
   if (did_work && !outlier && own > 0) {  // the lane's own cost, kept for judging its next steps
     slot.own_predicted_s = slot.own_predicted_s > 0
                                ? options_.ewma_alpha * own + (1 - options_.ewma_alpha) * slot.own_predicted_s
                                : own;
   }
-  if (gap_id < 0) return false;  // calibration: measured, not judged
   const bool late = outlier && !preempted;
   const std::size_t window = slot.late.size();
   slot.late_count += (late ? 1 : 0) - slot.late[slot.late_next];
@@ -321,7 +328,11 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
     quarantine(slot, failure);
     return false;
   }
-  if (units > 0 && !outlier) {  // a forgiven (preempted) step is no measure of the lane either
+  // A spike, the lane's or the machine's (a hand-over that waited for a CPU), is no measure of the
+  // next step: one in the prediction could keep the lane out of every gap, and a lane that does
+  // not fit is never measured again.
+  const bool spike = outlier || (slot.cost_from_work && duration > options_.quarantine_factor * slot.predicted_s);
+  if (units > 0 && !spike) {
     if (!slot.cost_from_work) {
       slot.predicted_s = std::max(duration, kMinStepCost);
       slot.cost_from_work = slot.has_cost = true;
@@ -354,6 +365,8 @@ std::map<std::string, double> GapScheduler::calibrate() {
       if (recent_.back().units > 0) productive.push_back(durations.back());
     }
     if (slot.quarantined) continue;
+    // The median: a lane's first steps pay for warming up (page faults, first-use setup).
+    if (!slot.calibration_own_s.empty()) slot.own_predicted_s = median(slot.calibration_own_s);
     if (!durations.empty()) {
       slot.calibrated_s = slot.predicted_s =
           std::max(median(productive.empty() ? durations : productive), kMinStepCost);

@@ -59,10 +59,10 @@ struct GapSchedulerOptions {
   // longer than quarantine_min_s. A lane with runaway_limit late steps among its last
   // runaway_window steps in gaps is quarantined: one spike can be the machine (page cache
   // writeback), a habit is the lane. With lane_timing, a step is judged by its own time where it
-  // ran (LaneStepCost: not the wait for a busy CPU to hand it over) against an EWMA of the same,
-  // and one the OS preempted while its CPU time stayed within the factor is forgiven: a busy
-  // machine is not the lane's fault. Without (tests on an injected clock), by the scheduler's
-  // clock and prediction alone.
+  // ran (LaneStepCost: neither the hand-over nor the time it waited on a run queue, which a busy
+  // machine adds) against an EWMA of the same; without a run-queue clock, a step the OS preempted
+  // while its CPU time stayed within the factor is forgiven. Without lane_timing (tests on an
+  // injected clock), by the scheduler's clock and prediction alone.
   double quarantine_factor = 10;
   double quarantine_min_s = 0.001;  // a 2 us step taking 30 us is no runaway
   int runaway_window = 16;

@@ -41,8 +41,9 @@ struct LaneStepCost {
   // From the lane's call starting to it returning, where it ran: without the time it took to hand
   // the step over and the result back (on a busy machine, waiting for a CPU). 0: not measured.
   double wall_s = 0;
-  double cpu_s = 0;              // CPU time of the lane's code (its thread, or its whole worker)
+  double cpu_s = 0;              // CPU time of the thread that ran the step
   long involuntary_switches = 0; // times the OS took the CPU away during the step
+  double waiting_s = -1;         // of wall_s, runnable but waiting for a CPU; -1: not measured
 };
 
 class GuardedLane : public Lane {

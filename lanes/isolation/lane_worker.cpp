@@ -9,10 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -22,6 +20,7 @@
 
 #include "lanes/isolation/output_quota.h"
 #include "lanes/isolation/process_tree.h"
+#include "lanes/isolation/step_timer.h"
 #include "lanes/isolation/worker_protocol.h"
 #include "lanes/lane_registry.h"
 #include "runtime/device.h"
@@ -92,12 +91,6 @@ int keep(pid_t lane, const WorkerArgs& args) {
       (void)!::write(args.status_fd, &end, sizeof end);
     }
   }
-}
-
-double process_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 std::uint64_t virtual_memory_bytes() {
@@ -212,19 +205,16 @@ class WorkerSession {
 
   WorkerFrame step() {
     Lane& l = lane();
-    rusage before{};
-    getrusage(RUSAGE_SELF, &before);
-    const auto t0 = std::chrono::steady_clock::now();
-    const double cpu0 = process_cpu_s();
+    timer_.start();
     WorkerStepResult result;
     result.units = l.step(*ctx_);
     result.finished = l.finished() ? 1 : 0;
-    result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.cpu_s = process_cpu_s() - cpu0;
-    rusage after{};
-    getrusage(RUSAGE_SELF, &after);
-    result.involuntary_switches = after.ru_nivcsw - before.ru_nivcsw;
-    const std::uint64_t rss = static_cast<std::uint64_t>(after.ru_maxrss) * 1024;
+    const LaneStepCost cost = timer_.stop();
+    result.wall_s = cost.wall_s;
+    result.cpu_s = cost.cpu_s;
+    result.involuntary_switches = cost.involuntary_switches;
+    result.waiting_s = cost.waiting_s;
+    const std::uint64_t rss = peak_rss_bytes();
     result.memory_bytes = std::max<std::uint64_t>(arena_->high_water(), rss > baseline_rss_ ? rss - baseline_rss_ : 0);
     if (!allow_children_) {
       const std::vector<pid_t> left = live_descendants(::getpid());
@@ -251,6 +241,7 @@ class WorkerSession {
   std::unique_ptr<LaneContext> ctx_;
   bool allow_children_ = false;
   OutputQuota output_quota_;
+  StepTimer timer_;
   std::uint64_t baseline_rss_ = 0;
 };
 

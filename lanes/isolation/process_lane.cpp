@@ -230,7 +230,7 @@ double ProcessLane::step(LaneContext&) {
   }
   std::memcpy(&result, payload.data(), sizeof result);
   finished_ = result.finished != 0;
-  cost_ = {result.wall_s, result.cpu_s, static_cast<long>(result.involuntary_switches)};
+  cost_ = {result.wall_s, result.cpu_s, static_cast<long>(result.involuntary_switches), result.waiting_s};
   memory_high_water_ = std::max<std::size_t>(memory_high_water_, result.memory_bytes);
   return result.units;
 }

@@ -1,34 +1,18 @@
 #include "lanes/isolation/thread_lane.h"
 
 #include <omp.h>
-#include <sys/resource.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <ctime>
 #include <mutex>
 #include <thread>
 
 #include "lanes/isolation/output_quota.h"
+#include "lanes/isolation/step_timer.h"
 #include "lanes/isolation/thread_environment.h"
 
 namespace pipelane {
-namespace {
-
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
-long thread_involuntary_switches() {
-  rusage usage{};
-  getrusage(RUSAGE_THREAD, &usage);
-  return usage.ru_nivcsw;
-}
-
-}  // namespace
-
 struct ThreadLane::Results {
   double units = 0;
   bool finished = false;
@@ -36,6 +20,7 @@ struct ThreadLane::Results {
   std::string text;
   nlohmann::json report;
   OutputQuota output_quota;
+  StepTimer timer;  // used on the lane's thread only
 };
 
 // Shared by the caller and the thread, so it outlives a ThreadLane whose thread was abandoned.
@@ -149,22 +134,16 @@ double ThreadLane::step(LaneContext& ctx) {
   LaneContext* c = &ctx;
   try {
     call(limits_.step_deadline_s, "step", [c](Lane& lane, Results& r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const double cpu0 = thread_cpu_s();
-      const long switches0 = thread_involuntary_switches();
-      const auto measure = [&] {
-        r.cost = {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                  thread_cpu_s() - cpu0, thread_involuntary_switches() - switches0};
-      };
+      r.timer.start();
       r.units = 0;
       try {
         r.units = lane.step(*c);
         r.finished = lane.finished();
       } catch (...) {
-        measure();
+        r.cost = r.timer.stop();
         throw;
       }
-      measure();
+      r.cost = r.timer.stop();
       r.output_quota.check(r.finished);  // a finished lane is not stepped again: last look
     });
   } catch (...) {

@@ -35,6 +35,7 @@ struct WorkerStepResult {
   double wall_s = 0;
   double cpu_s = 0;
   std::int64_t involuntary_switches = 0;
+  double waiting_s = -1;
   std::uint64_t memory_bytes = 0;  // the lane's peak memory so far (arena and what it allocated)
   std::uint8_t finished = 0;
 };

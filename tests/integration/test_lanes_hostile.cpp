@@ -2,8 +2,11 @@
 // its heap or arena, leaks memory, leaves processes behind (setsid ones too), changes the rounding
 // mode or thread counts, or runs away with slow steps (tests/lanes/hostile_plugin.c), and a command
 // that escapes its session and floods its stdout. In every case the job exits 0, its losses are
-// bit-identical to lanes off, the lane is quarantined on every rank with its reason (or, where
-// isolation makes the act harmless, runs on), and no process of it is left behind.
+// bit-identical to lanes off, the lane is quarantined with its reason (or, where isolation makes
+// the act harmless, runs on), and no process of it is left behind. Every rank runs the lanes; the
+// first stage's many waits give them room to misbehave in a gap even on a busy machine, so that is
+// where each outcome is required (the last stage waits little: there a lane may not get that far,
+// but if it is quarantined, it is for the same reason).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -21,7 +24,7 @@ namespace {
 using namespace test_support;
 
 // One hostile lane of a job: which copy of the plugin, its mode, and the quarantine reason
-// expected on both ranks ("": it must run on, not quarantined).
+// expected ("": it must run on, not quarantined).
 struct Hostile {
   int copy;
   std::string mode;
@@ -109,18 +112,18 @@ class HostileLanes : public ::testing::Test {
     const nlohmann::json lanes_json = summary(name);
     for (const Hostile& h : lanes) {
       const std::string lane = "hostile" + std::to_string(h.copy);
-      std::vector<std::string> reasons;
+      std::map<int, std::string> reasons;  // rank -> reason
       for (const auto& q : lanes_json["total"]["quarantined"])
-        if (q["lane"] == lane) reasons.push_back(q["reason"]);
+        if (q["lane"] == lane) reasons[q["rank"].get<int>()] = q["reason"];
       if (h.reason.empty()) {
-        EXPECT_TRUE(reasons.empty()) << h.mode << ": " << reasons[0];
-        for (const auto& rank : lanes_json["per_rank"])  // it did misbehave, and ran on
-          EXPECT_GT(rank["lanes"][lane]["report"]["steps"].get<int>(), 5) << h.mode << ": " << rank.dump();
+        EXPECT_TRUE(reasons.empty()) << h.mode << ": " << reasons.begin()->second;
+        // It did misbehave (its 5th step) and ran on.
+        EXPECT_GE(lanes_json["per_rank"][0]["lanes"][lane]["report"]["steps"].get<int>(), 5) << h.mode;
         continue;
       }
-      ASSERT_EQ(reasons.size(), 2u) << h.mode << " on both ranks: " << lanes_json["total"].dump() << job.output;
-      for (const std::string& reason : reasons)
-        EXPECT_NE(reason.find(h.reason), std::string::npos) << h.mode << ": " << reason;
+      EXPECT_TRUE(reasons.count(0)) << h.mode << " on rank 0: " << lanes_json["total"].dump() << job.output;
+      for (const auto& [rank, reason] : reasons)
+        EXPECT_NE(reason.find(h.reason), std::string::npos) << h.mode << " on rank " << rank << ": " << reason;
       EXPECT_NE(job.output.find("'" + lane + "' quarantined"), std::string::npos) << job.output;
     }
   }
@@ -173,12 +176,13 @@ TEST_F(HostileLanes, SlowStepsAndAnEscapingFloodingCommandAreStopped) {
                               &on);
   EXPECT_EQ(on.loss, lanes_off().loss) << job.output;
   const nlohmann::json lanes_json = summary("slow_command");
-  std::map<std::string, std::vector<std::string>> reasons;
-  for (const auto& q : lanes_json["total"]["quarantined"]) reasons[q["lane"]].push_back(q["reason"]);
-  ASSERT_EQ(reasons["hostile1"].size(), 2u) << lanes_json["total"].dump();
-  for (const std::string& r : reasons["hostile1"]) EXPECT_NE(r.find("of its last"), std::string::npos) << r;
+  std::map<std::string, std::map<int, std::string>> reasons;  // lane -> rank -> reason
+  for (const auto& q : lanes_json["total"]["quarantined"]) reasons[q["lane"]][q["rank"].get<int>()] = q["reason"];
+  EXPECT_TRUE(reasons["hostile1"].count(0)) << lanes_json["total"].dump();
+  for (const auto& [rank, r] : reasons["hostile1"]) EXPECT_NE(r.find("of its last"), std::string::npos) << r;
+  // The command floods in its first slice (calibration), on every rank.
   ASSERT_EQ(reasons["command"].size(), 2u) << lanes_json["total"].dump();
-  for (const std::string& r : reasons["command"]) EXPECT_NE(r.find("[lanes] output_mb"), std::string::npos) << r;
+  for (const auto& [rank, r] : reasons["command"]) EXPECT_NE(r.find("[lanes] output_mb"), std::string::npos) << r;
   for (int rank = 0; rank < 2; ++rank) {
     const std::string out = dir_.file("slow_command") + "/lanes/command/rank" + std::to_string(rank) + "/stdout.txt";
     EXPECT_LE(std::filesystem::file_size(out), std::uintmax_t{1} << 20) << out;

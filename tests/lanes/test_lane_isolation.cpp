@@ -164,7 +164,10 @@ TEST(ThreadLane, StepCostIsTheLanesOwnThreadTime) {
   lane.setup(env.ctx);
   lane.step(env.ctx);
   // Sleeping 30 ms costs (almost) no CPU: the scheduler can tell waiting from working.
-  EXPECT_LT(lane.last_step_cost().cpu_s, 0.015);
+  const LaneStepCost cost = lane.last_step_cost();
+  EXPECT_LT(cost.cpu_s, 0.015);
+  EXPECT_GE(cost.wall_s, 0.029);
+  EXPECT_LE(cost.waiting_s, cost.wall_s);  // sleeping is not waiting for a CPU (-1: not measured)
 }
 
 double thread_cpu_now() {

@@ -566,6 +566,12 @@ TEST(GapSchedulerTest, PreemptedStepsAreForgivenRunawayOnesAreNot) {
   EXPECT_TRUE(measured_lane_quarantined({0, 0.02, 2}));
 }
 
+TEST(GapSchedulerTest, TimeWaitingForACpuIsNotTheLanes) {
+  // 20 ms, of which 19 waiting on a run queue: 1 ms of its own. Without that wait: its own.
+  EXPECT_FALSE(measured_lane_quarantined({0.02, 0.001, 0, 0.019}));
+  EXPECT_TRUE(measured_lane_quarantined({0.02, 0.001, 5, 0.0}));
+}
+
 TEST(GapSchedulerTest, ALaneIsJudgedByItsOwnTimeNotTheWaitToHandItOver) {
   // 20 ms on the scheduler's clock, of which the lane ran 1 ms (the rest: waiting for a CPU to
   // hand the step over on a busy machine). Its own time is what counts.
@@ -576,7 +582,7 @@ TEST(GapSchedulerTest, ALaneIsJudgedByItsOwnTimeNotTheWaitToHandItOver) {
   specs.push_back({std::make_unique<MeasuredLane>(h.clock,
                                                   [](int k) {
                                                     return std::make_pair(k >= 5 && k % 2 ? 0.02 : 0.001,
-                                                                          LaneStepCost{0.001, 0.001, 0});
+                                                                          LaneStepCost{0.001, 0.001, 0, -1});
                                                   }),
                    LaneOptions("measured", {}, "test.ini")});
   h.scheduler = std::make_unique<GapScheduler>(h.device, std::move(specs), options, std::chrono::steady_clock::now(),

@@ -100,12 +100,14 @@ struct HostileCase {
   std::string message_part;
 };
 
+void PrintTo(const HostileCase& c, std::ostream* os) { *os << c.mode; }
+
 class HostilePlugin : public ::testing::TestWithParam<HostileCase> {};
 
 TEST_P(HostilePlugin, EndsInTheWorkerNamedAndLeavesNoProcessBehind) {
   const HostileCase& c = GetParam();
-  const int threads = omp_get_max_threads();
   LaneEnv env("hostile", {{"mode", c.mode}, {"good_steps", "2"}, {"step_us", "100"}}, 16u << 20);
+  const int threads = omp_get_max_threads();  // as the CPU device of env set it
   const Outcome outcome = run_hostile(env, c.mode == "malloc" ? 80 : 6);  // 2 MiB a step, 64 MiB allowed
   // "a|b": either (where the outcome depends on the worker's memory layout).
   EXPECT_NE(("|" + c.kind + "|").find("|" + outcome.kind + "|"), std::string::npos) << outcome.message;
