@@ -46,6 +46,7 @@ struct GapScheduler::LaneSlot {
   double overrun_s = 0;
   double calibration_units = 0;
   long calibration_steps = 0;
+  double calibration_s = 0;
 };
 
 namespace {
@@ -121,10 +122,13 @@ LaneIsolationOptions::Mode parse_isolation_mode(const std::string& text) {
   throw LaneError("[lanes] isolation = '" + text + "': expected auto, thread or process");
 }
 
-GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
+GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
                            std::chrono::steady_clock::time_point origin, Logger logger, Clock clock)
-    : device_(device), options_(std::move(options)), logger_(std::move(logger)), clock_(std::move(clock)) {
-  if (!logger_) logger_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    : backend_(backend), options_(std::move(options)), clock_(std::move(clock)) {
+  if (!logger) logger = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  // Every line says once where it comes from; the messages themselves do not repeat it.
+  logger_ = [logger, prefix = "lanes: stage " + std::to_string(options_.stage) + " rank " +
+                             std::to_string(options_.rank) + ": "](const std::string& line) { logger(prefix + line); };
   if (!clock_) clock_ = [origin] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - origin).count(); };
   if (!(options_.margin > 0)) throw LaneError("gap scheduler: margin must be > 0");
   const std::size_t total = lanes.size() * options_.lane_memory_bytes;
@@ -147,14 +151,15 @@ GapScheduler::GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSched
     slot->lane->set_limits(slot->limits);
     slot->late.assign(static_cast<std::size_t>(std::max(1, options_.runaway_window)), 0);
     slot->options = std::move(spec.options);
-    slot->arena = std::make_unique<Arena>("lane " + slot->name + " stage " + std::to_string(options_.stage),
-                                          options_.lane_memory_bytes);
-    slot->stream = device_.create_stream(StreamPriority::Low);
+    slot->arena = backend_.create_arena("lane " + slot->name + " stage " + std::to_string(options_.stage),
+                                        options_.lane_memory_bytes, MemoryKind::Device);
+    slot->stream = backend_.create_stream(StreamPriority::Low);
     if (!options_.output_root.empty())
       slot->output_dir = (std::filesystem::path(options_.output_root) / slot->name /
                           ("rank" + std::to_string(options_.rank))).string();
-    slot->ctx.reset(new LaneContext{device_, *slot->stream, *slot->arena, slot->options, slot->output_dir,
-                                    options_.rank, lane_seed(options_.seed, slot->name, options_.rank)});
+    slot->ctx.reset(new LaneContext{backend_, *slot->stream, *slot->arena, slot->options, slot->output_dir,
+                                    options_.rank, lane_seed(options_.seed, slot->name, options_.rank),
+                                    options_.world_size, options_.instance_index, options_.instance_count});
     lanes_.push_back(std::move(slot));
   }
 }
@@ -213,8 +218,7 @@ void GapScheduler::quarantine(LaneSlot& slot, const std::string& reason) {
       slot.reason += " (teardown also failed)";
     }
   }
-  logger_("lanes: stage " + std::to_string(options_.stage) + " rank " + std::to_string(options_.rank) + ": lane '" +
-          slot.name + "' quarantined: " + slot.reason + "; training continues without it");
+  logger_("lane '" + slot.name + "' quarantined: " + slot.reason + "; training continues without it");
 }
 
 bool GapScheduler::ensure_setup(LaneSlot& slot) {
@@ -362,6 +366,7 @@ std::map<std::string, double> GapScheduler::calibrate() {
       keep_records(recent_);
       if (!ok) break;
       durations.push_back(recent_.back().end_s - recent_.back().start_s);
+      slot.calibration_s += durations.back();
       if (recent_.back().units > 0) productive.push_back(durations.back());
     }
     if (slot.quarantined) continue;
@@ -411,8 +416,7 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   record.profiling = profiling;
   if (!calibrated_ && !warned_uncalibrated_ && !lanes_.empty()) {
     warned_uncalibrated_ = true;
-    logger_("lanes: stage " + std::to_string(options_.stage) +
-            ": GapScheduler::calibrate() was not called before training; lanes stay idle until it is");
+    logger_("GapScheduler::calibrate() was not called before training; lanes stay idle until it is");
   }
   if (!profiling && calibrated_ && !torn_down_ && !lanes_.empty()) {
     if (options_.deterministic) {
@@ -488,9 +492,9 @@ void GapScheduler::end_iteration(int) {
       if (slot.predicted_s > largest * options_.margin) {
         char text[320];
         std::snprintf(text, sizeof text,
-                      "lanes: stage %d: lane %s takes %.3g ms a step, more than the largest gap (%.3g ms x "
+                      "lane %s takes %.3g ms a step, more than the largest gap (%.3g ms x "
                       "margin %.2g): it will not run here; give it smaller steps",
-                      options_.stage, slot.name.c_str(), slot.predicted_s * 1e3, largest * 1e3, options_.margin);
+                      slot.name.c_str(), slot.predicted_s * 1e3, largest * 1e3, options_.margin);
         logger_(text);
       }
     }
@@ -523,8 +527,8 @@ void GapScheduler::freeze_plan() {
   plan_frozen_ = true;
 }
 
-std::map<int, std::vector<std::string>> GapScheduler::plan() const {
-  std::map<int, std::vector<std::string>> named;
+LanePlan GapScheduler::plan() const {
+  LanePlan named;
   for (const auto& [gap_id, sequence] : plan_) {
     std::vector<std::string>& names = named[gap_id];
     for (const std::size_t index : sequence) names.push_back(lanes_[index]->name);
@@ -532,7 +536,7 @@ std::map<int, std::vector<std::string>> GapScheduler::plan() const {
   return named;
 }
 
-void GapScheduler::set_plan(const std::map<int, std::vector<std::string>>& plan) {
+void GapScheduler::set_plan(const LanePlan& plan) {
   std::map<int, std::vector<std::size_t>> indexed;
   for (const auto& [gap_id, names] : plan) {
     std::vector<std::size_t>& sequence = indexed[gap_id];
@@ -559,9 +563,9 @@ void GapScheduler::teardown() {
     try {
       slot.lane->teardown(*slot.ctx);
     } catch (const std::exception& error) {
-      logger_("lanes: lane '" + slot.name + "': teardown failed: " + error.what());
+      logger_("lane '" + slot.name + "': teardown failed: " + error.what());
     } catch (...) {
-      logger_("lanes: lane '" + slot.name + "': teardown failed");
+      logger_("lane '" + slot.name + "': teardown failed");
     }
   }
 }
@@ -584,8 +588,7 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
   for (const auto& [name, state] : states) {
     LaneSlot* slot = find(name);
     if (!slot) {
-      logger_("lanes: stage " + std::to_string(options_.stage) + ": saved progress of lane '" + name +
-              "' ignored: the lane does not run here");
+      logger_("saved progress of lane '" + name + "' ignored: the lane does not run here");
       continue;
     }
     if (!ensure_setup(*slot)) continue;
@@ -604,70 +607,47 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
   }
 }
 
-nlohmann::json GapScheduler::summary() const {
-  const double bubble = gap_totals_.bubble_s, bubble_filled = gap_totals_.bubble_after_profiling_s,
-               harvested_filled = gap_totals_.harvested_after_profiling_s;
-  double harvested = 0, overrun = 0;
-  nlohmann::json lanes = nlohmann::json::object();
-  nlohmann::json quarantined = nlohmann::json::array();
-  nlohmann::json calibrated = nlohmann::json::object();
+StageLaneSummary GapScheduler::summary() const {
+  StageLaneSummary out;
+  out.stage = options_.stage;
+  out.rank = options_.rank;
+  // From the running totals: the records themselves are only the first max_records.
+  out.gaps = gap_totals_.count;
+  out.bubble_s = gap_totals_.bubble_s;
+  out.bubble_after_profiling_s = gap_totals_.bubble_after_profiling_s;
+  out.harvested_after_profiling_s = gap_totals_.harvested_after_profiling_s;
+  out.margin = options_.margin;
+  out.deterministic = options_.deterministic;
+  out.profile_iterations = options_.profile_iterations;
   for (const auto& owned : lanes_) {
     const LaneSlot& slot = *owned;
-    harvested += slot.harvested_s;
-    overrun += slot.overrun_s;
-    nlohmann::json report;
+    out.harvested_s += slot.harvested_s;
+    out.overrun_s += slot.overrun_s;
+    LaneStats& lane = out.lanes[slot.name];
+    lane.work_unit = slot.work_unit;
+    // The slot keeps gap steps and calibration steps apart; the lane's work is both.
+    lane.units = slot.units + slot.calibration_units;
+    lane.steps = slot.steps + slot.calibration_steps;
+    lane.lane_s = slot.lane_s + slot.calibration_s;
+    lane.calibration_units = slot.calibration_units;
+    lane.calibration_steps = slot.calibration_steps;
+    lane.harvested_s = slot.harvested_s;
+    lane.overrun_s = slot.overrun_s;
+    lane.calibrated_step_s = slot.calibrated_s;
+    lane.predicted_step_s = slot.predicted_s;
+    lane.finished = slot.finished;
+    lane.quarantined = slot.quarantined;
+    if (slot.quarantined) lane.quarantine_reason = slot.reason;
+    lane.memory_high_water_bytes = slot.lane->memory_high_water();
+    lane.isolation = isolation_name(slot.lane->isolation());
     try {
-      report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
+      lane.report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
     } catch (const std::exception& error) {
-      report = {{"report_error", error.what()}};
+      lane.report = {{"report_error", error.what()}};
     }
-    lanes[slot.name] = {
-        {"work_unit", slot.work_unit},
-        {"units", slot.units},
-        {"steps", slot.steps},
-        {"lane_s", slot.lane_s},
-        {"units_per_s", slot.lane_s > 0 ? slot.units / slot.lane_s : 0.0},
-        {"harvested_s", slot.harvested_s},
-        {"overrun_s", slot.overrun_s},
-        {"calibration_units", slot.calibration_units},
-        {"calibration_steps", slot.calibration_steps},
-        {"calibrated_step_s", slot.calibrated_s},
-        {"predicted_step_s", slot.predicted_s},
-        {"finished", slot.finished},
-        {"quarantined", slot.quarantined},
-        {"memory_high_water_bytes", slot.lane->memory_high_water()},
-        {"isolation", isolation_name(slot.lane->isolation())},
-        {"report", report},
-    };
-    if (slot.quarantined) {
-      lanes[slot.name]["quarantine_reason"] = slot.reason;
-      quarantined.push_back({{"lane", slot.name}, {"reason", slot.reason}});
-    }
-    calibrated[slot.name] = slot.calibrated_s;
   }
-  nlohmann::json plan_json = nlohmann::json::object();
-  for (const auto& [gap_id, names] : plan()) plan_json[std::to_string(gap_id)] = names;
-  return {
-      {"stage", options_.stage},
-      {"rank", options_.rank},
-      {"gaps", gap_totals_.count},
-      {"bubble_s", bubble},
-      {"harvested_s", harvested},
-      {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0},
-      // The same after the profile iterations (whose gaps are only measured): what a long run
-      // converges to.
-      {"bubble_after_profiling_s", bubble_filled},
-      {"harvested_after_profiling_s", harvested_filled},
-      {"harvest_fraction_after_profiling", bubble_filled > 0 ? harvested_filled / bubble_filled : 0.0},
-      {"overrun_s", overrun},
-      {"margin", options_.margin},
-      {"deterministic", options_.deterministic},
-      {"profile_iterations", options_.profile_iterations},
-      {"calibrated_step_s", calibrated},
-      {"lanes", lanes},
-      {"quarantined", quarantined},
-      {"plan", plan_json},
-  };
+  out.plan = plan();
+  return out;
 }
 
 }  // namespace pipelane

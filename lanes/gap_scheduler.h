@@ -38,9 +38,10 @@
 #include "lanes/isolation/guarded_lane.h"
 #include "lanes/lane.h"
 #include "lanes/lane_registry.h"
+#include "lanes/lane_summary.h"
 #include "parallel/gap_filler.h"
 #include "runtime/arena.h"
-#include "runtime/device.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -79,6 +80,10 @@ struct GapSchedulerOptions {
   std::uint64_t lane_output_bytes = 0;  // disk quota of each lane's output directory; 0: none
   std::size_t max_records = 20000;      // step and gap records kept (see `record` above)
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
+  // Where this stage's lanes sit in the job (LaneContext's world_size, instance_index/count).
+  int world_size = 1;
+  int instance_index = 0;
+  int instance_count = 1;
 };
 
 // One lane to run, with its [lane.NAME] options (validated by the lane in setup()).
@@ -128,14 +133,14 @@ class GapScheduler : public GapFiller {
   // Seconds since the origin; default: std::chrono::steady_clock relative to `origin`.
   using Clock = std::function<double()>;
   // Receives one line per event worth telling the user (a quarantine, a lane without a
-  // calibration); default: stderr.
+  // calibration), each starting "lanes: stage S rank R: "; default: stderr.
   using Logger = std::function<void(const std::string&)>;
 
-  // Creates each lane's context (an Arena of lane_memory_bytes, a low-priority stream of `device`,
-  // its output directory); a lane that is not a GuardedLane runs in a ThreadLane. LaneError when
-  // the lanes' quotas together exceed stage_memory_bytes. Nothing of the lanes runs until
-  // calibrate().
-  GapScheduler(Device& device, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
+  // Creates each lane's context (an arena of lane_memory_bytes and a low-priority stream of
+  // `backend`, its output directory); a lane that is not a GuardedLane runs in a ThreadLane.
+  // LaneError when the lanes' quotas together exceed stage_memory_bytes. Nothing of the lanes runs
+  // until calibrate().
+  GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
                std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now(),
                Logger logger = {}, Clock clock = {});
   ~GapScheduler() override;  // teardown(); an abandoned lane's objects are left alive (still in use)
@@ -160,17 +165,17 @@ class GapScheduler : public GapFiller {
   // fails to load is quarantined; states of lanes not running here are ignored (logged).
   void load_lanes(const std::map<std::string, std::string>& states);
 
-  // Per stage: bubble_s (sum of gap lengths), harvested_s (lane time inside gaps before arrival),
-  // harvest_fraction, overrun_s, per-lane units / steps / lane_s / units_per_s / harvested_s /
-  // overrun_s / calibrated_step_s / predicted_step_s / quarantine reason / report, quarantined
-  // lanes with reasons, the frozen plan (deterministic mode).
-  nlohmann::json summary() const;
+  // This stage's accounting (lanes/lane_summary.h): gaps, bubble and harvested seconds, per lane
+  // its work (calibration included), time, harvest, overrun, costs, quarantine reason and report,
+  // and the frozen plan (deterministic mode).
+  StageLaneSummary summary() const;
 
   // Deterministic mode: gap id -> the lane names run in that gap, in order. Empty until profiling
-  // ends. set_plan() installs a plan recorded by an earlier run (e.g. from summary()["plan"]) so a
-  // rerun places lane work identically; it is then not recomputed when profiling ends.
-  std::map<int, std::vector<std::string>> plan() const;
-  void set_plan(const std::map<int, std::vector<std::string>>& plan);
+  // ends. set_plan() installs a plan recorded by an earlier run (summary().plan, e.g. from its
+  // summary.json) so a rerun places lane work identically; it is then not recomputed when
+  // profiling ends. LaneError when the plan names a lane that does not run here.
+  LanePlan plan() const;
+  void set_plan(const LanePlan& plan);
 
   // The first `max_records` of each (calibration steps included).
   const std::vector<LaneStepRecord>& step_records() const { return steps_; }
@@ -197,7 +202,7 @@ class GapScheduler : public GapFiller {
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
 
-  Device& device_;
+  Backend& backend_;
   GapSchedulerOptions options_;
   Logger logger_;
   Clock clock_;

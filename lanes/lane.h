@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/arena.h"
-#include "runtime/device.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -52,13 +52,18 @@ class LaneOptions {
 };
 
 struct LaneContext {
-  Device& device;
+  Backend& backend;        // the rank's backend: a lane computes through it, like training does
   Stream& stream;          // low priority
   Arena& arena;            // everything the lane allocates comes from here (hard quota)
   const LaneOptions& options;
   std::string output_dir;  // the lane's own directory (created by the runtime)
   int rank = 0;            // world rank: lanes on different ranks can seed/shard by it
   std::uint64_t seed = 0;
+  // The same lanes run on every rank of every stage that runs lanes: one instance per such rank.
+  // An instance doing its share of one job (one input split over the job) shards by these.
+  int world_size = 1;
+  int instance_index = 0;  // 0 .. instance_count - 1, in world-rank order
+  int instance_count = 1;
 };
 
 class Lane {

@@ -51,21 +51,8 @@ void LaneRegistry::load_plugin(const std::string& path) {
   if (!symbol)
     throw LaneError(path + ": no symbol " PIPELANE_LANE_PLUGIN_SYMBOL " \u2014 not a pipelane lane plugin");
   const auto entry = reinterpret_cast<pipelane_lane_plugin_fn>(symbol);
-  const pipelane_lane_plugin* plugin = entry();
-  if (!plugin) throw LaneError(path + ": " PIPELANE_LANE_PLUGIN_SYMBOL "() returned NULL");
-  if (plugin->abi_version != PIPELANE_LANE_ABI_VERSION)
-    throw LaneError(path + ": built for lane ABI " + std::to_string(plugin->abi_version) +
-                    ", this pipelane speaks " + std::to_string(PIPELANE_LANE_ABI_VERSION));
-  std::string missing;
-  if (!plugin->name || !*plugin->name) missing += " name";
-  if (!plugin->create) missing += " create";
-  if (!plugin->step) missing += " step";
-  if (!plugin->finished) missing += " finished";
-  if (!plugin->save) missing += " save";
-  if (!plugin->load) missing += " load";
-  if (!plugin->destroy) missing += " destroy";
-  if (!missing.empty()) throw LaneError(path + ": lane plugin description lacks:" + missing);
-  const std::string name = plugin->name;
+  const PluginDescription plugin = read_plugin_description(entry(), path);
+  const std::string name = plugin.fields.name;
   if (factories_.count(name))
     throw LaneError(path + ": lane '" + name + "' is already registered (a built-in or another plugin)");
   add(name, [plugin, library, path]() -> std::unique_ptr<Lane> {

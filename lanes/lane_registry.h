@@ -31,8 +31,8 @@ class LaneRegistry {
   const WorkerPlugin* worker_plugin(const std::string& name) const;  // null for any other lane
   std::vector<std::string> names() const;  // sorted
   // dlopen()s a plugin and registers its lane under the plugin's name. LaneError for a missing or
-  // unloadable file, a library without the pipelane_lane_plugin_v1 symbol, an ABI version other
-  // than PIPELANE_LANE_ABI_VERSION, an incomplete description, or a name already taken.
+  // unloadable file, a library without the pipelane_lane_plugin_v1 symbol, an ABI version it does
+  // not speak, an incomplete description (read_plugin_description), or a name already taken.
   // The library stays loaded while the registry or any lane created from it exists.
   void load_plugin(const std::string& path);
   static LaneRegistry with_builtins();

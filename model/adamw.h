@@ -3,6 +3,7 @@
 // update as a gradient scale.
 #pragma once
 #include "model/gpt_layout.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -11,7 +12,8 @@ struct AdamWConfig {
 };
 
 // Sum of squares of every gradient of the layout (double; thread-count independent).
-double grad_sum_squares(const ParamLayout& layout, const float* grads);
+double grad_sum_squares(const ParamLayout& layout, const float* grads, Backend& backend,
+                        Stream& stream);
 
 // This stage's share of the squared global gradient norm under tensor parallelism: tensors split
 // across the tp group (ParamEntry::sharded()) count on every rank, since the shards partition the
@@ -19,7 +21,8 @@ double grad_sum_squares(const ParamLayout& layout, const float* grads);
 // every rank holds the same gradient. all_reduce_sum of this over the tp group (and over pipeline
 // stages) is the squared norm of the full model's gradient. Equals grad_sum_squares when tp == 1.
 // (A wte held by two pipeline stages is the caller's to count once.)
-double grad_sum_squares_for_global_norm(const ParamLayout& layout, const float* grads);
+double grad_sum_squares_for_global_norm(const ParamLayout& layout, const float* grads,
+                                        Backend& backend, Stream& stream);
 
 // The factor clip_grad_norm_ multiplies gradients by: min(1, max_norm / (norm + 1e-6)).
 // max_norm <= 0 turns clipping off.
@@ -29,6 +32,7 @@ float clip_scale(double grad_norm, float max_norm);
 // as is: AdamW is element-wise, and replicated tensors, with identical gradients on every rank,
 // get identical updates.
 void adamw_step(const ParamLayout& layout, float* params, const float* grads, float* m, float* v,
-                const AdamWConfig& cfg, float lr, int t, float grad_scale);
+                const AdamWConfig& cfg, float lr, int t, float grad_scale, Backend& backend,
+                Stream& stream);
 
 }  // namespace pipelane

@@ -5,7 +5,6 @@
 #include <stdexcept>
 
 #include "model/normal_rng.h"
-#include "runtime/ops.h"
 
 namespace pipelane {
 
@@ -15,72 +14,12 @@ TensorParallelShard shard_of(const TensorParallelComm* tp) {
   return tp ? TensorParallelShard{tp->rank(), tp->size()} : TensorParallelShard{};
 }
 
-// out[n,:] += bias[:] (the row-parallel bias, added once after the all-reduce).
-void add_bias(float* out, const float* bias, int N, int C) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    float* o = out + static_cast<std::size_t>(n) * C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] += bias[c];
-  }
-}
-
-// Vocab-parallel embedding lookup: out[n,:] = wte_local[tokens[n] - v0,:] for tokens this rank
-// holds, 0 for the others (the all-reduce then adds the one rank's row to exact zeros, so the sum
-// is bit-identical to an unsplit lookup).
-void embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
-                            int v0, int vcount) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    float* o = out + static_cast<std::size_t>(n) * C;
-    const int local = tokens[n] - v0;
-    if (local >= 0 && local < vcount) {
-      const float* w = wte + static_cast<std::size_t>(local) * C;
-#pragma omp simd
-      for (int c = 0; c < C; ++c) o[c] = w[c];
-    } else {
-      for (int c = 0; c < C; ++c) o[c] = 0.f;
-    }
-  }
-}
-
-// out[b,t,:] += wpe[t,:]
-void add_positions(float* out, const float* wpe, int B, int T, int C) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < B * T; ++n) {
-    float* o = out + static_cast<std::size_t>(n) * C;
-    const float* p = wpe + static_cast<std::size_t>(n % T) * C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] += p[c];
-  }
-}
-
-// The vocab-parallel embedding's backward: dwpe for every position (replicated, the same dout on
-// every rank), dwte only for this rank's rows. Same channel-slice partition and row order as
-// cpu::embedding_backward, so the sums are the unsplit ones.
-void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
-                              const std::int32_t* tokens, int B, int T, int C, int v0, int vcount) {
-  constexpr int kSlice = 16;
-  const int slices = (C + kSlice - 1) / kSlice;
-#pragma omp parallel for schedule(static)
-  for (int s = 0; s < slices; ++s) {
-    const int c0 = s * kSlice, c1 = c0 + kSlice < C ? c0 + kSlice : C;
-    for (int n = 0; n < B * T; ++n) {
-      const float* d = dout + static_cast<std::size_t>(n) * C;
-      float* p = dwpe + static_cast<std::size_t>(n % T) * C;
-      for (int c = c0; c < c1; ++c) p[c] += d[c];
-      const int local = tokens[n] - v0;
-      if (local < 0 || local >= vcount) continue;
-      float* w = dwte + static_cast<std::size_t>(local) * C;
-      for (int c = c0; c < c1; ++c) w[c] += d[c];
-    }
-  }
-}
-
 }  // namespace
 
-GptStage::GptStage(const GptConfig& cfg, StageRange range, TensorParallelComm* tp)
-    : layout_(cfg, range, shard_of(tp)), tp_(tp && tp->size() > 1 ? tp : nullptr) {}
+GptStage::GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
+                   TensorParallelComm* tp)
+    : layout_(cfg, range, shard_of(tp)), backend_(backend), stream_(stream),
+      tp_(tp && tp->size() > 1 ? tp : nullptr) {}
 
 void GptStage::reduce_sum(float* data, std::size_t n) const {
   if (tp_) tp_->all_reduce_sum(data, n);
@@ -144,14 +83,12 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   s.d4c = alloc(N * layout_.local_mlp_width(), "scratch.d4c");
   if (range().has_head) {
     if (tp_) {
-      s.logits = alloc(cpu::lm_head_vocab_parallel_scratch_floats(static_cast<int>(N),
-                                                                  layout_.vocab_local()),
+      s.logits = alloc(backend_.lm_head_vocab_parallel_scratch_floats(static_cast<int>(N),
+                                                                      layout_.vocab_local()),
                        "scratch.logits");
     } else {
       const int Vp = config().padded_vocab();
-      s.logits =
-          alloc(static_cast<std::size_t>(cpu::lm_head_chunk_rows(static_cast<int>(N), Vp)) * Vp,
-                "scratch.logits");
+      s.logits = alloc(backend_.lm_head_scratch_floats(static_cast<int>(N), Vp), "scratch.logits");
     }
   }
   return s;
@@ -234,15 +171,15 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
 
   if (range().has_embedding) {
     if (tp_) {
-      embedding_lookup_local(a.input, tokens, params + L.wte, N, C, L.vocab_begin(),
-                             L.vocab_local());
+      backend_.embedding_lookup_local(a.input, tokens, params + L.wte, N, C, L.vocab_begin(),
+                                      L.vocab_local(), stream_);
       reduce_sum(a.input, NC);
-      add_positions(a.input, params + L.wpe, B, T, C);
+      backend_.add_positions(a.input, params + L.wpe, B, T, C, stream_);
     } else {
-      cpu::embedding_forward(a.input, tokens, params + L.wte, params + L.wpe, B, T, C);
+      backend_.embedding_forward(a.input, tokens, params + L.wte, params + L.wpe, B, T, C, stream_);
     }
   } else {
-    std::memcpy(a.input, input, NC * sizeof(float));
+    backend_.copy(a.input, input, NC * sizeof(float), stream_);
   }
 
   // Row-parallel layers: partial products, all-reduced, then the (replicated) bias added once.
@@ -251,46 +188,46 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
   for (std::size_t l = 0; l < a.layers.size(); ++l) {
     const LayerOffsets& o = L.layers[l];
     LayerActivations& h = a.layers[l];
-    cpu::layernorm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params + o.ln1w, params + o.ln1b, N, C);
+    backend_.layernorm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params + o.ln1w, params + o.ln1b, N, C, stream_);
     // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
-    cpu::matmul_forward(h.qkv, h.ln1, params + o.qkvw, params + o.qkvb, N, C, 3 * CA);
-    cpu::attention_forward(h.atty, h.att, h.qkv, B, T, CA, NH);
-    cpu::matmul_forward(s.proj, h.atty, params + o.attprojw, tp_ ? nullptr : params + o.attprojb,
-                        N, CA, C);
+    backend_.matmul_forward(h.qkv, h.ln1, params + o.qkvw, params + o.qkvb, N, C, 3 * CA, stream_);
+    backend_.attention_forward(h.atty, h.att, h.qkv, B, T, CA, NH, stream_);
+    backend_.matmul_forward(s.proj, h.atty, params + o.attprojw, tp_ ? nullptr : params + o.attprojb,
+                        N, CA, C, stream_);
     if (tp_) {
       reduce_sum(s.proj, NC);
-      add_bias(s.proj, params + o.attprojb, N, C);
+      backend_.add_bias(s.proj, params + o.attprojb, N, C, stream_);
     }
-    cpu::add_forward(h.res_attn, x, s.proj, NC);
-    cpu::layernorm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params + o.ln2w,
-                           params + o.ln2b, N, C);
-    cpu::matmul_forward(h.fch, h.ln2, params + o.fcw, params + o.fcb, N, C, CM);
-    cpu::gelu_forward(h.fch_gelu, h.fch, static_cast<std::size_t>(N) * CM);
-    cpu::matmul_forward(s.proj, h.fch_gelu, params + o.fcprojw, tp_ ? nullptr : params + o.fcprojb,
-                        N, CM, C);
+    backend_.add(h.res_attn, x, s.proj, NC, stream_);
+    backend_.layernorm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params + o.ln2w,
+                           params + o.ln2b, N, C, stream_);
+    backend_.matmul_forward(h.fch, h.ln2, params + o.fcw, params + o.fcb, N, C, CM, stream_);
+    backend_.gelu_forward(h.fch_gelu, h.fch, static_cast<std::size_t>(N) * CM, stream_);
+    backend_.matmul_forward(s.proj, h.fch_gelu, params + o.fcprojw, tp_ ? nullptr : params + o.fcprojb,
+                        N, CM, C, stream_);
     if (tp_) {
       reduce_sum(s.proj, NC);
-      add_bias(s.proj, params + o.fcprojb, N, C);
+      backend_.add_bias(s.proj, params + o.fcprojb, N, C, stream_);
     }
-    cpu::add_forward(h.res_out, h.res_attn, s.proj, NC);
+    backend_.add(h.res_out, h.res_attn, s.proj, NC, stream_);
     x = h.res_out;
   }
   if (!range().has_head) return 0.0;
-  cpu::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params + L.lnfw, params + L.lnfb, N, C);
+  backend_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params + L.lnfw, params + L.lnfb, N, C, stream_);
   a.head_grad_ready = grads != nullptr;
   if (tp_) {
     TensorParallelComm* comm = tp_;
-    const cpu::GroupReduce reduce{
+    const GroupReduce reduce{
         [comm](float* d, std::size_t n) { comm->all_reduce_sum(d, n); },
         [comm](float* d, std::size_t n) { comm->all_reduce_max(d, n); }};
-    return cpu::lm_head_cross_entropy_vocab_parallel(
+    return backend_.lm_head_cross_entropy_vocab_parallel(
         a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.wte : nullptr, a.lnf, params + L.wte,
         targets, N, C, cfg.vocab_size, L.vocab_begin(), L.vocab_local(), loss_scale, s.logits,
-        reduce);
+        reduce, stream_);
   }
-  return cpu::lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr,
+  return backend_.lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr,
                                     grads ? grads + L.wte : nullptr, a.lnf, params + L.wte, targets,
-                                    N, C, cfg.vocab_size, cfg.padded_vocab(), loss_scale, s.logits);
+                                    N, C, cfg.vocab_size, cfg.padded_vocab(), loss_scale, s.logits, stream_);
 }
 
 void GptStage::backward(const float* params, float* grads, MicrobatchActivations& a,
@@ -312,11 +249,11 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     if (!a.head_grad_ready)
       throw std::logic_error("GptStage::backward: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
-    std::memset(s.dres, 0, NC * sizeof(float));
-    cpu::layernorm_backward(s.dres, grads + L.lnfw, grads + L.lnfb, a.dlnf, stage_out,
-                            params + L.lnfw, a.lnf_mean, a.lnf_rstd, N, C);
+    backend_.memset_zero(s.dres, NC * sizeof(float), stream_);
+    backend_.layernorm_backward(s.dres, grads + L.lnfw, grads + L.lnfb, a.dlnf, stage_out,
+                            params + L.lnfw, a.lnf_mean, a.lnf_rstd, N, C, stream_);
   } else {
-    std::memcpy(s.dres, grad_output, NC * sizeof(float));
+    backend_.copy(s.dres, grad_output, NC * sizeof(float), stream_);
   }
 
   for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
@@ -325,33 +262,33 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
     const std::size_t NM = static_cast<std::size_t>(N) * CM;
     // MLP: res_out = res_attn + fcproj(gelu(fc(ln2(res_attn))))
-    cpu::matmul_backward(s.d4c, grads + o.fcprojw, grads + o.fcprojb, s.dres, h.fch_gelu,
-                         params + o.fcprojw, N, CM, C);
-    cpu::gelu_backward(s.d4c, h.fch, s.d4c, NM);
-    cpu::matmul_backward(s.dtmp, grads + o.fcw, grads + o.fcb, s.d4c, h.ln2, params + o.fcw, N, C,
-                         CM);
+    backend_.matmul_backward(s.d4c, grads + o.fcprojw, grads + o.fcprojb, s.dres, h.fch_gelu,
+                         params + o.fcprojw, N, CM, C, stream_);
+    backend_.gelu_backward(s.d4c, h.fch, s.d4c, NM, stream_);
+    backend_.matmul_backward(s.dtmp, grads + o.fcw, grads + o.fcb, s.d4c, h.ln2, params + o.fcw, N, C,
+                         CM, stream_);
     reduce_sum(s.dtmp, NC);  // backward of column-parallel c_fc's input ("f")
-    cpu::layernorm_backward(s.dres, grads + o.ln2w, grads + o.ln2b, s.dtmp, h.res_attn,
-                            params + o.ln2w, h.ln2_mean, h.ln2_rstd, N, C);
+    backend_.layernorm_backward(s.dres, grads + o.ln2w, grads + o.ln2b, s.dtmp, h.res_attn,
+                            params + o.ln2w, h.ln2_mean, h.ln2_rstd, N, C, stream_);
     // Attention: res_attn = x + attproj(attention(qkv(ln1(x))))
-    cpu::matmul_backward(s.dtmp, grads + o.attprojw, grads + o.attprojb, s.dres, h.atty,
-                         params + o.attprojw, N, CA, C);  // s.dtmp holds [N, CA] here
-    cpu::attention_backward(s.dqkv, s.dtmp, h.qkv, h.att, B, T, CA, NH);
-    cpu::matmul_backward(s.dtmp, grads + o.qkvw, grads + o.qkvb, s.dqkv, h.ln1, params + o.qkvw, N,
-                         C, 3 * CA);
+    backend_.matmul_backward(s.dtmp, grads + o.attprojw, grads + o.attprojb, s.dres, h.atty,
+                         params + o.attprojw, N, CA, C, stream_);  // s.dtmp holds [N, CA] here
+    backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.att, B, T, CA, NH, stream_);
+    backend_.matmul_backward(s.dtmp, grads + o.qkvw, grads + o.qkvb, s.dqkv, h.ln1, params + o.qkvw, N,
+                         C, 3 * CA, stream_);
     reduce_sum(s.dtmp, NC);  // backward of column-parallel c_attn's input ("f")
-    cpu::layernorm_backward(s.dres, grads + o.ln1w, grads + o.ln1b, s.dtmp, x, params + o.ln1w,
-                            h.ln1_mean, h.ln1_rstd, N, C);
+    backend_.layernorm_backward(s.dres, grads + o.ln1w, grads + o.ln1b, s.dtmp, x, params + o.ln1w,
+                            h.ln1_mean, h.ln1_rstd, N, C, stream_);
   }
 
   if (range().has_embedding) {
     if (tp_)
-      embedding_backward_local(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C,
-                               L.vocab_begin(), L.vocab_local());
+      backend_.embedding_backward_local(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C,
+                                        L.vocab_begin(), L.vocab_local(), stream_);
     else
-      cpu::embedding_backward(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C);
+      backend_.embedding_backward(grads + L.wte, grads + L.wpe, s.dres, tokens, B, T, C, stream_);
   } else {
-    std::memcpy(grad_input, s.dres, NC * sizeof(float));
+    backend_.copy(grad_input, s.dres, NC * sizeof(float), stream_);
   }
 }
 
@@ -395,31 +332,31 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
       throw std::logic_error(
           "GptStage::backward_input: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
-    std::memset(dtop, 0, NC * sizeof(float));
-    cpu::layernorm_backward_input(dtop, a.dlnf, a.output(), params + L.lnfw, a.lnf_mean,
-                                  a.lnf_rstd, N, C);
+    backend_.memset_zero(dtop, NC * sizeof(float), stream_);
+    backend_.layernorm_backward_input(dtop, a.dlnf, a.output(), params + L.lnfw, a.lnf_mean,
+                                  a.lnf_rstd, N, C, stream_);
   } else if (dtop != grad_output) {
-    std::memcpy(dtop, grad_output, NC * sizeof(float));
+    backend_.copy(dtop, grad_output, NC * sizeof(float), stream_);
   }
 
   for (int l = nl - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     LayerActivations& h = a.layers[l];
     const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
-    cpu::matmul_backward_input(h.d_fch, h.d_res_out, params + o.fcprojw, N, CM, C);
-    cpu::gelu_backward(h.d_fch, h.fch, h.d_fch, NM);
-    cpu::matmul_backward_input(h.d_ln2, h.d_fch, params + o.fcw, N, C, CM);
+    backend_.matmul_backward_input(h.d_fch, h.d_res_out, params + o.fcprojw, N, CM, C, stream_);
+    backend_.gelu_backward(h.d_fch, h.fch, h.d_fch, NM, stream_);
+    backend_.matmul_backward_input(h.d_ln2, h.d_fch, params + o.fcw, N, C, CM, stream_);
     reduce_sum(h.d_ln2, NC);  // backward of column-parallel c_fc's input ("f")
-    std::memcpy(h.d_res_attn, h.d_res_out, NC * sizeof(float));
-    cpu::layernorm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params + o.ln2w, h.ln2_mean,
-                                  h.ln2_rstd, N, C);
-    cpu::matmul_backward_input(s.dtmp, h.d_res_attn, params + o.attprojw, N, CA, C);  // [N, CA]
-    cpu::attention_backward(h.d_qkv, s.dtmp, h.qkv, h.att, B, T, CA, NH);
-    cpu::matmul_backward_input(h.d_ln1, h.d_qkv, params + o.qkvw, N, C, 3 * CA);
+    backend_.copy(h.d_res_attn, h.d_res_out, NC * sizeof(float), stream_);
+    backend_.layernorm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params + o.ln2w, h.ln2_mean,
+                                  h.ln2_rstd, N, C, stream_);
+    backend_.matmul_backward_input(s.dtmp, h.d_res_attn, params + o.attprojw, N, CA, C, stream_);  // [N, CA]
+    backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.att, B, T, CA, NH, stream_);
+    backend_.matmul_backward_input(h.d_ln1, h.d_qkv, params + o.qkvw, N, C, 3 * CA, stream_);
     reduce_sum(h.d_ln1, NC);  // backward of column-parallel c_attn's input ("f")
     float* dx = grad_of_layer_input(l);
-    std::memcpy(dx, h.d_res_attn, NC * sizeof(float));
-    cpu::layernorm_backward_input(dx, h.d_ln1, x, params + o.ln1w, h.ln1_mean, h.ln1_rstd, N, C);
+    backend_.copy(dx, h.d_res_attn, NC * sizeof(float), stream_);
+    backend_.layernorm_backward_input(dx, h.d_ln1, x, params + o.ln1w, h.ln1_mean, h.ln1_rstd, N, C, stream_);
   }
   a.weight_grad_pending = true;
 }
@@ -438,39 +375,39 @@ void GptStage::backward_weight(const float* params, float* grads, MicrobatchActi
   const int N = B * T;
 
   if (range().has_head)
-    cpu::layernorm_backward_params(grads + L.lnfw, grads + L.lnfb, a.dlnf, a.output(), a.lnf_mean,
-                                   a.lnf_rstd, N, C);
+    backend_.layernorm_backward_params(grads + L.lnfw, grads + L.lnfb, a.dlnf, a.output(), a.lnf_mean,
+                                   a.lnf_rstd, N, C, stream_);
   for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     const LayerActivations& h = a.layers[l];
     const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
-    cpu::matmul_backward(nullptr, grads + o.fcprojw, grads + o.fcprojb, h.d_res_out, h.fch_gelu,
-                         params + o.fcprojw, N, CM, C);
-    cpu::matmul_backward(nullptr, grads + o.fcw, grads + o.fcb, h.d_fch, h.ln2, params + o.fcw, N,
-                         C, CM);
-    cpu::layernorm_backward_params(grads + o.ln2w, grads + o.ln2b, h.d_ln2, h.res_attn,
-                                   h.ln2_mean, h.ln2_rstd, N, C);
-    cpu::matmul_backward(nullptr, grads + o.attprojw, grads + o.attprojb, h.d_res_attn, h.atty,
-                         params + o.attprojw, N, CA, C);
-    cpu::matmul_backward(nullptr, grads + o.qkvw, grads + o.qkvb, h.d_qkv, h.ln1, params + o.qkvw,
-                         N, C, 3 * CA);
-    cpu::layernorm_backward_params(grads + o.ln1w, grads + o.ln1b, h.d_ln1, x, h.ln1_mean,
-                                   h.ln1_rstd, N, C);
+    backend_.matmul_backward(nullptr, grads + o.fcprojw, grads + o.fcprojb, h.d_res_out, h.fch_gelu,
+                         params + o.fcprojw, N, CM, C, stream_);
+    backend_.matmul_backward(nullptr, grads + o.fcw, grads + o.fcb, h.d_fch, h.ln2, params + o.fcw, N,
+                         C, CM, stream_);
+    backend_.layernorm_backward_params(grads + o.ln2w, grads + o.ln2b, h.d_ln2, h.res_attn,
+                                   h.ln2_mean, h.ln2_rstd, N, C, stream_);
+    backend_.matmul_backward(nullptr, grads + o.attprojw, grads + o.attprojb, h.d_res_attn, h.atty,
+                         params + o.attprojw, N, CA, C, stream_);
+    backend_.matmul_backward(nullptr, grads + o.qkvw, grads + o.qkvb, h.d_qkv, h.ln1, params + o.qkvw,
+                         N, C, 3 * CA, stream_);
+    backend_.layernorm_backward_params(grads + o.ln1w, grads + o.ln1b, h.d_ln1, x, h.ln1_mean,
+                                   h.ln1_rstd, N, C, stream_);
   }
   if (range().has_embedding) {
     if (tp_)
-      embedding_backward_local(grads + L.wte, grads + L.wpe, a.d_input, tokens, B, T, C,
-                               L.vocab_begin(), L.vocab_local());
+      backend_.embedding_backward_local(grads + L.wte, grads + L.wpe, a.d_input, tokens, B, T, C,
+                                        L.vocab_begin(), L.vocab_local(), stream_);
     else
-      cpu::embedding_backward(grads + L.wte, grads + L.wpe, a.d_input, tokens, B, T, C);
+      backend_.embedding_backward(grads + L.wte, grads + L.wpe, a.d_input, tokens, B, T, C, stream_);
   }
   a.weight_grad_pending = false;
 }
 
 void GptStage::logits(const float* params, const MicrobatchActivations& a, float* out) const {
   if (!range().has_head) throw std::logic_error("GptStage::logits: this stage has no head");
-  cpu::lm_head_logits(out, a.lnf, params + layout_.wte, a.B * a.T, config().d_model,
-                      layout_.vocab_local());
+  backend_.lm_head_logits(out, a.lnf, params + layout_.wte, a.B * a.T, config().d_model,
+                      layout_.vocab_local(), stream_);
 }
 
 }  // namespace pipelane

@@ -1,7 +1,9 @@
 // One pipeline stage of a GPT-2: a range of layers plus optionally the embedding and the head.
-// The whole model is the stage that holds everything. Memory comes from the caller's arenas,
-// laid out from size tables: parameters/gradients/moments (ParamLayout), activations per
-// in-flight microbatch (MicrobatchActivations), and scratch shared by every microbatch.
+// The whole model is the stage that holds everything. Memory comes from the caller's arenas
+// (backend memory), laid out from size tables: parameters/gradients/moments (ParamLayout),
+// activations per in-flight microbatch (MicrobatchActivations), and scratch shared by every
+// microbatch. Every computation and copy goes through the Backend, on the stage's Stream: the
+// model never dereferences a buffer, so it runs unchanged on device memory.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include "model/gpt_layout.h"
 #include "model/tensor_parallel.h"
 #include "runtime/arena.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -59,12 +62,16 @@ class GptStage {
   // tp: this rank's tensor-parallel group, or null for no tensor parallelism (tp = 1). The stage
   // then holds this rank's shard of every tensor (layout().tp(); see tensor_parallel.h) and calls
   // the group's collectives inside forward and backward, so every rank of the group must run the
-  // same calls in the same order. The comm must outlive the stage.
-  GptStage(const GptConfig& cfg, StageRange range, TensorParallelComm* tp = nullptr);
+  // same calls in the same order. Ops run on `stream` of `backend`. The backend, the stream and
+  // the comm must outlive the stage.
+  GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
+           TensorParallelComm* tp = nullptr);
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return layout_.config(); }
   const StageRange& range() const { return layout_.range(); }
+  Backend& backend() const { return backend_; }
+  Stream& stream() const { return stream_; }
 
   // Bytes for one microbatch's activations / for the shared scratch (arena alignment included).
   // split_backward: also room for what backward_weight needs after backward_input (per layer
@@ -76,9 +83,11 @@ class GptStage {
                                              bool split_backward = false) const;
   StageScratch allocate_scratch(Arena& arena, int B, int T) const;
 
-  // GPT-2 initialisation. Each tensor's values depend only on (seed, tensor name), so a stage
-  // initialises exactly the slice of the whole model it holds. A tensor-parallel shard is the
-  // slice of the full tensor drawn from the same stream, so any tp trains the same model.
+  // GPT-2 initialisation into HOST memory (a staging buffer of layout.total_floats() floats;
+  // copy it into backend memory with Backend::copy). Each tensor's values depend only on
+  // (seed, tensor name), so a stage initialises exactly the slice of the whole model it holds. A
+  // tensor-parallel shard is the slice of the full tensor drawn from the same stream, so any tp
+  // trains the same model.
   static void init_parameters(const ParamLayout& layout, float* params, std::uint64_t seed);
 
   // Forward of one microbatch. First stage: `tokens`; otherwise `input` [B,T,C] is copied in.
@@ -130,6 +139,8 @@ class GptStage {
   void reduce_sum(float* data, std::size_t n) const;
 
   ParamLayout layout_;
+  Backend& backend_;
+  Stream& stream_;
   TensorParallelComm* tp_ = nullptr;  // null when tp == 1
 };
 

@@ -1,4 +1,4 @@
-// The MPI implementation of Communicator, and the process-level MPI session.
+// The MPI implementations of both communication planes, and the process-level MPI session.
 #pragma once
 #include <mpi.h>
 
@@ -9,8 +9,9 @@
 
 namespace pipelane {
 
-// Owns a duplicate of `comm` (freed on destruction).
-std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+// Each owns a duplicate of `comm` (freed on destruction).
+std::unique_ptr<ControlPlane> make_mpi_control_plane(MPI_Comm comm);
+std::unique_ptr<DataPlane> make_mpi_data_plane(MPI_Comm comm);
 
 // True when this process was started by mpirun/srun (so MPI must be initialised even for one
 // rank); a plain `pipelane train` never touches MPI.

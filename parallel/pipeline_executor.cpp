@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "parallel/tensor_parallel_adapter.h"
-#include "runtime/arena.h"
 
 namespace pipelane {
 
@@ -58,10 +57,10 @@ struct Slot {
   float* recv_input = nullptr;   // activation received from upstream
   float* recv_grad = nullptr;    // gradient received from downstream
   float* send_grad = nullptr;    // gradient for upstream
-  std::vector<std::unique_ptr<CommRequest>> pending;  // sends reading this slot's buffers
+  std::vector<std::unique_ptr<Event>> pending;  // sends reading this slot's buffers
   bool busy = false;
   void settle() {
-    for (auto& r : pending) r->wait();
+    for (auto& e : pending) e->synchronize();
     pending.clear();
   }
 };
@@ -77,19 +76,20 @@ struct Chunk {
   bool last() const { return model->range().has_head; }
 };
 
-enum Direction { kForward = 0, kBackward = 1, kEvalForward = 2 };
-
 }  // namespace
 
 struct PipelineExecutor::Impl {
   ExecutorOptions opts;
   Topology& topo;
+  Backend& backend;
+  std::unique_ptr<Stream> compute;  // training compute: the highest priority
+  std::unique_ptr<Stream> comm;     // transfers and data-parallel collectives
   int pp, v, stage, m;
   std::size_t act_floats;  // B*T*C
   std::vector<Instr> instrs;
   std::vector<Chunk> chunks;
   std::unique_ptr<Arena> arena;
-  CommunicatorTensorParallel tp_comm;
+  DataPlaneTensorParallel tp_comm;
   bool split_backward;  // zero-bubble: backward as B (input gradient) and W (weight gradient)
   GapFiller* filler = nullptr;
   // Data parallelism: a chunk's gradients are final after its last backward of the step; from
@@ -97,14 +97,47 @@ struct PipelineExecutor::Impl {
   // pipeline (cooldown) or waits at the gradient sync. GradSync then only waits for them.
   static constexpr std::size_t kDpBucketFloats = std::size_t{1} << 20;  // 4 MiB
   std::vector<int> last_grad_instr;  // per chunk: index of its last gradient-writing instruction
-  std::vector<std::unique_ptr<CommRequest>> dp_pending;
+  std::vector<std::unique_ptr<Event>> dp_pending;
   Clock::time_point origin;
   UpdateGate update_gate;
+  ProgressWatchdog* watchdog = nullptr;
 
-  Impl(const ExecutorOptions& o, Topology& t)
-      : opts(o), topo(t), pp(o.schedule.pp), v(o.schedule.virtual_stages), stage(t.me.pp),
-        m(o.schedule.microbatches), tp_comm(*t.tp),
-        split_backward(o.schedule.kind == ScheduleKind::ZeroBubbleH1) {
+  // World ranks of this rank's group along one grid dimension, others than itself: "1, 3".
+  std::string peers(int RankCoords::*dim, int count) const {
+    std::string out;
+    for (int k = 0; k < count; ++k) {
+      RankCoords c = topo.me;
+      if (c.*dim == k) continue;
+      c.*dim = k;
+      out += (out.empty() ? "" : ", ") + std::to_string(topo.grid.rank_of(c));
+    }
+    return out;
+  }
+  void note(const std::string& what) {
+    if (watchdog) watchdog->beat(what);
+  }
+
+  // "step 3 RecvBwd mb=1 chunk=0 from stage 1 (rank 1)": what a watchdog names if it stays here.
+  void report(int step_number, const Instr& in) {
+    if (!watchdog) return;
+    std::string what = "step " + std::to_string(step_number) + " " + instr_to_string(in);
+    if (is_transfer(in.op)) {
+      RankCoords peer = topo.me;
+      peer.pp = in.peer_stage;
+      const bool incoming = in.op == Op::RecvFwd || in.op == Op::RecvBwd;
+      what += std::string(incoming ? " from" : " to") + " stage " + std::to_string(in.peer_stage) +
+              " (rank " + std::to_string(topo.grid.rank_of(peer)) + ")";
+    } else if (is_compute(in.op) && topo.grid.dims().tp > 1) {
+      what += " (with its tensor-parallel ranks " + peers(&RankCoords::tp, topo.grid.dims().tp) + ")";
+    }
+    watchdog->beat(std::move(what));
+  }
+
+  Impl(const ExecutorOptions& o, Topology& t, Backend& b)
+      : opts(o), topo(t), backend(b), compute(b.create_stream(StreamPriority::High)),
+        comm(b.create_stream(StreamPriority::Normal)), pp(o.schedule.pp),
+        v(o.schedule.virtual_stages), stage(t.me.pp), m(o.schedule.microbatches),
+        tp_comm(*t.tp, *compute), split_backward(backward_is_split(o.schedule.kind)) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     instrs = build_schedule(o.schedule, stage);
@@ -112,19 +145,14 @@ struct PipelineExecutor::Impl {
     const int B = o.micro_batch, T = o.seq_len;
     act_floats = static_cast<std::size_t>(B) * T * o.model.d_model;
 
-    // In-flight microbatches per chunk, from the schedule itself.
-    std::vector<int> inflight(v, 0), peak(v, 1);
-    for (const Instr& in : instrs) {
-      if (in.op == Op::Fwd) peak[in.chunk] = std::max(peak[in.chunk], ++inflight[in.chunk]);
-      if ((in.op == Op::Bwd && !split_backward) || in.op == Op::BwdWeight) --inflight[in.chunk];
-    }
+    const std::vector<int> peak = inflight_peak_per_chunk(instrs, o.schedule);
 
     std::size_t bytes = 0;
     const std::size_t buf = align_up(act_floats * sizeof(float), Arena::kDefaultAlignment);
     for (int c = 0; c < v; ++c) {
       Chunk ch;
       ch.virtual_stage = c * pp + stage;
-      ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage],
+      ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage], backend, *compute,
                                             t.tp->size() > 1 ? &tp_comm : nullptr);
       const std::size_t P = align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
       bytes += 4 * P + ch.model->scratch_bytes(B, T) +
@@ -132,7 +160,9 @@ struct PipelineExecutor::Impl {
       ch.slots.resize(peak[c]);
       chunks.push_back(std::move(ch));
     }
-    arena = std::make_unique<Arena>("training (stage " + std::to_string(stage) + ")", bytes);
+    arena = backend.create_arena("training (stage " + std::to_string(stage) + ")", bytes,
+                                 MemoryKind::Device);
+    std::vector<float> staging;  // initial parameters are written on the host, then copied in
     for (Chunk& ch : chunks) {
       const std::size_t n = ch.model->layout().total_floats();
       ch.params = arena->allocate_n<float>(n, "parameters");
@@ -146,26 +176,25 @@ struct PipelineExecutor::Impl {
         s.recv_grad = arena->allocate_n<float>(act_floats, "p2p.recv_grad");
         s.send_grad = arena->allocate_n<float>(act_floats, "p2p.send_grad");
       }
-      GptStage::init_parameters(ch.model->layout(), ch.params, o.seed);
+      staging.assign(n, 0.f);
+      GptStage::init_parameters(ch.model->layout(), staging.data(), o.seed);
+      backend.copy(ch.params, staging.data(), n * sizeof(float), *compute);
+      compute->synchronize();
     }
     last_grad_instr.assign(v, -1);
-    for (std::size_t i = 0; i < instrs.size(); ++i) {
-      const Op op = instrs[i].op;
-      if ((op == Op::Bwd && !split_backward) || op == Op::BwdWeight)
-        last_grad_instr[instrs[i].chunk] = static_cast<int>(i);
-    }
+    const Op release = releases_activations(o.schedule.kind);
+    for (std::size_t i = 0; i < instrs.size(); ++i)
+      if (instrs[i].op == release) last_grad_instr[instrs[i].chunk] = static_cast<int>(i);
     topo.world->barrier();
     origin = Clock::now();
   }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - origin).count(); }
 
-  int tag(Direction dir, int recv_chunk, int mb) const { return (dir * v + recv_chunk) * m + mb; }
-  // Where a forward message from (stage, chunk) goes, and which chunk receives it there.
+  // Evaluation runs forward only, microbatch by microbatch through the chunks in pipeline order:
+  // the peers of a forward message are those of the schedule's SendFwd/RecvFwd.
   int next_stage() const { return (stage + 1) % pp; }
   int prev_stage() const { return (stage - 1 + pp) % pp; }
-  int chunk_after(int c) const { return stage == pp - 1 ? c + 1 : c; }   // receiver of my forward
-  int chunk_before(int c) const { return stage == 0 ? c - 1 : c; }       // receiver of my backward
 
   Slot& acquire(Chunk& ch, int mb) {
     auto it = ch.slot_of.find(mb);
@@ -185,14 +214,37 @@ struct PipelineExecutor::Impl {
     ch.slot_of.erase(it);
   }
 
-  // Waits for a transfer, handing the wait to the gap filler (lanes) when there is one; returns
-  // the seconds from the first poll to completion.
-  double wait_for(CommRequest& r, int iteration, int gap_id, WaitKind kind) {
-    if (r.test()) return 0.0;
+  // Waits for a transfer, handing the wait to the gap filler (lanes) when there is one: every
+  // wait reaches it, also when the transfer has already arrived (a deterministic lane plan runs
+  // in full whatever the timing). Returns the seconds from the first poll to completion.
+  template <typename Done, typename Finish>
+  double wait_for(Done&& done, Finish&& finish, int iteration, int gap_id, WaitKind kind) {
     const auto t0 = Clock::now();
-    if (filler) filler->fill(iteration, gap_id, kind, [&r] { return r.test(); });
-    r.wait();
+    if (filler) filler->fill(iteration, gap_id, kind, done);
+    else if (done()) return 0.0;
+    finish();
     return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  double wait_for(Event& e, int iteration, int gap_id, WaitKind kind) {
+    return wait_for([&e] { return e.query(); }, [&e] { e.synchronize(); }, iteration, gap_id, kind);
+  }
+  double wait_for(CommRequest& r, int iteration, int gap_id, WaitKind kind) {
+    return wait_for([&r] { return r.test(); }, [&r] { r.wait(); }, iteration, gap_id, kind);
+  }
+  // Receives into `buffer` and makes the compute stream wait for it.
+  double receive(DataPlane& plane, void* buffer, int peer, int iteration, int gap_id,
+                 WaitKind kind) {
+    std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), peer, *comm);
+    const double waited = wait_for(*arrived, iteration, gap_id, kind);
+    arrived->wait_on(*compute);
+    return waited;
+  }
+  // Sends `buffer` once the compute stream has produced it.
+  std::unique_ptr<Event> send(DataPlane& plane, const void* buffer, int peer) {
+    std::unique_ptr<Event> produced = backend.create_event();
+    produced->record(*compute);
+    produced->wait_on(*comm);
+    return plane.send(buffer, act_floats * sizeof(float), peer, *comm);
   }
 
   const std::int32_t* rows(const std::int32_t* base, int mb) const {
@@ -204,7 +256,8 @@ struct PipelineExecutor::Impl {
     for (Chunk& ch : chunks)
       for (Slot& s : ch.slots) s.settle();
     // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
-    for (auto& r : dp_pending) r->wait();
+    if (!dp_pending.empty()) note("data-parallel gradient all-reduce with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
+    for (auto& e : dp_pending) e->wait_on(*compute);
     dp_pending.clear();
     // The tied embedding: the first virtual stage's lookup and the last one's head each hold a
     // copy of wte; their gradients are summed so both copies take the same step.
@@ -218,11 +271,14 @@ struct PipelineExecutor::Impl {
       const std::size_t n = (emb ? emb : head) ? ((emb ? emb : head)->model->layout().find("wte")->numel) : 0;
       if (emb && head) {  // both ends on this rank (pp == 1 with several chunks)
         float* a = emb->grads + emb->model->layout().wte;
-        const float* b = head->grads + head->model->layout().wte;
-        for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
-        std::memcpy(head->grads + head->model->layout().wte, a, n * sizeof(float));
+        float* b = head->grads + head->model->layout().wte;
+        backend.add_inplace(a, b, n, *compute);
+        backend.copy(b, a, n * sizeof(float), *compute);
       } else if (Chunk* end = emb ? emb : head; end && topo.embedding) {
-        topo.embedding->all_reduce_sum(end->grads + end->model->layout().wte, n);
+        RankCoords other = topo.me;
+        other.pp = topo.me.pp == 0 ? pp - 1 : 0;
+        note("tied-embedding gradient all-reduce with rank " + std::to_string(topo.grid.rank_of(other)));
+        topo.embedding->all_reduce_sum(end->grads + end->model->layout().wte, n, *compute);
       }
     }
     return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -232,27 +288,23 @@ struct PipelineExecutor::Impl {
     double local = 0.0;
     for (const Chunk& ch : chunks) {
       // Sharded tensors count on every tp rank, replicated ones on tp rank 0 only.
-      double s = grad_sum_squares_for_global_norm(ch.model->layout(), ch.grads);
+      double s = grad_sum_squares_for_global_norm(ch.model->layout(), ch.grads, backend, *compute);
       // The head's copy of the tied embedding is the same tensor as the first stage's: count once.
       if (ch.last() && !ch.first() && pp * v > 1)
-        s -= grad_sum_squares_range(ch.grads + ch.model->layout().wte,
-                                    ch.model->layout().find("wte")->numel);
+        s -= backend.sum_squares(ch.grads + ch.model->layout().wte,
+                                 ch.model->layout().find("wte")->numel, *compute);
       local += s;
     }
     // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
+    note("gradient-norm all-reduce over every rank");
     topo.world->all_reduce_sum(&local, 1);
     return std::sqrt(local / topo.grid.dims().dp);
   }
 
-  static double grad_sum_squares_range(const float* g, std::size_t n) {
-    double s = 0.0;
-    for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-    return s;
-  }
 };
 
-PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo)
-    : impl_(std::make_unique<Impl>(opts, topo)) {}
+PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo, Backend& backend)
+    : impl_(std::make_unique<Impl>(opts, topo, backend)) {}
 PipelineExecutor::~PipelineExecutor() = default;
 
 std::size_t PipelineExecutor::arena_bytes() const { return impl_->arena->capacity(); }
@@ -266,6 +318,9 @@ std::vector<ChunkState> PipelineExecutor::chunk_states() {
   return out;
 }
 void PipelineExecutor::set_update_gate(UpdateGate gate) { impl_->update_gate = std::move(gate); }
+void PipelineExecutor::set_watchdog(ProgressWatchdog* watchdog) { impl_->watchdog = watchdog; }
+Backend& PipelineExecutor::backend() const { return impl_->backend; }
+Stream& PipelineExecutor::compute_stream() const { return *impl_->compute; }
 const std::vector<Instr>& PipelineExecutor::instructions() const { return impl_->instrs; }
 double PipelineExecutor::now_s() const { return impl_->now(); }
 std::size_t PipelineExecutor::parameter_count() const {
@@ -280,21 +335,20 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
   Impl& s = *impl_;
   StepStats stats;
   stats.start_s = s.now();
-  for (Chunk& ch : s.chunks) std::memset(ch.grads, 0, ch.model->layout().total_floats() * sizeof(float));
-  std::unique_ptr<CommRequest> recv;
+  for (Chunk& ch : s.chunks)
+    s.backend.memset_zero(ch.grads, ch.model->layout().total_floats() * sizeof(float), *s.compute);
   double loss_sum = 0.0;
-  const std::size_t bytes = s.act_floats * sizeof(float);
 
   for (std::size_t index = 0; index < s.instrs.size(); ++index) {
     const Instr& in = s.instrs[index];
     const int gap = static_cast<int>(index);
+    s.report(step_number, in);
     InstrRecord rec{in, s.now(), 0, 0};
     switch (in.op) {
       case Op::RecvFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        recv = s.topo.pp->irecv(slot.recv_input, bytes, s.prev_stage(), s.tag(kForward, in.chunk, in.microbatch));
-        rec.wait_s = s.wait_for(*recv, step_number, gap, in.wait);
+        rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in.peer_stage, step_number, gap, in.wait);
         break;
       }
       case Op::Fwd: {
@@ -309,15 +363,13 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.topo.pp->isend(slot.acts.output(), bytes, s.next_stage(),
-                                                s.tag(kForward, s.chunk_after(in.chunk), in.microbatch)));
+        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in.peer_stage));
         break;
       }
       case Op::RecvBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        recv = s.topo.pp->irecv(slot.recv_grad, bytes, s.next_stage(), s.tag(kBackward, in.chunk, in.microbatch));
-        rec.wait_s = s.wait_for(*recv, step_number, gap, in.wait);
+        rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in.peer_stage, step_number, gap, in.wait);
         break;
       }
       case Op::Bwd: {
@@ -345,16 +397,24 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.topo.pp->isend(slot.send_grad, bytes, s.prev_stage(),
-                                                s.tag(kBackward, s.chunk_before(in.chunk), in.microbatch)));
+        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in.peer_stage));
         // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
         if (!s.split_backward) s.release(ch, in.microbatch);
         break;
       }
       case Op::GradSync: {
-        // With lanes, the wait for the slowest stage is a pollable barrier the lanes can fill;
-        // the collectives after it then find every rank ready.
-        if (s.filler) rec.wait_s = s.wait_for(*s.topo.world->ibarrier(), step_number, gap, in.wait);
+        // The wait for the slowest stage is a pollable barrier: lanes fill it, the collectives
+        // after it find every rank ready, and a rank that never arrives is named by rank 0.
+        {
+          std::unique_ptr<BarrierRequest> all_here = s.topo.world->ibarrier();
+          if (s.watchdog)
+            s.watchdog->beat("step " + std::to_string(step_number) + " GradSync",
+                             [&all_here] {
+                               const std::string missing = all_here->missing();
+                               return missing.empty() ? std::string() : "waiting for rank(s) " + missing;
+                             });
+          rec.wait_s = s.wait_for(*all_here, step_number, gap, in.wait);
+        }
         rec.wait_s += s.sync_gradients();
         stats.grad_norm = s.global_grad_norm();
         break;
@@ -371,15 +431,19 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
         const float scale = clip_scale(stats.grad_norm, s.opts.grad_clip);
         for (Chunk& ch : s.chunks)
           adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, s.opts.adamw, lr,
-                     step_number, scale);
+                     step_number, scale, s.backend, *s.compute);
         break;
       }
     }
     if (s.topo.dp->size() > 1 && in.chunk >= 0 && in.chunk < s.v && s.last_grad_instr[in.chunk] == gap) {
       Chunk& ch = s.chunks[in.chunk];
       const std::size_t n = ch.model->layout().total_floats();
+      std::unique_ptr<Event> produced = s.backend.create_event();
+      produced->record(*s.compute);
+      produced->wait_on(*s.comm);
       for (std::size_t off = 0; off < n; off += Impl::kDpBucketFloats)
-        s.dp_pending.push_back(s.topo.dp->iall_reduce_sum(ch.grads + off, std::min(Impl::kDpBucketFloats, n - off)));
+        s.dp_pending.push_back(s.topo.dp->all_reduce_sum_async(
+            ch.grads + off, std::min(Impl::kDpBucketFloats, n - off), *s.comm));
     }
     rec.end_s = s.now();
     stats.records.push_back(rec);
@@ -396,26 +460,27 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
 double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets,
                                       int batches) {
   Impl& s = *impl_;
-  const std::size_t bytes = s.act_floats * sizeof(float);
   double loss_sum = 0.0;
   // Forward only, microbatch by microbatch through every chunk in pipeline order.
   for (int mb = 0; mb < batches; ++mb) {
-    const int tagged = mb % s.m;
     for (int c = 0; c < s.v; ++c) {
       Chunk& ch = s.chunks[c];
       Slot& slot = ch.slots[0];
+      if (s.watchdog)
+        s.watchdog->beat("evaluation microbatch " + std::to_string(mb) + " chunk " + std::to_string(c) +
+                         (ch.first() ? "" : " (waiting for stage " + std::to_string(s.prev_stage()) + ")"));
       slot.settle();
       if (!ch.first()) {
-        auto r = s.topo.pp->irecv(slot.recv_input, bytes, s.prev_stage(), s.tag(kEvalForward, c, tagged));
-        r->wait();
+        std::unique_ptr<Event> arrived =
+            s.topo.pp_forward->recv(slot.recv_input, s.act_floats * sizeof(float), s.prev_stage(), *s.comm);
+        arrived->synchronize();
+        arrived->wait_on(*s.compute);
       }
       loss_sum += ch.model->forward(ch.params, nullptr, slot.acts, ch.scratch,
                                     ch.first() ? s.rows(tokens, mb) : nullptr,
                                     ch.first() ? nullptr : slot.recv_input,
                                     ch.last() ? s.rows(targets, mb) : nullptr, 1.0f);
-      if (!ch.last())
-        slot.pending.push_back(s.topo.pp->isend(slot.acts.output(), bytes, s.next_stage(),
-                                                s.tag(kEvalForward, s.chunk_after(c), tagged)));
+      if (!ch.last()) slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), s.next_stage()));
     }
   }
   for (Chunk& ch : s.chunks) ch.slots[0].settle();

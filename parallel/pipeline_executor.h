@@ -1,7 +1,8 @@
 // Runs one pipeline stage's instruction list (parallel/schedule) with its model chunks and the
-// stage's communicators: activations and gradients travel as contiguous buffers, every
-// instruction is timed, and every wait is recorded with its kind. It owns all of the stage's
-// training memory in one arena sized up front from the model's size tables.
+// stage's communication planes: activations and gradients travel as contiguous buffers on the
+// data plane, every instruction is timed, and every wait is recorded with its kind. It owns all of
+// the stage's training memory in one backend arena sized up front from the model's size tables,
+// and two streams: training compute (highest priority) and communication.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -13,8 +14,10 @@
 #include "model/adamw.h"
 #include "model/gpt_model.h"
 #include "parallel/gap_filler.h"
+#include "parallel/progress_watchdog.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -55,6 +58,8 @@ using UpdateGate = std::function<bool(double loss_sum, double grad_norm)>;
 
 // One model chunk's training state, for checkpoints: the layout names every tensor (with its
 // tensor-parallel slicing) and the four flat buffers share it.
+// The buffers are backend memory (device memory on a GPU): move them with Backend::copy on
+// `stream`, never dereference them.
 struct ChunkState {
   const ParamLayout* layout;
   int virtual_stage;
@@ -66,7 +71,8 @@ struct ChunkState {
 
 class PipelineExecutor {
  public:
-  PipelineExecutor(const ExecutorOptions& opts, Topology& topo);
+  // The backend and topology must outlive the executor.
+  PipelineExecutor(const ExecutorOptions& opts, Topology& topo, Backend& backend);
   ~PipelineExecutor();
 
   // One optimizer step. tokens/targets hold this dp replica's microbatches back to back
@@ -78,12 +84,17 @@ class PipelineExecutor {
 
   std::size_t arena_bytes() const;
   std::vector<ChunkState> chunk_states();
+  Backend& backend() const;
+  Stream& compute_stream() const;  // the stream ChunkState buffers are ordered on
   // Waits on transfers and on the gradient sync go to `filler` (null: plain blocking waits).
   // The filler must outlive the executor's steps.
   void set_gap_filler(GapFiller* filler);
   std::chrono::steady_clock::time_point clock_origin() const;  // what now_s() counts from
   // Null (the default): every step is applied, with no extra communication.
   void set_update_gate(UpdateGate gate);
+  // Each instruction started (and each evaluation microbatch) is reported to `watchdog` (null:
+  // none), naming the peer rank of a transfer, so a stalled job says where it stopped.
+  void set_watchdog(ProgressWatchdog* watchdog);
   std::size_t parameter_count() const;  // this rank's parameters
   const std::vector<Instr>& instructions() const;
   double now_s() const;  // on the executor's clock

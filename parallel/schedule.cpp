@@ -35,6 +35,7 @@ class ListBuilder {
     out_.push_back({Op::GradSync, -1, 0, WaitKind::SyncWait});
     out_.push_back({Op::OptimizerStep, -1, 0});
     assign_wait_kinds();
+    lower_transfers();
     return std::move(out_);
   }
 
@@ -53,6 +54,17 @@ class ListBuilder {
       if (pos < first_bwd) instr.wait = WaitKind::Warmup;
       else if (pos > last_fwd) instr.wait = WaitKind::Cooldown;
       else instr.wait = WaitKind::P2PWait;
+    }
+  }
+
+  // The lowering pass: each transfer learns the (stage, chunk) at its other end, once, here.
+  void lower_transfers() {
+    for (Instr& in : out_) {
+      StageChunk peer{-1, -1};
+      if (in.op == Op::SendFwd || in.op == Op::RecvBwd) peer = next_virtual_stage(spec_, stage_, in.chunk);
+      if (in.op == Op::RecvFwd || in.op == Op::SendBwd) peer = prev_virtual_stage(spec_, stage_, in.chunk);
+      in.peer_stage = peer.stage;
+      in.peer_chunk = peer.chunk;
     }
   }
 
@@ -258,6 +270,56 @@ double theoretical_bubble_fraction(const ScheduleSpec& spec, double t_f, double 
     }
   }
   return 0;
+}
+
+bool is_compute(Op op) { return op == Op::Fwd || op == Op::Bwd || op == Op::BwdWeight; }
+
+bool is_transfer(Op op) {
+  return op == Op::SendFwd || op == Op::RecvFwd || op == Op::SendBwd || op == Op::RecvBwd;
+}
+
+bool backward_is_split(ScheduleKind kind) { return kind == ScheduleKind::ZeroBubbleH1; }
+
+Op releases_activations(ScheduleKind kind) {
+  return backward_is_split(kind) ? Op::BwdWeight : Op::Bwd;
+}
+
+std::vector<int> inflight_peak_per_chunk(const std::vector<Instr>& list, const ScheduleSpec& spec) {
+  std::vector<int> inflight(spec.virtual_stages, 0), peak(spec.virtual_stages, 1);
+  const Op release = releases_activations(spec.kind);
+  for (const Instr& in : list) {
+    if (in.op == Op::Fwd) peak[in.chunk] = std::max(peak[in.chunk], ++inflight[in.chunk]);
+    if (in.op == release) --inflight[in.chunk];
+  }
+  return peak;
+}
+
+void check_transfer_order(const ScheduleSpec& spec) {
+  // channel (from, to, backward?) -> the (microbatch, chunk at the receiver) sequence
+  struct Message {
+    int microbatch, receiver_chunk;
+    bool operator==(const Message&) const = default;
+  };
+  std::vector<std::vector<Message>> sent(2 * spec.pp * spec.pp), received(2 * spec.pp * spec.pp);
+  const auto channel = [&](int from, int to, bool backward) {
+    return (backward ? spec.pp * spec.pp : 0) + from * spec.pp + to;
+  };
+  for (int stage = 0; stage < spec.pp; ++stage)
+    for (const Instr& in : build_schedule(spec, stage)) {
+      if (!is_transfer(in.op)) continue;
+      const bool backward = in.op == Op::SendBwd || in.op == Op::RecvBwd;
+      if (in.op == Op::SendFwd || in.op == Op::SendBwd)
+        sent[channel(stage, in.peer_stage, backward)].push_back({in.microbatch, in.peer_chunk});
+      else
+        received[channel(in.peer_stage, stage, backward)].push_back({in.microbatch, in.chunk});
+    }
+  for (int c = 0; c < static_cast<int>(sent.size()); ++c) {
+    if (sent[c] == received[c]) continue;
+    const int rest = c % (spec.pp * spec.pp);
+    throw std::logic_error(spec_text(spec) + ": the " + (c >= spec.pp * spec.pp ? "backward" : "forward") +
+                           " messages from stage " + std::to_string(rest / spec.pp) + " to stage " +
+                           std::to_string(rest % spec.pp) + " are received in another order than sent");
+  }
 }
 
 }  // namespace pipelane

@@ -17,6 +17,10 @@ struct Instr {
   int microbatch = -1;  // -1 for GradSync / OptimizerStep
   int chunk = 0;        // model chunk on this stage (interleaved: 0..v-1; else 0)
   WaitKind wait = WaitKind::None;  // RecvFwd/RecvBwd/GradSync: what kind of bubble a wait here is
+  // Transfers (SendFwd, RecvFwd, SendBwd, RecvBwd) only, attached by build_schedule's lowering
+  // pass: the (stage, chunk) at the other end. -1 elsewhere.
+  int peer_stage = -1;
+  int peer_chunk = -1;
 };
 
 struct ScheduleSpec {
@@ -50,6 +54,25 @@ std::string instr_to_string(const Instr& instr);
 
 // True for RecvFwd, RecvBwd and GradSync: the places a stage can wait (the lane scheduler's gaps).
 bool is_wait(Op op);
+// True for Fwd, Bwd and BwdWeight: the instructions that compute.
+bool is_compute(Op op);
+// True for the four point-to-point instructions.
+bool is_transfer(Op op);
+// Zero-bubble kinds split the backward into Bwd (input gradient) and BwdWeight (weight gradient).
+bool backward_is_split(ScheduleKind kind);
+// The instruction after which microbatch activations are free again: BwdWeight when the backward
+// is split, else Bwd.
+Op releases_activations(ScheduleKind kind);
+
+// Most microbatch activations each chunk of this list holds at once (Fwd done, its releasing
+// instruction not yet), counted on the list itself: what the executor allocates. At least 1.
+std::vector<int> inflight_peak_per_chunk(const std::vector<Instr>& list, const ScheduleSpec& spec);
+
+// Checks the lowered lists of every stage against each other: every send has its receive, and
+// the messages of each directed channel (from stage, to stage, direction) are received in the
+// order they are sent — the data plane matches messages by issue order, without tags. Throws
+// std::logic_error naming the first mismatch.
+void check_transfer_order(const ScheduleSpec& spec);
 
 // --- topology of virtual stages (Megatron interleaving: virtual stage of (s, c) is c*pp + s) ---
 struct StageChunk {
@@ -75,7 +98,7 @@ int warmup_forwards(const ScheduleSpec& spec, int stage);
 // ZB-H1 min(p, m) on every stage (1F1B's peak; later stages hold W inputs longer, see README).
 int activation_bound(const ScheduleSpec& spec, int stage);
 
-// Bubble share of the iteration under REFERENCE.md's formulas. t_b is the full backward;
+// Bubble share of the iteration under the standard formulas (parallel/README.md). t_b is the full backward;
 // for ZB-H1 the input-gradient part is B = t_b - t_w and W = t_w.
 //   GPipe, 1F1B: (p-1)/(m+p-1)   Interleaved: (p-1)/(v*m+p-1)
 //   ZB-H1: idle = (p-1)(t_f + B - t_w) = (p-1)(t_f + t_b - 2 t_w) (floored at 0),

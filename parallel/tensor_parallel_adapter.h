@@ -1,21 +1,22 @@
-// Lets the model's tensor-parallel layers talk through a Communicator (MPI today, NCCL later)
-// without model/ knowing either.
+// Lets the model's tensor-parallel layers talk through a data plane (MPI today, NCCL on GPUs)
+// without model/ knowing either. The collectives run in the order of the stage's compute stream.
 #pragma once
 #include "model/tensor_parallel.h"
-#include "parallel/communicator.h"
+#include "parallel/data_plane.h"
 
 namespace pipelane {
 
-class CommunicatorTensorParallel final : public TensorParallelComm {
+class DataPlaneTensorParallel final : public TensorParallelComm {
  public:
-  explicit CommunicatorTensorParallel(Communicator& comm) : comm_(comm) {}
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
-  void all_reduce_sum(float* data, std::size_t n) override { comm_.all_reduce_sum(data, n); }
-  void all_reduce_max(float* data, std::size_t n) override { comm_.all_reduce_max(data, n); }
+  DataPlaneTensorParallel(DataPlane& plane, Stream& stream) : plane_(plane), stream_(stream) {}
+  int rank() const override { return plane_.rank(); }
+  int size() const override { return plane_.size(); }
+  void all_reduce_sum(float* data, std::size_t n) override { plane_.all_reduce_sum(data, n, stream_); }
+  void all_reduce_max(float* data, std::size_t n) override { plane_.all_reduce_max(data, n, stream_); }
 
  private:
-  Communicator& comm_;
+  DataPlane& plane_;
+  Stream& stream_;
 };
 
 }  // namespace pipelane

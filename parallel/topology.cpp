@@ -11,21 +11,27 @@ namespace pipelane {
 
 Topology Topology::single_process() {
   Topology t;
-  t.world = make_self_communicator();
-  t.tp = make_self_communicator();
-  t.dp = make_self_communicator();
-  t.pp = make_self_communicator();
+  t.world = make_self_control_plane();
+  t.tp = make_self_data_plane();
+  t.dp = make_self_data_plane();
+  t.pp_forward = make_self_data_plane();
+  t.pp_backward = make_self_data_plane();
   return t;
 }
 
 namespace {
-std::unique_ptr<Communicator> split(int color, int key) {
+// MPI_Comm_split, or MPI_COMM_NULL for ranks that pass MPI_UNDEFINED (freed by the caller).
+MPI_Comm split(int color, int key) {
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, color, key, &sub);
+  return sub;
+}
+std::unique_ptr<DataPlane> data_plane(int color, int key) {
+  MPI_Comm sub = split(color, key);
   if (sub == MPI_COMM_NULL) return nullptr;
-  auto comm = make_mpi_communicator(sub);  // duplicates
+  auto plane = make_mpi_data_plane(sub);  // duplicates
   MPI_Comm_free(&sub);
-  return comm;
+  return plane;
 }
 }  // namespace
 
@@ -42,13 +48,14 @@ Topology Topology::from_mpi_world(ParallelDims dims) {
   t.world_rank = rank;
   t.me = t.grid.coords(rank);
   const RankCoords c = t.me;
-  t.world = make_mpi_communicator(MPI_COMM_WORLD);
+  t.world = make_mpi_control_plane(MPI_COMM_WORLD);
   // Every rank takes part in every split (MPI_Comm_split is collective), in the same order.
-  t.tp = split(c.dp + dims.dp * c.pp, c.tp);
-  t.dp = split(c.tp + dims.tp * c.pp, c.dp);
-  t.pp = split(c.tp + dims.tp * c.dp, c.pp);
+  t.tp = data_plane(c.dp + dims.dp * c.pp, c.tp);
+  t.dp = data_plane(c.tp + dims.tp * c.pp, c.dp);
+  t.pp_forward = data_plane(c.tp + dims.tp * c.dp, c.pp);
+  t.pp_backward = data_plane(c.tp + dims.tp * c.dp, c.pp);
   const bool ends = dims.pp > 1 && (c.pp == 0 || c.pp == dims.pp - 1);
-  t.embedding = split(ends ? c.tp + dims.tp * c.dp : MPI_UNDEFINED, c.pp);
+  t.embedding = data_plane(ends ? c.tp + dims.tp * c.dp : MPI_UNDEFINED, c.pp);
   return t;
 }
 

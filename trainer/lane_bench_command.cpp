@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lanes/lane_registry.h"
-#include "runtime/device.h"
+#include "runtime/backend_registry.h"
 #include "trainer/train_options.h"
 
 namespace pipelane {
@@ -73,15 +73,18 @@ int lane_bench_command(int argc, char** argv) {
     for (const std::string& p : plugins) registry.load_plugin(p);
     auto lane = registry.create(name);
 
-    auto device = make_cpu_device(1);
-    auto stream = device->create_stream(StreamPriority::Low);
-    Arena arena("lane " + name, static_cast<std::size_t>(memory_mb) << 20);
+    BackendOptions one_core;
+    one_core.threads = 1;  // a lane's dedicated throughput is measured on one core
+    auto backend = BackendRegistry::with_builtins().create("cpu", one_core);
+    auto stream = backend->create_stream(StreamPriority::Low);
+    auto arena_owner = backend->create_arena("lane " + name, static_cast<std::size_t>(memory_mb) << 20);
+    Arena& arena = *arena_owner;
     const LaneOptions options(name, values, source);
     std::filesystem::path dir = out_dir.empty()
                                     ? std::filesystem::temp_directory_path() / ("pipelane-lane-bench-" + name)
                                     : std::filesystem::path(out_dir);
     std::filesystem::create_directories(dir);
-    LaneContext ctx{*device, *stream, arena, options, dir.string(), 0, 1};
+    LaneContext ctx{*backend, *stream, arena, options, dir.string(), 0, 1};
     using Clock = std::chrono::steady_clock;
     const auto t_setup = Clock::now();
     lane->setup(ctx);
@@ -96,6 +99,7 @@ int lane_bench_command(int argc, char** argv) {
       busy += d;
       step_s.push_back(d);
     }
+    const bool finished = lane->finished();  // before teardown: a torn-down lane has nothing left to ask
     lane->teardown(ctx);
     std::sort(step_s.begin(), step_s.end());
     const double median_ms = step_s.empty() ? 0 : 1e3 * step_s[step_s.size() / 2];
@@ -103,14 +107,14 @@ int lane_bench_command(int argc, char** argv) {
                                    {"units", units}, {"steps", step_s.size()}, {"step_s", busy},
                                    {"units_per_s", busy > 0 ? units / busy : 0.0},
                                    {"step_ms_median", median_ms}, {"setup_s", setup_s},
-                                   {"finished", lane->finished()}};
+                                   {"finished", finished}};
     if (json) {
       std::cout << result.dump() << "\n";
     } else {
       std::printf("lane %s alone on one core: %zu steps in %.2f s (setup %.2f s)\n", name.c_str(),
                   step_s.size(), busy, setup_s);
       std::printf("  %.4g %s/s, median step %.2f ms%s\n", busy > 0 ? units / busy : 0.0,
-                  lane->work_unit().c_str(), median_ms, lane->finished() ? " (finished)" : "");
+                  lane->work_unit().c_str(), median_ms, finished ? " (finished)" : "");
     }
     return 0;
   } catch (const std::exception& e) {

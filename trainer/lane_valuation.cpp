@@ -50,6 +50,8 @@ BaselineRun load_baseline(const TrainOptions& o, int world_expected) {
 LaneValuation LaneValuation::load(const TrainOptions& o, int world) {
   LaneValuation v;
   if (o.lanes.enabled_lanes().empty()) return v;
+  v.train_price_per_hour_ = o.lanes.train_price_per_hour;
+  v.dedicated_price_per_hour_ = o.lanes.dedicated_price_per_hour;
   if (!o.lanes.baseline.empty()) {
     v.baseline_ = load_baseline(o, world);
   }
@@ -85,61 +87,122 @@ LaneValuation LaneValuation::load(const TrainOptions& o, int world) {
   return v;
 }
 
-double LaneValuation::annotate_lanes(nlohmann::json& summary, double train_seconds) const {
-  double value_s = 0;
-  if (!summary.contains("lanes")) return 0;
-  for (auto& [name, lane] : summary["lanes"].items()) {
-    const double units = lane.value("units", 0.0);
-    lane["units_per_train_s"] = train_seconds > 0 ? units / train_seconds : 0.0;
-    const auto it = dedicated_.find(name);
-    if (it == dedicated_.end()) {
-      lane["dedicated_units_per_s"] = nullptr;
-      lane["value_device_s"] = nullptr;
-    } else {
-      lane["dedicated_units_per_s"] = it->second;
-      lane["value_device_s"] = units / it->second;
-      value_s += units / it->second;
-    }
-  }
-  return value_s;
+namespace {
+
+std::optional<double> given(double price) { return price > 0 ? std::optional<double>(price) : std::nullopt; }
+
+nlohmann::json optional_number(const std::optional<double>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); }
+
+// Work a lane did while training ran (its calibration ran before).
+double training_units(const LaneTotal& lane) { return lane.units - lane.calibration_units; }
+
+}  // namespace
+
+double CostSaving::gross_fraction() const {
+  return training_device_s > 0 ? value_device_s * price_ratio / training_device_s : 0.0;
 }
 
-void LaneValuation::annotate(nlohmann::json& total, double train_seconds, double step_ms_median, int world) const {
-  const double value_s = annotate_lanes(total, train_seconds);
-  std::optional<double> extra_s;
-  if (baseline_) {
-    const BaselineRun& b = *baseline_;
-    extra_s = world * (train_seconds - b.train_seconds);
-    total["overhead"] = {
-        {"baseline", b.path},
-        {"baseline_train_s", b.train_seconds},
-        {"train_s", train_seconds},
-        {"fraction", (train_seconds - b.train_seconds) / b.train_seconds},
-        {"baseline_step_ms_median", b.step_ms_median},
-        {"step_ms_median", step_ms_median},
-        {"step_median_fraction",
-         b.step_ms_median > 0 ? (step_ms_median - b.step_ms_median) / b.step_ms_median : 0.0},
+std::optional<double> CostSaving::net_fraction() const {
+  if (!extra_device_s) return std::nullopt;
+  return training_device_s > 0 ? (value_device_s * price_ratio - *extra_device_s) / training_device_s : 0.0;
+}
+
+std::map<std::string, LaneValue> LaneValuation::value_lanes(const CombinedLaneSummary& lanes,
+                                                            double train_seconds) const {
+  std::map<std::string, LaneValue> values;
+  for (const auto& [name, lane] : lanes.lanes) {
+    LaneValue& v = values[name];
+    const double units = training_units(lane);
+    v.units_per_train_s = train_seconds > 0 ? units / train_seconds : 0.0;
+    const auto it = dedicated_.find(name);
+    if (it != dedicated_.end()) {
+      v.dedicated_units_per_s = it->second;
+      v.value_device_s = units / it->second;
+    }
+  }
+  return values;
+}
+
+LanesValuation LaneValuation::value(const CombinedLaneSummary& total, double train_seconds, double step_ms_median,
+                                    int world) const {
+  LanesValuation out;
+  out.lanes = value_lanes(total, train_seconds);
+  if (baseline_)
+    out.overhead = TrainingOverhead{baseline_->path, baseline_->train_seconds, train_seconds, baseline_->step_ms_median,
+                                    step_ms_median};
+  if (dedicated_.empty()) return out;
+  CostSaving c;
+  c.dedicated = dedicated_path_;
+  for (const auto& [name, lane] : out.lanes) c.value_device_s += lane.value_device_s.value_or(0.0);
+  // Without a baseline the training device-time alone is not known: the saving is then the gross
+  // value over this run's own device-time, and the net one is unknown.
+  c.training_device_s = world * (baseline_ ? baseline_->train_seconds : train_seconds);
+  if (baseline_) c.extra_device_s = world * (train_seconds - baseline_->train_seconds);
+  c.train_price_per_hour = given(train_price_per_hour_);
+  c.dedicated_price_per_hour = given(dedicated_price_per_hour_);
+  if (c.train_price_per_hour && c.dedicated_price_per_hour)
+    c.price_ratio = *c.dedicated_price_per_hour / *c.train_price_per_hour;
+  out.cost_saving = c;
+  return out;
+}
+
+nlohmann::json valued_lanes_json(const CombinedLaneSummary& combined, const std::map<std::string, LaneValue>& values) {
+  nlohmann::json out = to_json(combined);
+  for (const auto& [name, v] : values) {
+    nlohmann::json& lane = out["lanes"][name];
+    lane["units_per_train_s"] = v.units_per_train_s;
+    lane["dedicated_units_per_s"] = optional_number(v.dedicated_units_per_s);
+    lane["value_device_s"] = optional_number(v.value_device_s);
+  }
+  return out;
+}
+
+nlohmann::json valued_total_json(const CombinedLaneSummary& total, const LanesValuation& valuation) {
+  nlohmann::json out = valued_lanes_json(total, valuation.lanes);
+  if (const auto& o = valuation.overhead) {
+    out["overhead"] = {
+        {"baseline", o->baseline},
+        {"baseline_train_s", o->baseline_train_s},
+        {"train_s", o->train_s},
+        {"fraction", o->fraction()},
+        {"baseline_step_ms_median", o->baseline_step_ms_median},
+        {"step_ms_median", o->step_ms_median},
+        {"step_median_fraction", o->step_median_fraction()},
     };
   } else {
-    total["overhead"] = nullptr;
-    total["overhead_needs"] = "[lanes] baseline = the summary.json of a lanes-off run";
+    out["overhead"] = nullptr;
+    out["overhead_needs"] = "[lanes] baseline = the summary.json of a lanes-off run";
   }
-  if (dedicated_.empty()) {
-    total["cost_saving"] = nullptr;
-    total["cost_saving_needs"] = "[lanes] dedicated = JSON lines of `pipelane lane-bench NAME --json`";
-    return;
+  const auto& c = valuation.cost_saving;
+  if (!c) {
+    out["cost_saving"] = nullptr;
+    out["cost_saving_needs"] = "[lanes] dedicated = JSON lines of `pipelane lane-bench NAME --json`";
+    return out;
   }
-  // Without a baseline the training device-time alone is not known: the saving is then the gross
-  // value over this run's own device-time, with the extra training time not subtracted.
-  const double training_s = world * (baseline_ ? baseline_->train_seconds : train_seconds);
-  total["cost_saving"] = {
-      {"dedicated", dedicated_path_},
-      {"value_device_s", value_s},
-      {"training_device_s", training_s},
-      {"extra_device_s", extra_s ? nlohmann::json(*extra_s) : nlohmann::json(nullptr)},
-      {"fraction", training_s > 0 ? (value_s - extra_s.value_or(0.0)) / training_s : 0.0},
-      {"gross", !extra_s.has_value()},
+  const std::optional<double> net = c->net_fraction();
+  // In the prices' currency when they were given (device-seconds x price per hour / 3600).
+  const auto cost = [&](const std::optional<double>& device_s, const std::optional<double>& price) {
+    return device_s && c->train_price_per_hour ? nlohmann::json(*device_s * price.value_or(*c->train_price_per_hour) / 3600)
+                                               : nlohmann::json(nullptr);
   };
+  out["cost_saving"] = {
+      {"dedicated", c->dedicated},
+      {"value_device_s", c->value_device_s},
+      {"training_device_s", c->training_device_s},
+      {"extra_device_s", optional_number(c->extra_device_s)},
+      {"train_price_per_hour", optional_number(c->train_price_per_hour)},
+      {"dedicated_price_per_hour", optional_number(c->dedicated_price_per_hour)},
+      {"price_ratio", c->price_ratio},
+      {"value_cost", cost(c->value_device_s, c->dedicated_price_per_hour)},
+      {"training_cost", cost(c->training_device_s, c->train_price_per_hour)},
+      {"extra_cost", cost(c->extra_device_s, c->train_price_per_hour)},
+      {"gross_fraction", c->gross_fraction()},
+      {"net_fraction", optional_number(net)},
+      // The net saving where it is known, else the gross one ("gross": true).
+      {"fraction", net.value_or(c->gross_fraction())},
+      {"gross", !net.has_value()},
+  };
+  return out;
 }
 
 }  // namespace pipelane

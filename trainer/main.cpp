@@ -10,9 +10,7 @@
 #include "trainer/prepare_data_command.h"
 #include "trainer/schedule_command.h"
 #include "trainer/train_command.h"
-#ifdef PIPELANE_HAVE_CUDA
-#include "runtime/cuda_probe.h"
-#endif
+#include "runtime/backend_registry.h"
 
 namespace {
 
@@ -29,13 +27,24 @@ void print_usage(std::FILE* out) {
                "  --version      print the version\n");
 }
 
-int devices_command() {
-  std::printf("cpu: available\n");
-#ifdef PIPELANE_HAVE_CUDA
-  std::printf("cuda: %s\n", pipelane::cuda_device_report().c_str());
-#else
-  std::printf("cuda: not built (configure with -DPIPELANE_CUDA=ON)\n");
-#endif
+int devices_command(int argc, char** argv) {
+  if (argc > 1) {
+    const std::string arg = argv[1];
+    std::FILE* out = arg == "--help" || arg == "-h" ? stdout : stderr;
+    std::fprintf(out,
+                 "usage: pipelane devices\n\n"
+                 "Lists every compute backend this build has and the devices each can use here;\n"
+                 "[runtime] backend = NAME (or NAME:INDEX) picks one for training.\n");
+    return out == stdout ? 0 : 2;
+  }
+  for (const pipelane::BackendDevices& d : pipelane::BackendRegistry::with_builtins().devices()) {
+    if (!d.available) {
+      std::printf("%s: unavailable: %s\n", d.backend.c_str(), d.reason.c_str());
+      continue;
+    }
+    for (std::size_t i = 0; i < d.devices.size(); ++i)
+      std::printf("%s:%zu: %s\n", d.backend.c_str(), i, d.devices[i].c_str());
+  }
   return 0;
 }
 
@@ -51,7 +60,7 @@ int main(int argc, char** argv) {
   if (cmd == "prepare-data") return pipelane::prepare_data_command(argc - 1, argv + 1);
   if (cmd == "schedule") return pipelane::schedule_command(argc - 1, argv + 1);
   if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
-  if (cmd == "devices") return devices_command();
+  if (cmd == "devices") return devices_command(argc - 1, argv + 1);
   if (cmd == "lane-bench") return pipelane::lane_bench_command(argc - 1, argv + 1);
   // Not listed in the usage: started by `train` for each isolated lane ([lanes] isolation).
   if (cmd == "lane-worker") return pipelane::run_lane_worker(argc - 1, argv + 1);

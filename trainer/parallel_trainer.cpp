@@ -16,6 +16,8 @@
 #include "parallel/pipeline_executor.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
+#include "trainer/preemption.h"
+#include "parallel/progress_watchdog.h"
 #include "trainer/chrome_trace.h"
 #include "trainer/progress_line.h"
 #include "trainer/stage_lanes.h"
@@ -51,8 +53,6 @@ ExecutorOptions executor_options(const TrainOptions& o, int dp) {
   return e;
 }
 
-bool is_compute(Op op) { return op == Op::Fwd || op == Op::Bwd || op == Op::BwdWeight; }
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -81,27 +81,8 @@ std::vector<int> injected_nan_steps() {
 // samples per epoch). The position counts every rank's samples, so a run resumes at any dp.
 constexpr const char* kShardedSamplerKind = "sharded_sampler_v1";
 
-constexpr int kTracedSteps = 20;
+constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
 
-// Every rank's string, on rank 0 (in rank order); other ranks get an empty vector.
-std::vector<std::string> gather_on_rank0(Communicator& world, const std::string& mine, int tag) {
-  std::vector<std::string> out;
-  if (world.rank() == 0) {
-    out.push_back(mine);
-    for (int r = 1; r < world.size(); ++r) {
-      std::uint64_t len = 0;
-      world.irecv(&len, sizeof len, r, tag)->wait();
-      std::string buf(len, ' ');
-      world.irecv(buf.data(), len, r, tag + 1)->wait();
-      out.push_back(std::move(buf));
-    }
-  } else {
-    const std::uint64_t len = mine.size();
-    world.isend(&len, sizeof len, 0, tag)->wait();
-    world.isend(mine.data(), len, 0, tag + 1)->wait();
-  }
-  return out;
-}  // trace.json keeps the first steps; a long run's would be huge
 
 // This rank's lane progress in `reader`, when it can be restored: same grid (tp, pp, dp) and the
 // same lane names configured on this world rank as when saved. Otherwise nullopt, with one line
@@ -161,16 +142,16 @@ struct ParallelTrainer::State {
   // Lane progress from the checkpoint restored, loaded in run() before calibration (nullopt: none).
   std::optional<std::map<std::string, std::string>> lanes_to_load;
 
-  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Device& device)
+  State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Backend& backend)
       : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
-        exec_opts(executor_options(o, dp)), exec(exec_opts, t),
+        exec_opts(executor_options(o, dp)), exec(exec_opts, t, backend),
         sampler(d.train_splits(), SamplerOptions{o.model.seq_len, o.train.seed,
                                           parse_sample_mode(o.data.sample_mode), t.me.dp,
                                           t.grid.dims().dp}),
         guard(StepGuardOptions{o.train.max_bad_steps, o.train.loss_spike_zscore}),
-        lanes(o, t, device, exec.clock_origin()) {
+        lanes(o, t, backend, exec.clock_origin()) {
     const std::size_t rows = static_cast<std::size_t>(B) * T;
     all_tokens.resize(rows * micro_total);
     all_targets.resize(rows * micro_total);
@@ -227,8 +208,8 @@ struct ParallelTrainer::State {
 };
 
 ParallelTrainer::ParallelTrainer(const TrainOptions& opts, const TrainingData& data, Topology& topo,
-                                 double peak_gflops, Device& device)
-    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, device)) {}
+                                 double peak_gflops, Backend& backend)
+    : s_(std::make_unique<State>(opts, data, topo, peak_gflops, backend)) {}
 ParallelTrainer::~ParallelTrainer() = default;
 std::size_t ParallelTrainer::arena_bytes() const { return s_->exec.arena_bytes(); }
 
@@ -248,7 +229,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   return p.step;
 }
 
-nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
+nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const LaneValuation& lane_valuation) {
   State& s = *s_;
   const TrainLoopOptions& t = s.opts.train;
   const bool leader = s.topo.world_rank == 0;
@@ -281,6 +262,19 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const int every = s.opts.run.checkpoint_every;
   const int stop_after = stop_after_step();
   int last_saved = -1;
+  // No silent hang: each instruction is reported; a rank stuck past [run] timeout_s ends the job.
+  ProgressWatchdog watchdog(s.opts.run.timeout_s,
+                            "rank " + std::to_string(s.topo.world_rank) + " (" +
+                                s.topo.grid.describe(s.topo.world_rank) + ")");
+  s.exec.set_watchdog(&watchdog);
+  // Save on preemption: SIGTERM / SIGUSR1 finish the step, write a checkpoint and stop.
+  const PreemptionSignal preemption;
+  // A checkpoint write is not a hang, whatever it takes.
+  const auto save_unwatched = [&](int step) {
+    watchdog.disarm();
+    s.save(step, schedule);
+    watchdog.arm();
+  };
 
   // Lanes: restore saved progress (load_lanes sets the lanes up first), then set up and time a
   // few steps of each before training starts, then fill the waits. Loading before calibrating
@@ -291,6 +285,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   s.topo.world->barrier();
   if (s.lanes.scheduler()) s.exec.set_gap_filler(s.lanes.scheduler());
 
+  watchdog.arm();
   for (int step = s.start_step; step < t.steps; ++step) {
     current = step;
     s.draw_batch();
@@ -352,13 +347,23 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
     }
     s.guard.check_stop(step + 1);
     if (every > 0 && ((step + 1) % every == 0 || last)) {
-      s.save(step + 1, schedule);
+      save_unwatched(step + 1);
       last_saved = step + 1;
+    }
+    // Preemption: every rank learns whether any was signalled, so all stop after the same step.
+    float signal = static_cast<float>(preemption.received());
+    s.topo.world->all_reduce_max(&signal, 1);
+    if (signal > 0 && !last) {
+      if (last_saved != step + 1) save_unwatched(step + 1);
+      s.exec.set_watchdog(nullptr);
+      s.lanes.teardown();
+      throw Preempted(step + 1, static_cast<int>(signal),
+                      s.opts.run.dir + "/checkpoints/" + checkpoint_dir_name(step + 1));
     }
     if (stop_after > 0 && step + 1 == stop_after) break;
   }
   // A resumed run with nothing left to do still leaves its final state in its own run directory.
-  if (every > 0 && last_saved < 0 && s.start_step == t.steps) s.save(t.steps, schedule);
+  if (every > 0 && last_saved < 0 && s.start_step == t.steps) save_unwatched(t.steps);
   s.exec.set_update_gate(nullptr);
   if (leader) progress.finish();
 
@@ -376,15 +381,13 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
   nlohmann::json my_events = trace_events(traced, s.topo.world_rank, track);
   for (auto& e : s.lanes.trace_events(s.topo.world_rank)) my_events.push_back(std::move(e));
-  const auto events_by_rank = gather_on_rank0(*s.topo.world, my_events.dump(), 1);
-  const auto lanes_by_rank = gather_on_rank0(*s.topo.world, s.lanes.summary().dump(), 3);
+  const auto events_by_rank = gather_to_root(*s.topo.world, my_events.dump());
+  const auto lanes_by_rank = gather_to_root(*s.topo.world, s.lanes.summary().dump());
   if (!leader) return {};
   nlohmann::json all_events = nlohmann::json::array();
   for (const std::string& text : events_by_rank)
     for (auto& e : nlohmann::json::parse(text)) all_events.push_back(std::move(e));
   write_chrome_trace(run->path() + "/trace.json", all_events);
-  nlohmann::json lane_ranks = nlohmann::json::array();
-  for (const std::string& text : lanes_by_rank) lane_ranks.push_back(nlohmann::json::parse(text));
 
   const ParallelDims dims = s.topo.grid.dims();
   nlohmann::json stages = nlohmann::json::array();
@@ -436,9 +439,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console) {
                          {"spike", s.guard.state.skipped_spike}}},
       {"lanes", s.opts.lanes.enabled_lanes().empty()
                     ? nlohmann::json(nullptr)
-                    : nlohmann::json{{"total", combine_lane_summaries(lane_ranks)},
-                                     {"per_stage", lane_summaries_per_stage(lane_ranks, dims.pp)},
-                                     {"per_rank", lane_ranks}}},
+                    : lanes_summary_json(lanes_by_rank, dims.pp, lane_valuation, train_seconds, med * 1e3, world)},
   };
 }
 

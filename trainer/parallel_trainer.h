@@ -9,7 +9,8 @@
 
 #include "model/gpt_config.h"
 #include "parallel/topology.h"
-#include "runtime/device.h"
+#include "runtime/backend.h"
+#include "trainer/lane_valuation.h"
 #include "trainer/run_directory.h"
 #include "trainer/train_options.h"
 #include "trainer/training_data.h"
@@ -20,12 +21,13 @@ GptConfig gpt_config_from(const ModelOptions& m);
 
 class ParallelTrainer {
  public:
-  // `device` runs training and, when [lanes] are enabled for this rank's stage, its lanes.
+  // `backend` runs training and, when [lanes] are enabled for this rank's stage, its lanes.
   ParallelTrainer(const TrainOptions& opts, const TrainingData& data, Topology& topo,
-                  double peak_gflops, Device& device);
+                  double peak_gflops, Backend& backend);
   ~ParallelTrainer();
-  // Every rank calls this; `run` and `console` are used on rank 0 only (may be null elsewhere).
-  nlohmann::json run(RunDirectory* run, std::FILE* console);
+  // Every rank calls this; `run`, `console` and `lane_valuation` are used on rank 0 only (may be
+  // null elsewhere). The summary's lanes are valued by `lane_valuation`.
+  nlohmann::json run(RunDirectory* run, std::FILE* console, const LaneValuation& lane_valuation);
   // Every rank, before run(): loads parameters, AdamW moments, sampler position and fault
   // counters from a checkpoint directory saved at any (pp, tp). Returns the step it resumes at.
   // Throws CheckpointError (trainer/checkpoint.h) with one line.

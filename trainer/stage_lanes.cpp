@@ -5,6 +5,7 @@
 
 #include "lanes/isolation/plugin_probe.h"
 #include "lanes/lane_registry.h"
+#include "trainer/lane_plan.h"
 
 namespace pipelane {
 namespace {
@@ -18,7 +19,7 @@ std::string own_executable() {
 
 }  // namespace
 
-StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& device,
+StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& backend,
                        std::chrono::steady_clock::time_point origin) {
   const LanesOptions& lo = opts.lanes;
   const std::vector<std::string> names = lo.enabled_lanes();
@@ -26,7 +27,7 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& d
   LaneIsolationOptions isolation;
   isolation.mode = parse_isolation_mode(lo.isolation);
   isolation.worker_command = {own_executable(), "lane-worker"};
-  isolation.worker_threads = device.threads();
+  isolation.worker_threads = backend.threads();
   LaneRegistry registry = LaneRegistry::with_builtins();
   for (const std::string& plugin : lo.plugin_paths()) {
     if (isolation.mode == LaneIsolationOptions::Mode::Thread) {
@@ -43,14 +44,24 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Device& d
   g.lane_memory_bytes = static_cast<std::size_t>(lo.memory_mb) << 20;
   g.stage_memory_bytes = static_cast<std::size_t>(lo.stage_memory_mb) << 20;
   g.margin = lo.margin;
-  g.deterministic = lo.deterministic;
+  g.deterministic = lo.deterministic || !lo.plan.empty();  // a replayed plan is deterministic mode's
   g.profile_iterations = lo.profile_iterations;
   g.output_root = (std::filesystem::path(opts.run.dir) / "lanes").string();
   g.lane_output_bytes = static_cast<std::uint64_t>(lo.output_mb) << 20;
-  const int rank = topo.world_rank;
+  // One instance of the lanes on every rank of a stage that runs them, counted in world-rank order.
+  const ParallelDims dims = topo.grid.dims();
+  g.world_size = dims.world();
+  g.instance_count = 0;
+  for (int r = 0; r < dims.world(); ++r)
+    if (lo.runs_on_stage(topo.grid.coords(r).pp)) {
+      if (r < topo.world_rank) ++g.instance_index;
+      ++g.instance_count;
+    }
+  // The scheduler's lines start with "lanes: stage S rank R: ".
   scheduler_ = std::make_unique<GapScheduler>(
-      device, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source, isolation), g, origin,
-      [rank](const std::string& line) { std::fprintf(stderr, "pipelane lanes: rank %d: %s\n", rank, line.c_str()); });
+      backend, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source, isolation), g, origin,
+      [](const std::string& line) { std::fprintf(stderr, "pipelane %s\n", line.c_str()); });
+  if (!lo.plan.empty()) scheduler_->set_plan(load_lane_plans(opts, dims).at(topo.world_rank));
 }
 
 nlohmann::json StageLanes::calibrate() {
@@ -64,7 +75,7 @@ void StageLanes::teardown() {
   if (scheduler_) scheduler_->teardown();
 }
 
-nlohmann::json StageLanes::summary() const { return scheduler_ ? scheduler_->summary() : nlohmann::json(); }
+nlohmann::json StageLanes::summary() const { return scheduler_ ? to_json(scheduler_->summary()) : nlohmann::json(); }
 
 nlohmann::json StageLanes::trace_events(int world_rank) const {
   nlohmann::json events = nlohmann::json::array();
@@ -89,54 +100,31 @@ nlohmann::json StageLanes::trace_events(int world_rank) const {
   return events;
 }
 
-namespace {
-double number(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-}  // namespace
-
-nlohmann::json combine_lane_summaries(const nlohmann::json& per_rank) {
-  double bubble = 0, harvested = 0, overrun = 0, bubble_filled = 0, harvested_filled = 0;
-  nlohmann::json lanes = nlohmann::json::object();
-  nlohmann::json quarantined = nlohmann::json::array();
-  for (const auto& r : per_rank) {
-    if (r.is_null() || !r.contains("bubble_s")) continue;
-    bubble += number(r, "bubble_s");
-    harvested += number(r, "harvested_s");
-    overrun += number(r, "overrun_s");
-    bubble_filled += number(r, "bubble_after_profiling_s");
-    harvested_filled += number(r, "harvested_after_profiling_s");
-    if (r.contains("lanes"))
-      for (const auto& [name, l] : r["lanes"].items()) {
-        auto& t = lanes[name];
-        for (const char* k : {"units", "lane_s", "harvested_s", "overrun_s", "steps"})
-          t[k] = number(t, k) + number(l, k);
-        if (l.contains("work_unit")) t["work_unit"] = l["work_unit"];
-        if (l.contains("quarantine_reason") && !l["quarantine_reason"].is_null())
-          quarantined.push_back({{"lane", name}, {"rank", number(r, "rank")}, {"reason", l["quarantine_reason"]}});
-      }
+nlohmann::json lanes_summary_json(const std::vector<std::string>& per_rank, int stages,
+                                  const LaneValuation& valuation, double train_seconds, double step_ms_median,
+                                  int world) {
+  std::vector<StageLaneSummary> ranks;
+  nlohmann::json per_rank_json = nlohmann::json::array();
+  for (const std::string& text : per_rank) {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.is_null()) {
+      per_rank_json.push_back(nullptr);
+      continue;
+    }
+    ranks.push_back(stage_lane_summary_from_json(j));
+    per_rank_json.push_back(to_json(ranks.back()));
   }
-  for (auto& [name, t] : lanes.items())
-    t["units_per_lane_s"] = t["lane_s"].get<double>() > 0 ? t["units"].get<double>() / t["lane_s"].get<double>() : 0.0;
-  return {{"bubble_s", bubble}, {"harvested_s", harvested},
-          {"harvest_fraction", bubble > 0 ? harvested / bubble : 0.0}, {"overrun_s", overrun},
-          {"bubble_after_profiling_s", bubble_filled}, {"harvested_after_profiling_s", harvested_filled},
-          {"harvest_fraction_after_profiling", bubble_filled > 0 ? harvested_filled / bubble_filled : 0.0},
-          {"lanes", lanes}, {"quarantined", quarantined}};
-}
-
-nlohmann::json lane_summaries_per_stage(const nlohmann::json& per_rank, int stages) {
-  nlohmann::json out = nlohmann::json::array();
-  for (int stage = 0; stage < stages; ++stage) {
-    nlohmann::json mine = nlohmann::json::array();
-    for (const auto& r : per_rank)
-      if (r.is_object() && r.contains("stage") && r["stage"] == stage) mine.push_back(r);
-    nlohmann::json combined = combine_lane_summaries(mine);
-    combined["stage"] = stage;
-    out.push_back(std::move(combined));
+  const CombinedLaneSummary total = combine_lane_summaries(ranks);
+  nlohmann::json per_stage = nlohmann::json::array();
+  int stage = 0;
+  for (const CombinedLaneSummary& combined : lane_summaries_per_stage(ranks, stages)) {
+    nlohmann::json entry = valued_lanes_json(combined, valuation.value_lanes(combined, train_seconds));
+    entry["stage"] = stage++;
+    per_stage.push_back(std::move(entry));
   }
-  return out;
+  return {{"total", valued_total_json(total, valuation.value(total, train_seconds, step_ms_median, world))},
+          {"per_stage", per_stage},
+          {"per_rank", per_rank_json}};
 }
 
 }  // namespace pipelane

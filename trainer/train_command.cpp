@@ -18,12 +18,14 @@
 #include "datasets/token_store.h"
 #include "datasets/unigram.h"
 #include "parallel/mpi_communicator.h"
-#include "runtime/device.h"
-#include "runtime/ops.h"
+#include "runtime/backend.h"
+#include "runtime/backend_registry.h"
+#include "trainer/preemption.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
 #include "trainer/train_options.h"
+#include "trainer/lane_plan.h"
 #include "trainer/lane_valuation.h"
 #include "trainer/training_data.h"
 
@@ -112,9 +114,12 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
                   100 * t["overhead"]["step_median_fraction"].get<double>());
     if (t.contains("cost_saving") && t["cost_saving"].is_object()) {
       const auto& c = t["cost_saving"];
-      std::printf("    saving     %.1f%%%s: lane work worth %.1f device-s alone, over %.1f device-s of training\n",
-                  100 * c["fraction"].get<double>(), c["gross"].get<bool>() ? " (gross: no [lanes] baseline)" : "",
-                  c["value_device_s"].get<double>(), c["training_device_s"].get<double>());
+      char net[64] = "unknown (no [lanes] baseline)";
+      if (c["net_fraction"].is_number()) std::snprintf(net, sizeof net, "%.1f%%", 100 * c["net_fraction"].get<double>());
+      std::printf("    saving     gross %.1f%%, net %s: lane work worth %.1f device-s alone (at %.3gx the training "
+                  "device's price), over %.1f device-s of training\n",
+                  100 * c["gross_fraction"].get<double>(), net, c["value_device_s"].get<double>(),
+                  c["price_ratio"].get<double>(), c["training_device_s"].get<double>());
     }
     for (const auto& q : t["quarantined"])
       std::printf("    quarantined: %s on rank %d: %s\n", q["lane"].get<std::string>().c_str(),
@@ -163,6 +168,7 @@ int train_command(int argc, char** argv) {
     dims = resolve_dims(opts, world);
     data.emplace(TrainingData::open(opts));
     valuation = LaneValuation::load(opts, dims.world());
+    if (!opts.lanes.plan.empty()) (void)load_lane_plans(opts, dims);  // refused here, before training
   } catch (const ConfigError& e) {
     error = e.what();
     code = 2;
@@ -196,10 +202,13 @@ int train_command(int argc, char** argv) {
                    "pipelane train: warning: %d ranks share %d cores on this host, so their waits are not idle "
                    "cores and lane work there slows training\n",
                    ranks_here, cores);
-    auto device = make_cpu_device(threads);
+    BackendOptions backend_options;
+    backend_options.threads = threads;
+    const std::unique_ptr<Backend> backend =
+        BackendRegistry::with_builtins().create(opts.runtime.backend, backend_options);
     const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
-                                                   : cpu::measure_sgemm_gflops(1536, 4);
-    ParallelTrainer trainer(opts, *data, topo, peak, *device);
+                                                   : backend->measure_matmul_gflops(1536, 4);
+    ParallelTrainer trainer(opts, *data, topo, peak, *backend);
     // Resume: every rank loads its slice; any rank's failure stops all of them with one message.
     int resumed_at = 0;
     std::optional<std::string> resume_dir;
@@ -233,7 +242,7 @@ int train_command(int argc, char** argv) {
       std::printf("  %s\n", data->describe().c_str());
       std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, sgemm peak %.0f GFLOP/s%s, "
                   "training arena %s\n",
-                  world, dims.tp, dims.dp, dims.pp, device->name().c_str(), peak,
+                  world, dims.tp, dims.dp, dims.pp, backend->name().c_str(), peak,
                   opts.train.peak_gflops > 0 ? " (from config)" : " (measured)",
                   human_bytes(static_cast<double>(trainer.arena_bytes())).c_str());
       std::fflush(stdout);
@@ -269,20 +278,19 @@ int train_command(int argc, char** argv) {
       std::filesystem::remove(saved, ignored);
     }
     maybe_inject_fault(rank);
-    nlohmann::json summary = trainer.run(run.get(), stdout);
+    nlohmann::json summary = trainer.run(run.get(), stdout, valuation);
     if (leader) {
       const double unigram = unigram_cross_entropy(data->main().train(), data->valid(), data->main().meta().vocab_size);
       summary["unigram_val_loss"] = unigram;
       summary["config"] = opts.config_path;
-      if (summary.contains("lanes") && summary["lanes"].is_object()) {
-        const double train_s = summary["train_seconds"].get<double>();
-        valuation.annotate(summary["lanes"]["total"], train_s, summary["step_ms_median"].get<double>(), world);
-        for (auto& stage : summary["lanes"]["per_stage"]) valuation.annotate_lanes(stage, train_s);
-      }
       run->write_summary(summary);
       print_summary(opts, summary, unigram);
     }
     return 0;
+  } catch (const Preempted& e) {
+    // Every rank agreed to stop after the same step and the checkpoint is complete.
+    if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());
+    return PreemptionSignal::kExitCode;
   } catch (const NumericalFaultError& e) {
     // Every rank judged the same values and stops at the same step: no abort needed.
     if (leader) std::fprintf(stderr, "pipelane train: %s\n", e.what());

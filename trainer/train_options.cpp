@@ -190,6 +190,9 @@ class SectionKeys {
 
 std::vector<OptionKey> train_option_keys() {
   std::vector<OptionKey> keys;
+  SectionKeys<RuntimeOptions>(keys, "runtime", &TrainOptions::runtime)
+      .text("backend", &RuntimeOptions::backend, {},
+            "compute backend: cpu, cuda or cuda:N (`pipelane devices` lists what this machine has)");
   SectionKeys<ModelOptions>(keys, "model", &TrainOptions::model)
       .integer("layers", &ModelOptions::layers, 1, "number of transformer blocks")
       .integer("d_model", &ModelOptions::d_model, 1, "width of the residual stream")
@@ -245,7 +248,10 @@ std::vector<OptionKey> train_option_keys() {
                "steps between checkpoints in <dir>/checkpoints; 0 turns them off")
       .integer("keep_last", &RunOptions::keep_last, 1, "complete checkpoints to keep")
       .text("resume", &RunOptions::resume, {},
-            "auto: newest complete checkpoint in <dir>/checkpoints; none; or a checkpoint directory");
+            "auto: newest complete checkpoint in <dir>/checkpoints; none; or a checkpoint directory")
+      .number("timeout_s", &RunOptions::timeout_s, greater_than(0),
+              "a rank that makes no progress this long (a stopped or lost rank, a hung transfer) ends "
+              "the job with one line naming what it waited for");
   SectionKeys<LanesOptions>(keys, "lanes", &TrainOptions::lanes)
       .text("enabled", &LanesOptions::enabled, {}, "lanes run in pipeline bubbles, comma-separated; empty: off")
       .integer("memory_mb", &LanesOptions::memory_mb, 1, "arena quota of each lane (MiB)")
@@ -264,7 +270,13 @@ std::vector<OptionKey> train_option_keys() {
             "summary.json of a lanes-off run of this config: summary.json then reports the training overhead")
       .text("dedicated", &LanesOptions::dedicated, {},
             "file of `pipelane lane-bench NAME --json` lines, one per enabled lane: summary.json then "
-            "reports the FreeRide-style cost saving");
+            "reports the FreeRide-style cost saving")
+      .text("plan", &LanesOptions::plan, {},
+            "summary.json of a deterministic run of this config: run exactly its lane plan (implies deterministic)")
+      .number("train_price_per_hour", &LanesOptions::train_price_per_hour, at_least(0),
+              "price of one training device per hour, for the cost saving; 0: not given")
+      .number("dedicated_price_per_hour", &LanesOptions::dedicated_price_per_hour, at_least(0),
+              "price per hour of the dedicated device lane work is valued on; 0: the training device's");
   return keys;
 }
 
@@ -642,6 +654,9 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
     if (stages.empty())
       throw ConfigError(where("lanes.stages") + ": [lanes] stages = '': expected all, or stage numbers");
   }
+  if (lanes.dedicated_price_per_hour > 0 && !(lanes.train_price_per_hour > 0))
+    throw ConfigError(where("lanes.dedicated_price_per_hour") +
+                      ": [lanes] dedicated_price_per_hour needs train_price_per_hour too (the saving compares the two)");
   for (const std::string& path : lanes.plugin_paths()) {
     if (path.empty())
       throw ConfigError(where("lanes.plugins") + ": [lanes] plugins = '" + lanes.plugins + "': an empty path");

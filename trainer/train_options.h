@@ -69,6 +69,7 @@ struct RunOptions {
   int checkpoint_every = 0;     // steps between checkpoints; 0: off
   int keep_last = 3;            // complete checkpoints kept
   std::string resume = "auto";  // auto | none | PATH of a checkpoint directory
+  double timeout_s = 600;       // no progress for this long ends the job, naming the wait
   friend bool operator==(const RunOptions&, const RunOptions&) = default;
 };
 
@@ -89,6 +90,11 @@ struct LanesOptions {
   int output_mb = 1024;        // disk quota of each lane's output directory
   std::string baseline;   // summary.json of a lanes-off run: the overhead in summary.json
   std::string dedicated;  // JSON lines of `pipelane lane-bench NAME --json`: the cost saving
+  std::string plan;       // summary.json of a deterministic run: replay its lane plan exactly
+  // Prices per hour (any currency) of one training device and of the dedicated device lane work
+  // is valued on; 0: not given, lane work is priced like the training device.
+  double train_price_per_hour = 0;
+  double dedicated_price_per_hour = 0;
   std::map<std::string, std::map<std::string, std::string>> lane_sections;  // NAME -> key -> value
   std::string lane_sections_source;  // the config file (or "command line"), for the lanes' messages
 
@@ -100,13 +106,21 @@ struct LanesOptions {
     return a.enabled == b.enabled && a.memory_mb == b.memory_mb && a.stage_memory_mb == b.stage_memory_mb &&
            a.margin == b.margin && a.deterministic == b.deterministic &&
            a.profile_iterations == b.profile_iterations && a.stages == b.stages && a.plugins == b.plugins &&
-           a.baseline == b.baseline && a.dedicated == b.dedicated && a.isolation == b.isolation &&
-           a.output_mb == b.output_mb &&
-           a.lane_sections == b.lane_sections;
+           a.baseline == b.baseline && a.dedicated == b.dedicated && a.plan == b.plan &&
+           a.train_price_per_hour == b.train_price_per_hour &&
+           a.dedicated_price_per_hour == b.dedicated_price_per_hour && a.isolation == b.isolation &&
+           a.output_mb == b.output_mb && a.lane_sections == b.lane_sections;
   }
 };
 
+// [runtime]: where training computes.
+struct RuntimeOptions {
+  std::string backend = "cpu";  // cpu | cuda | cuda:N (runtime/backend_registry.h)
+  friend bool operator==(const RuntimeOptions&, const RuntimeOptions&) = default;
+};
+
 struct TrainOptions {
+  RuntimeOptions runtime;
   ModelOptions model;
   TrainLoopOptions train;
   DataOptions data;

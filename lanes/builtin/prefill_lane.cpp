@@ -9,7 +9,6 @@
 #include <fstream>
 #include <limits>
 
-#include "runtime/ops.h"
 #include "lanes/builtin/state_bytes.h"
 
 namespace pipelane {
@@ -180,7 +179,7 @@ void PrefillLane::setup(LaneContext& ctx) {
   requests_ = s_.trace.empty() ? poisson_prefill_requests(s_.rate_per_s, s_.requests, s_.prompt_min,
                                                           s_.prompt_max, s_.seed)
                                : read_prefill_trace(s_.trace, s_.seq_len);
-  stage_ = std::make_unique<GptStage>(s_.model, StageRange::whole(s_.model));
+  stage_ = std::make_unique<GptStage>(s_.model, StageRange::whole(s_.model), ctx.backend, ctx.stream);
   const std::size_t need = arena_bytes_needed(s_);
   const std::size_t free_bytes = ctx.arena.capacity() - ctx.arena.used();
   if (need > free_bytes)
@@ -211,7 +210,12 @@ void PrefillLane::setup(LaneContext& ctx) {
   fchg_ = bufs[i++];
   scores_ = bufs[i++];
   logits_ = bufs[i++];
-  GptStage::init_parameters(stage_->layout(), params_, s_.seed);
+  {
+    std::vector<float> staging(stage_->layout().total_floats());  // written on the host, copied in
+    GptStage::init_parameters(stage_->layout(), staging.data(), s_.seed);
+    ctx.backend.copy(params_, staging.data(), staging.size() * sizeof(float), ctx.stream);
+    ctx.stream.synchronize();
+  }
   if (!clock_) {
     clock_ = [] {
       return std::chrono::duration<double, std::milli>(
@@ -231,65 +235,28 @@ void PrefillLane::setup(LaneContext& ctx) {
 // those positions go to the cache, queries attend over cache rows [0, p].
 void PrefillLane::prefill_chunk(int p0, int p1) {
   const ParamLayout& L = stage_->layout();
-  const int C = s_.model.d_model, NH = s_.model.heads, hs = C / NH, T = s_.seq_len;
+  Backend& b = stage_->backend();
+  Stream& st = stage_->stream();
+  const int C = s_.model.d_model, NH = s_.model.heads;
   const int n = p1 - p0;
   const std::size_t nC = static_cast<std::size_t>(n) * C;
   const float* P = params_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 
-  for (int i = 0; i < n; ++i) {
-    const float* w = P + L.wte + static_cast<std::size_t>(prompt_[p0 + i]) * C;
-    const float* p = P + L.wpe + static_cast<std::size_t>(p0 + i) * C;
-    float* o = x_ + static_cast<std::size_t>(i) * C;
-    for (int c = 0; c < C; ++c) o[c] = w[c] + p[c];
-  }
+  // Token embeddings, then the positions p0.. (consecutive rows of wpe).
+  b.embedding_lookup_local(x_, prompt_ + p0, P + L.wte, n, C, 0, s_.model.padded_vocab(), st);
+  b.add_inplace(x_, P + L.wpe + static_cast<std::size_t>(p0) * C, nC, st);
   for (int l = 0; l < s_.model.layers; ++l) {
     const LayerOffsets& o = L.layers[l];
-    float* K = kcache_[l];
-    float* V = vcache_[l];
-    cpu::layernorm_forward(ln_, mean_, rstd_, x_, P + o.ln1w, P + o.ln1b, n, C);
-    cpu::matmul_forward(qkv_, ln_, P + o.qkvw, P + o.qkvb, n, C, 3 * C);
-    for (int i = 0; i < n; ++i) {
-      const float* row = qkv_ + static_cast<std::size_t>(i) * 3 * C;
-      std::memcpy(K + static_cast<std::size_t>(p0 + i) * C, row + C, C * sizeof(float));
-      std::memcpy(V + static_cast<std::size_t>(p0 + i) * C, row + 2 * C, C * sizeof(float));
-    }
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int i = 0; i < n; ++i) {
-      for (int h = 0; h < NH; ++h) {
-        const int pos = p0 + i;
-        const float* q = qkv_ + static_cast<std::size_t>(i) * 3 * C + h * hs;
-        float* sc = scores_ + (static_cast<std::size_t>(i) * NH + h) * T;
-        float maxv = -INFINITY;
-        for (int j = 0; j <= pos; ++j) {
-          const float* k = K + static_cast<std::size_t>(j) * C + h * hs;
-          float dot = 0.f;
-          for (int d = 0; d < hs; ++d) dot += q[d] * k[d];
-          sc[j] = dot * scale;
-          maxv = std::max(maxv, sc[j]);
-        }
-        float sum = 0.f;
-        for (int j = 0; j <= pos; ++j) {
-          sc[j] = std::exp(sc[j] - maxv);
-          sum += sc[j];
-        }
-        const float inv = 1.0f / sum;
-        float* out = atty_ + static_cast<std::size_t>(i) * C + h * hs;
-        for (int d = 0; d < hs; ++d) out[d] = 0.f;
-        for (int j = 0; j <= pos; ++j) {
-          const float* v = V + static_cast<std::size_t>(j) * C + h * hs;
-          const float a = sc[j] * inv;
-          for (int d = 0; d < hs; ++d) out[d] += a * v[d];
-        }
-      }
-    }
-    cpu::matmul_forward(proj_, atty_, P + o.attprojw, P + o.attprojb, n, C, C);
-    cpu::add_inplace(x_, proj_, nC);
-    cpu::layernorm_forward(ln_, mean_, rstd_, x_, P + o.ln2w, P + o.ln2b, n, C);
-    cpu::matmul_forward(fch_, ln_, P + o.fcw, P + o.fcb, n, C, 4 * C);
-    cpu::gelu_forward(fchg_, fch_, static_cast<std::size_t>(n) * 4 * C);
-    cpu::matmul_forward(proj_, fchg_, P + o.fcprojw, P + o.fcprojb, n, 4 * C, C);
-    cpu::add_inplace(x_, proj_, nC);
+    b.layernorm_forward(ln_, mean_, rstd_, x_, P + o.ln1w, P + o.ln1b, n, C, st);
+    b.matmul_forward(qkv_, ln_, P + o.qkvw, P + o.qkvb, n, C, 3 * C, st);
+    b.attention_forward_kv(atty_, scores_, qkv_, kcache_[l], vcache_[l], p0, n, C, NH, st);
+    b.matmul_forward(proj_, atty_, P + o.attprojw, P + o.attprojb, n, C, C, st);
+    b.add_inplace(x_, proj_, nC, st);
+    b.layernorm_forward(ln_, mean_, rstd_, x_, P + o.ln2w, P + o.ln2b, n, C, st);
+    b.matmul_forward(fch_, ln_, P + o.fcw, P + o.fcb, n, C, 4 * C, st);
+    b.gelu_forward(fchg_, fch_, static_cast<std::size_t>(n) * 4 * C, st);
+    b.matmul_forward(proj_, fchg_, P + o.fcprojw, P + o.fcprojb, n, 4 * C, C, st);
+    b.add_inplace(x_, proj_, nC, st);
   }
 }
 
@@ -309,8 +276,10 @@ double PrefillLane::step(LaneContext&) {
     const ParamLayout& L = stage_->layout();
     const int C = s_.model.d_model, Vp = s_.model.padded_vocab();
     const float* last = x_ + static_cast<std::size_t>(p1 - p0 - 1) * C;
-    cpu::layernorm_forward(ln_, mean_, rstd_, last, params_ + L.lnfw, params_ + L.lnfb, 1, C);
-    cpu::lm_head_logits(logits_, ln_, params_ + L.wte, 1, C, Vp);
+    Backend& b = stage_->backend();
+    b.layernorm_forward(ln_, mean_, rstd_, last, params_ + L.lnfw, params_ + L.lnfb, 1, C, stage_->stream());
+    b.lm_head_logits(logits_, ln_, params_ + L.wte, 1, C, Vp, stage_->stream());
+    stage_->stream().synchronize();  // the argmax below reads the logits on the host
     std::int32_t best = 0;
     for (int v = 1; v < s_.model.vocab_size; ++v)
       if (logits_[v] > logits_[best]) best = v;

@@ -40,8 +40,10 @@ SmallTrainSettings read_settings(const LaneContext& ctx) {
 
 }  // namespace
 
-std::size_t SmallTrainLane::arena_bytes_needed(const SmallTrainSettings& s) {
-  const GptStage stage(s.model, StageRange::whole(s.model));
+std::size_t SmallTrainLane::arena_bytes_needed() const {
+  if (!stage_) throw std::logic_error("SmallTrainLane::arena_bytes_needed: call setup() first");
+  const SmallTrainSettings& s = s_;
+  const GptStage& stage = *stage_;
   const std::size_t pbytes =
       align_up(stage.layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
   const std::size_t tok =
@@ -76,8 +78,8 @@ void SmallTrainLane::setup(LaneContext& ctx) {
                                          (windows + s_.micro_batch - 1) / s_.micro_batch);
   }
 
-  stage_ = std::make_unique<GptStage>(s_.model, StageRange::whole(s_.model));
-  const std::size_t need = arena_bytes_needed(s_);
+  stage_ = std::make_unique<GptStage>(s_.model, StageRange::whole(s_.model), ctx.backend, ctx.stream);
+  const std::size_t need = arena_bytes_needed();
   const std::size_t free_bytes = ctx.arena.capacity() - ctx.arena.used();
   if (need > free_bytes)
     throw LaneError("lane smalltrain: the model needs " + std::to_string(need) +
@@ -94,7 +96,10 @@ void SmallTrainLane::setup(LaneContext& ctx) {
   const std::size_t BT = static_cast<std::size_t>(s_.micro_batch) * s_.seq_len;
   inputs_ = ctx.arena.allocate_n<std::int32_t>(BT, "smalltrain.inputs");
   targets_ = ctx.arena.allocate_n<std::int32_t>(BT, "smalltrain.targets");
-  GptStage::init_parameters(stage_->layout(), params_, s_.seed);
+  std::vector<float> staging(P);  // initial values are written on the host, then copied in
+  GptStage::init_parameters(stage_->layout(), staging.data(), s_.seed);
+  ctx.backend.copy(params_, staging.data(), P * sizeof(float), ctx.stream);
+  ctx.stream.synchronize();
 }
 
 bool SmallTrainLane::finished() const {
@@ -131,7 +136,8 @@ double SmallTrainLane::step(LaneContext&) {
     tokens_ += BT;
     return static_cast<double>(BT);
   }
-  if (micro_in_step_ == 0) std::memset(grads_, 0, stage_->layout().total_floats() * sizeof(float));
+  if (micro_in_step_ == 0)
+    stage_->backend().memset_zero(grads_, stage_->layout().total_floats() * sizeof(float), stage_->stream());
   sampler_->next_batch(s_.micro_batch, inputs_, targets_);
   windows_drawn_ += static_cast<std::uint64_t>(s_.micro_batch);
   const float loss_scale = 1.0f / static_cast<float>(BT * s_.accumulation);
@@ -145,10 +151,11 @@ double SmallTrainLane::step(LaneContext&) {
   ++microbatches_;
   tokens_ += BT;
   if (micro_in_step_ == s_.accumulation) {
-    const double norm = std::sqrt(grad_sum_squares(stage_->layout(), grads_));
+    const double norm =
+        std::sqrt(grad_sum_squares(stage_->layout(), grads_, stage_->backend(), stage_->stream()));
     const float scale = clip_scale(norm, static_cast<float>(s_.grad_clip));
     adamw_step(stage_->layout(), params_, grads_, m_, v_, AdamWConfig{}, static_cast<float>(s_.lr),
-               static_cast<int>(opt_steps_ + 1), scale);
+               static_cast<int>(opt_steps_ + 1), scale, stage_->backend(), stage_->stream());
     const double loss = step_loss_sum_ / static_cast<double>(BT * s_.accumulation);
     ++opt_steps_;
     losses_.push_back(loss);
@@ -256,7 +263,7 @@ nlohmann::json SmallTrainLane::report() const {
   if (val_loss_) j["val_loss"] = *val_loss_;
   if (stage_) {
     j["parameter_floats"] = stage_->layout().total_floats();
-    j["arena_bytes"] = arena_bytes_needed(s_);
+    j["arena_bytes"] = stage_ ? nlohmann::json(arena_bytes_needed()) : nlohmann::json(nullptr);
   }
   j["model"] = {{"layers", s_.model.layers}, {"d_model", s_.model.d_model},
                 {"heads", s_.model.heads},   {"seq_len", s_.seq_len},

@@ -71,7 +71,7 @@ class SmallTrainLane : public Lane {
   const float* parameters() const { return params_; }
   // Bytes setup() takes from the arena for these settings (parameters x4, activations, scratch,
   // token buffers), alignment included.
-  static std::size_t arena_bytes_needed(const SmallTrainSettings& s);
+  std::size_t arena_bytes_needed() const;  // after setup()
 
  private:
   void append_metrics(const nlohmann::json& line);

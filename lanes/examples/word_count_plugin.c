@@ -1,8 +1,12 @@
-/* word_count: an example pipelane lane plugin, in plain C against lanes/pipelane_lane.h.
+/* word_count: an example pipelane lane plugin, in plain C against lanes/pipelane_lane.h (ABI 2).
  *
- * Counts the words, lines and bytes of a text file, one chunk per step, so the gap scheduler can
- * fit the work into pipeline bubbles. Progress (offset and counts) survives a restart through
- * save/load; when the last chunk is counted the totals are written to <output_dir>/word_count.json.
+ * Counts the words, lines and bytes of a text file, one fixed-size chunk per step (a step's cost
+ * stays bounded and constant, which is what the gap scheduler needs to fit it into pipeline
+ * bubbles). Every rank that runs lanes runs an instance of this lane; with `shard = true` (the
+ * default) instance i of n counts bytes [size*i/n, size*(i+1)/n) of the file, so the instances'
+ * counts add up to the file's, however many ranks there are. Progress (shard, offset and counts)
+ * survives a restart through save/load; when the shard's last chunk is counted its totals are
+ * written to <output_dir>/word_count.json.
  *
  *   [lanes]
  *   enabled = word_count
@@ -11,8 +15,10 @@
  *   [lane.word_count]
  *   input = data/some.txt      ; required
  *   chunk_bytes = 65536        ; bytes read per step (from the lane's arena), 1 .. 64 MiB
+ *   shard = true               ; false: every instance counts the whole file
  *
- * A word is a maximal run of non-whitespace bytes; a word split between two chunks counts once.
+ * A word is a maximal run of non-whitespace bytes, counted where it starts: a word split between
+ * two chunks, or two shards, counts once.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,10 +32,13 @@ typedef struct word_count {
   char output_path[4096];
   FILE* file;
   long long file_size;
-  long long offset; /* bytes counted so far */
+  long long start, end; /* this instance's shard of the file: bytes [start, end) */
+  long long offset;     /* bytes before it are counted (start <= offset <= end) */
   long long words;
   long long lines;
-  int in_word; /* the byte before `offset` was part of a word */
+  int in_word; /* the byte before `offset` was part of a word (a word continuing into the shard) */
+  int instance, instances;
+  char device[32]; /* where the stage trains, e.g. "cpu" or "cuda:1" (this lane computes on the host) */
   int written; /* totals written to output_path */
   size_t chunk_bytes;
   unsigned char* chunk; /* from the lane's arena */
@@ -66,8 +75,8 @@ static int write_totals(word_count* wc, char* err, size_t errlen) {
     return -1;
   }
   char file[8192];
-  fprintf(out, "{\"file\": \"%s\", \"bytes\": %lld, \"words\": %lld, \"lines\": %lld}\n",
-          json_text(wc->input, file, sizeof file), wc->offset, wc->words, wc->lines);
+  fprintf(out, "{\"file\": \"%s\", \"start\": %lld, \"bytes\": %lld, \"words\": %lld, \"lines\": %lld}\n",
+          json_text(wc->input, file, sizeof file), wc->start, wc->end - wc->start, wc->words, wc->lines);
   fclose(out);
   wc->written = 1;
   return 0;
@@ -77,6 +86,7 @@ static void* wc_create(const pipelane_lane_create_args* args, char* err, size_t 
   word_count* wc;
   const char* input = NULL;
   long long chunk = 65536;
+  int shard = 1;
   size_t i;
   for (i = 0; i < args->option_count; ++i) {
     if (strcmp(args->option_keys[i], "input") == 0) {
@@ -86,6 +96,16 @@ static void* wc_create(const pipelane_lane_create_args* args, char* err, size_t 
       chunk = strtoll(args->option_values[i], &end, 10);
       if (!*args->option_values[i] || *end != '\0' || chunk < 1 || chunk > (64LL << 20)) {
         set_error(err, errlen, "chunk_bytes = '%s': expected an integer in [1, 67108864]", args->option_values[i]);
+        return NULL;
+      }
+    } else if (strcmp(args->option_keys[i], "shard") == 0) {
+      const char* v = args->option_values[i];
+      if (strcmp(v, "true") == 0 || strcmp(v, "1") == 0) {
+        shard = 1;
+      } else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0) {
+        shard = 0;
+      } else {
+        set_error(err, errlen, "shard = '%s': expected true or false", v);
         return NULL;
       }
     }
@@ -117,19 +137,36 @@ static void* wc_create(const pipelane_lane_create_args* args, char* err, size_t 
   }
   fseek(wc->file, 0, SEEK_END);
   wc->file_size = ftell(wc->file);
-  fseek(wc->file, 0, SEEK_SET);
+  /* Fields of ABI 2 exist only if the calling pipelane has them (struct_size). */
+  wc->instance = 0;
+  wc->instances = 1;
+  snprintf(wc->device, sizeof wc->device, "cpu");
+  if (PIPELANE_LANE_ARGS_HAVE(args, device) && args->device.kind == PIPELANE_LANE_DEVICE_CUDA)
+    snprintf(wc->device, sizeof wc->device, "cuda:%d", (int)args->device.index);
+  if (shard && PIPELANE_LANE_ARGS_HAVE(args, instance_count) && args->instance_count > 1) {
+    wc->instance = args->instance_index;
+    wc->instances = args->instance_count;
+  }
+  wc->start = wc->file_size * wc->instance / wc->instances;
+  wc->end = wc->file_size * (wc->instance + 1) / wc->instances;
+  wc->offset = wc->start;
+  if (wc->start > 0) { /* a word that began in the shard before is that shard's */
+    fseek(wc->file, (long)(wc->start - 1), SEEK_SET);
+    wc->in_word = !is_space((unsigned char)fgetc(wc->file));
+  }
   return wc;
 }
 
 static double wc_step(void* handle, char* err, size_t errlen) {
   word_count* wc = (word_count*)handle;
-  size_t n, i;
-  if (wc->offset >= wc->file_size) return 0;
+  size_t n, i, want = wc->chunk_bytes;
+  if (wc->offset >= wc->end) return 0;
+  if ((long long)want > wc->end - wc->offset) want = (size_t)(wc->end - wc->offset);
   if (fseek(wc->file, (long)wc->offset, SEEK_SET) != 0) {
     set_error(err, errlen, "cannot seek '%s' to %lld", wc->input, wc->offset);
     return -1;
   }
-  n = fread(wc->chunk, 1, wc->chunk_bytes, wc->file);
+  n = fread(wc->chunk, 1, want, wc->file);
   if (n == 0) {
     set_error(err, errlen, "cannot read '%s' at %lld (file shrank?)", wc->input, wc->offset);
     return -1;
@@ -145,13 +182,13 @@ static double wc_step(void* handle, char* err, size_t errlen) {
     }
   }
   wc->offset += (long long)n;
-  if (wc->offset >= wc->file_size && write_totals(wc, err, errlen) != 0) return -1;
+  if (wc->offset >= wc->end && write_totals(wc, err, errlen) != 0) return -1;
   return (double)n;
 }
 
 static int wc_finished(const void* handle) {
   const word_count* wc = (const word_count*)handle;
-  return wc->offset >= wc->file_size;
+  return wc->offset >= wc->end;
 }
 
 static int wc_save(const void* handle, char** data, size_t* size, char* err, size_t errlen) {
@@ -161,7 +198,8 @@ static int wc_save(const void* handle, char** data, size_t* size, char* err, siz
     set_error(err, errlen, "out of memory");
     return -1;
   }
-  *size = (size_t)snprintf(text, 128, "word_count v1 %lld %lld %lld %d", wc->offset, wc->words, wc->lines, wc->in_word);
+  *size = (size_t)snprintf(text, 128, "word_count v2 %lld %lld %lld %lld %lld %d", wc->start, wc->end, wc->offset,
+                           wc->words, wc->lines, wc->in_word);
   *data = text;
   return 0;
 }
@@ -171,14 +209,19 @@ static void wc_free_buffer(char* data) { free(data); }
 static int wc_load(void* handle, const char* data, size_t size, char* err, size_t errlen) {
   word_count* wc = (word_count*)handle;
   char text[128];
-  long long offset, words, lines;
+  long long start, end, offset, words, lines;
   int in_word;
   if (size >= sizeof text) size = sizeof text - 1;
   memcpy(text, data, size);
   text[size] = '\0';
-  if (sscanf(text, "word_count v1 %lld %lld %lld %d", &offset, &words, &lines, &in_word) != 4 || offset < 0 ||
-      offset > wc->file_size) {
-    set_error(err, errlen, "saved state '%s' does not fit input '%s' (%lld bytes)", text, wc->input, wc->file_size);
+  if (sscanf(text, "word_count v2 %lld %lld %lld %lld %lld %d", &start, &end, &offset, &words, &lines, &in_word) != 6 ||
+      offset < start || offset > end) {
+    set_error(err, errlen, "saved state '%s' is not this lane's", text);
+    return -1;
+  }
+  if (start != wc->start || end != wc->end) {
+    set_error(err, errlen, "saved state counts bytes [%lld, %lld) of '%s', this instance bytes [%lld, %lld)", start,
+              end, wc->input, wc->start, wc->end);
     return -1;
   }
   wc->offset = offset;
@@ -192,8 +235,10 @@ static const char* wc_report(void* handle) {
   word_count* wc = (word_count*)handle;
   char file[4096 * 2 + 8];
   snprintf(wc->report, sizeof wc->report,
-           "{\"file\": \"%s\", \"bytes_counted\": %lld, \"file_bytes\": %lld, \"words\": %lld, \"lines\": %lld}",
-           json_text(wc->input, file, sizeof file), wc->offset, wc->file_size, wc->words, wc->lines);
+           "{\"file\": \"%s\", \"bytes_counted\": %lld, \"file_bytes\": %lld, \"words\": %lld, \"lines\": %lld, "
+           "\"instance\": %d, \"instances\": %d, \"device\": \"%s\"}",
+           json_text(wc->input, file, sizeof file), wc->offset - wc->start, wc->file_size, wc->words, wc->lines,
+           wc->instance, wc->instances, wc->device);
   return wc->report;
 }
 
@@ -203,10 +248,11 @@ static void wc_destroy(void* handle) {
   free(wc); /* the chunk belongs to the arena */
 }
 
-static const char* const wc_option_keys[] = {"input", "chunk_bytes", NULL};
+static const char* const wc_option_keys[] = {"input", "chunk_bytes", "shard", NULL};
 
 static const pipelane_lane_plugin wc_plugin = {
     PIPELANE_LANE_ABI_VERSION,
+    (uint32_t)sizeof(pipelane_lane_plugin),
     "word_count",
     "bytes",
     wc_option_keys,

@@ -23,7 +23,7 @@
 #include "lanes/isolation/step_timer.h"
 #include "lanes/isolation/worker_protocol.h"
 #include "lanes/lane_registry.h"
-#include "runtime/device.h"
+#include "runtime/backend_registry.h"
 
 namespace pipelane {
 namespace {
@@ -115,14 +115,45 @@ void set_limit(int resource, std::uint64_t bytes, const char* what) {
     throw LaneError(std::string("lane worker: cannot set ") + what + ": " + std::strerror(errno));
 }
 
+// The lane's arena: the shared memory the trainer created, sealed at the quota, mapped here. The
+// descriptor is closed once mapped: the lane gets no handle to it.
+class SharedArenaMemory final : public MemoryResource {
+ public:
+  SharedArenaMemory(int fd, std::uint64_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) {
+      base_ = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (base_ == MAP_FAILED) {
+        base_ = nullptr;
+        ::close(fd);
+        throw LaneError(std::string("lane worker: cannot map the lane's arena: ") + std::strerror(errno));
+      }
+    }
+    ::close(fd);
+  }
+  ~SharedArenaMemory() override {
+    if (base_) ::munmap(base_, bytes_);
+  }
+  MemoryKind kind() const override { return MemoryKind::Host; }
+  void* reserve(std::size_t bytes, std::size_t alignment) override {
+    // One reservation, the whole mapping (page-aligned, so any arena alignment up to a page).
+    if (reserved_ || bytes > bytes_ || alignment > static_cast<std::size_t>(::sysconf(_SC_PAGESIZE))) return nullptr;
+    reserved_ = true;
+    return base_;
+  }
+  void release(void*) override { reserved_ = false; }
+  void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+
+ private:
+  void* base_ = nullptr;
+  std::uint64_t bytes_;
+  bool reserved_ = false;
+};
+
 // One lane, served over the socket.
 class WorkerSession {
  public:
   explicit WorkerSession(int arena_fd) : arena_fd_(arena_fd) {}
-  ~WorkerSession() {
-    lane_.reset();
-    if (arena_memory_) ::munmap(arena_memory_, arena_bytes_);
-  }
+  ~WorkerSession() { lane_.reset(); }
 
   WorkerFrame handle(const WorkerFrame& request) {
     try {
@@ -171,21 +202,17 @@ class WorkerSession {
     const std::string plugin = j.at("plugin");
     if (!plugin.empty()) registry.load_plugin(plugin);
     lane_ = registry.create(name);
-    device_ = make_cpu_device(j.at("threads").get<int>());
-    stream_ = device_->create_stream(StreamPriority::Low);
+    BackendOptions backend_options;
+    backend_options.threads = j.at("threads").get<int>();
+    backend_ = BackendRegistry::with_builtins().create("cpu", backend_options);
+    stream_ = backend_->create_stream(StreamPriority::Low);
     arena_bytes_ = j.at("arena_bytes").get<std::uint64_t>();
-    if (arena_bytes_ > 0) {
-      arena_memory_ = ::mmap(nullptr, arena_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, arena_fd_, 0);
-      if (arena_memory_ == MAP_FAILED) {
-        arena_memory_ = nullptr;
-        throw LaneError(std::string("lane worker: cannot map the lane's arena: ") + std::strerror(errno));
-      }
-    }
-    ::close(arena_fd_);  // the mapping stays; the lane gets no handle to resize it (sealed anyway)
-    arena_ = std::make_unique<Arena>("lane " + name, arena_memory_, arena_bytes_);
+    arena_memory_ = std::make_unique<SharedArenaMemory>(arena_fd_, arena_bytes_);
+    arena_ = std::make_unique<Arena>("lane " + name, arena_bytes_, *arena_memory_);
     options_ = LaneOptions(name, j.at("options").get<std::map<std::string, std::string>>(), j.at("source"));
-    ctx_.reset(new LaneContext{*device_, *stream_, *arena_, options_, j.at("output_dir"), j.at("rank").get<int>(),
-                               j.at("seed").get<std::uint64_t>()});
+    ctx_.reset(new LaneContext{*backend_, *stream_, *arena_, options_, j.at("output_dir"), j.at("rank").get<int>(),
+                               j.at("seed").get<std::uint64_t>(), j.at("world_size").get<int>(),
+                               j.at("instance_index").get<int>(), j.at("instance_count").get<int>()});
     allow_children_ = j.at("allow_children").get<bool>();
     const std::uint64_t output_bytes = j.at("output_bytes").get<std::uint64_t>();
     output_quota_ = OutputQuota(ctx_->output_dir, output_bytes);
@@ -230,11 +257,11 @@ class WorkerSession {
   }
 
   int arena_fd_;
-  void* arena_memory_ = nullptr;
+  std::unique_ptr<SharedArenaMemory> arena_memory_;
   std::uint64_t arena_bytes_ = 0;
   std::uint64_t allowance_ = 0;  // address space for what the lane allocates outside its arena
   std::unique_ptr<Lane> lane_;
-  std::unique_ptr<Device> device_;
+  std::unique_ptr<Backend> backend_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Arena> arena_;
   LaneOptions options_;

@@ -1,7 +1,5 @@
 #include "lanes/isolation/thread_lane.h"
 
-#include <omp.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -10,7 +8,7 @@
 
 #include "lanes/isolation/output_quota.h"
 #include "lanes/isolation/step_timer.h"
-#include "lanes/isolation/thread_environment.h"
+#include "lanes/isolation/fp_environment.h"
 
 namespace pipelane {
 struct ThreadLane::Results {
@@ -35,10 +33,10 @@ struct ThreadLane::Host {
   Results results;
   std::thread thread;
 
-  static void run(std::shared_ptr<Host> host, int omp_threads) {
-    // A new thread starts from OpenMP's process default, not from its creator's setting.
-    omp_set_num_threads(omp_threads);
-    const ThreadEnvironment clean = ThreadEnvironment::capture();
+  // Started from the caller's thread: it inherits that thread's floating-point environment
+  // (training's), which every call then starts from.
+  static void run(std::shared_ptr<Host> host) {
+    const FloatingPointEnvironment clean = FloatingPointEnvironment::capture();
     std::unique_lock<std::mutex> lock(host->mutex);
     for (;;) {
       host->cv.wait(lock, [&] { return host->pending || host->quit; });
@@ -88,7 +86,7 @@ void ThreadLane::call(double deadline_s, const char* what, std::function<void(La
   if (abandoned_) throw LaneError(std::string(what) + ": the lane's thread was abandoned");
   if (thread_done_) throw LaneError(std::string(what) + ": the lane was torn down");
   if (!host_->thread.joinable())
-    host_->thread = std::thread(&Host::run, host_, omp_get_max_threads());
+    host_->thread = std::thread(&Host::run, host_);
   std::unique_lock<std::mutex> lock(host_->mutex);
   host_->task = std::move(task);
   host_->pending = true;

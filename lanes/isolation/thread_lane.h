@@ -3,11 +3,12 @@
 //   - each call waits at most its deadline; past it the gap ends on time and the lane is
 //     abandoned (a thread cannot be stopped safely: it runs on until the process exits, and its
 //     objects are never freed), so the scheduler quarantines it;
-//   - the floating-point environment (rounding, FTZ/DAZ) and OpenMP/OpenBLAS thread settings are
-//     restored after every call, and training's thread never runs lane code at all;
+//   - the floating-point environment (rounding, FTZ/DAZ) is restored after every call, and
+//     training's thread never runs lane code at all (thread counts need no care: every backend op
+//     sets its own);
 //   - the lane's output directory is held to its disk quota.
 // The thread starts at the first call, from the caller's thread: it inherits that thread's
-// floating-point environment (training's, FTZ/DAZ on) and OpenMP thread count.
+// floating-point environment (training's, FTZ/DAZ on).
 #pragma once
 #include <functional>
 #include <memory>

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "runtime/cpu/fast_math.h"
-#include "runtime/ops.h"
+#include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 

@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "runtime/cpu/fast_math.h"
-#include "runtime/ops.h"
+#include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 
@@ -39,6 +39,15 @@ void add_forward(float* out, const float* a, const float* b, std::size_t n) {
 void add_inplace(float* acc, const float* x, std::size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+void add_bias(float* out, const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] += bias[c];
+  }
 }
 
 void scale_inplace(float* x, float s, std::size_t n) {

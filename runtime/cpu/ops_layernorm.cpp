@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "runtime/ops.h"
+#include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 

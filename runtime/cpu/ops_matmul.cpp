@@ -1,6 +1,6 @@
 #include <cblas.h>
 
-#include "runtime/ops.h"
+#include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 

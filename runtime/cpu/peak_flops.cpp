@@ -4,7 +4,7 @@
 #include <chrono>
 #include <vector>
 
-#include "runtime/ops.h"
+#include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 

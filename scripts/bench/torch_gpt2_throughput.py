@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """PyTorch (CPU) side of the GPT-2 training-throughput benchmark.
 
-Trains the reference GPT-2 (tests/golden/gpt2_reference.py) with AdamW on random tokens and
+Trains a GPT-2 with AdamW on random tokens: --model idiomatic (default: the fast, straightforward
+model a PyTorch user would write, torch_gpt2_idiomatic.py; the benchmark's peer) or --model
+reference (tests/golden/gpt2_reference.py, written for clarity to produce golden values), and
 reports tokens/s (median over the timed steps), the median step time and, when --peak-gflops is
 given, MFU. A training step is: zero_grad, forward, loss, backward, clip_grad_norm_(1.0), step.
 
@@ -26,8 +28,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "tests", "golden"))
 from gpt2_reference import GPT2, GPT2Config, make_optimizer  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt2_idiomatic import IdiomaticGPT2  # noqa: E402
 
-def flops_per_token(model: GPT2, cfg: GPT2Config, seq_len: int) -> int:
+
+def flops_per_token(model, cfg: GPT2Config, seq_len: int) -> int:
     n_nonemb = model.num_params(non_embedding=True)
     return 6 * (n_nonemb + cfg.d_model * cfg.vocab_size) + 12 * cfg.layers * cfg.d_model * seq_len
 
@@ -48,6 +53,9 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-gflops", type=float, default=None,
                     help="peak FLOP/s of the machine in GFLOP/s; enables MFU")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", choices=["idiomatic", "reference"], default="idiomatic",
+                    help="idiomatic: what a PyTorch user would run (default); reference: the "
+                         "clarity-first golden model")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     args = ap.parse_args(argv)
     if args.steps < 1:
@@ -59,9 +67,13 @@ def main(argv=None) -> int:
 
     cfg = GPT2Config(layers=args.layers, d_model=args.d_model, heads=args.heads,
                      max_seq_len=args.seq_len, vocab_size=args.vocab)
-    model = GPT2(cfg)
+    if args.model == "idiomatic":
+        model = IdiomaticGPT2(cfg.layers, cfg.d_model, cfg.heads, cfg.max_seq_len, cfg.vocab_size)
+        opt = model.optimizer(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    else:
+        model = GPT2(cfg)
+        opt = make_optimizer(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     model.train()
-    opt = make_optimizer(model, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
     B, T = args.batch, args.seq_len
     gen = torch.Generator().manual_seed(args.seed + 1)
@@ -77,7 +89,8 @@ def main(argv=None) -> int:
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        _, l = model(inputs, targets)
+        out = model(inputs, targets)
+        l = out[1] if isinstance(out, tuple) else out
         l.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -93,7 +106,7 @@ def main(argv=None) -> int:
         mfu = tokens_per_s * fpt / (args.peak_gflops * 1e9)
 
     if args.json:
-        print(json.dumps({"impl": "pytorch", "tokens_per_s": tokens_per_s,
+        print(json.dumps({"impl": "pytorch-" + args.model, "tokens_per_s": tokens_per_s,
                           "step_ms_median": med * 1e3, "mfu": mfu, "threads": args.threads}))
     else:
         print("pytorch %s: L=%d C=%d heads=%d T=%d B=%d V=%d threads=%d"

@@ -9,6 +9,7 @@
 #include "model/adamw.h"
 #include "model/gpt_model.h"
 #include "tests/golden/golden_file.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -46,7 +47,7 @@ struct GoldenModel {
     B = c[5];
     T = c[6];
     steps = c[7];
-    stage = std::make_unique<GptStage>(cfg, StageRange::whole(cfg));
+    stage = std::make_unique<GptStage>(cfg, StageRange::whole(cfg), testing::cpu_backend(), testing::cpu_stream());
     arena = std::make_unique<Arena>("golden", stage->activation_bytes(B, T) + stage->scratch_bytes(B, T));
     acts = stage->allocate_activations(*arena, B, T);
     scratch = stage->allocate_scratch(*arena, B, T);
@@ -110,11 +111,11 @@ TEST(Gpt2Golden, TenAdamWStepsWithClippingMatchPyTorch) {
   for (int step = 0; step < m.steps; ++step) {
     const double loss = m.forward_backward();
     EXPECT_NEAR(loss, ref[step], 1e-5 * std::fabs(ref[step])) << "step " << step;
-    const double norm = std::sqrt(grad_sum_squares(m.stage->layout(), m.grads.data()));
+    const double norm = std::sqrt(grad_sum_squares(m.stage->layout(), m.grads.data(), testing::cpu_backend(), testing::cpu_stream()));
     const float scale = clip_scale(norm, h[5]);
     clipped |= scale < 1.0f;
     adamw_step(m.stage->layout(), m.params.data(), m.grads.data(), mom.data(), var.data(), cfg, h[0],
-               step + 1, scale);
+               step + 1, scale, testing::cpu_backend(), testing::cpu_stream());
   }
   EXPECT_LT(ref[m.steps - 1], ref[0]);  // the reference itself learned something
 }

@@ -1,11 +1,15 @@
-// Lanes inside multi-rank training: the losses are bit-identical with lanes on and off, and a lane
-// that throws or goes past its memory quota is quarantined while training carries on untouched.
+// Lanes inside multi-rank training: the losses are bit-identical with lanes on and off, a lane
+// that throws or goes past its memory quota is quarantined while training carries on untouched, a
+// deterministic run's plan replayed by another run places the same lane steps in the same gaps,
+// and plugin instances on every rank split their work.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -68,7 +72,100 @@ TEST_F(LanesTraining, FailingLanesAreQuarantinedAndTrainingCarriesOn) {
   for (const auto& q : total["quarantined"]) quarantined.insert(q["lane"].get<std::string>());
   EXPECT_TRUE(quarantined.count("pagerank")) << total.dump();
   EXPECT_TRUE(quarantined.count("imageproc")) << total.dump();
-  EXPECT_NE(job.output.find("quarantined"), std::string::npos) << job.output;
+  // Said once per lane and rank, with one prefix: "pipelane lanes: stage 0 rank 0: lane 'pagerank' quarantined".
+  EXPECT_NE(job.output.find("pipelane lanes: stage 0 rank 0: lane 'pagerank' quarantined"), std::string::npos)
+      << job.output;
+  EXPECT_EQ(job.output.find(": lanes: "), std::string::npos) << job.output;
+}
+
+// Lane steps per (rank, lane, gap id) and per (rank, lane), from the run's trace; lanes a run
+// quarantined (a step ten times its prediction twice in a row: the machine's timing, which no plan
+// repeats) are listed apart.
+struct LaneStepCounts {
+  std::map<std::tuple<int, std::string, int>, int> per_gap;
+  std::map<std::pair<int, std::string>, int> per_lane;
+  std::set<std::pair<int, std::string>> quarantined;
+};
+
+LaneStepCounts lane_step_counts(const std::string& run_dir) {
+  LaneStepCounts counts;
+  std::ifstream trace_file(run_dir + "/trace.json");
+  const nlohmann::json trace = nlohmann::json::parse(trace_file);
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") != "lane") continue;  // gap steps only (not calibration)
+    const int rank = (e["tid"].get<int>() - 10000) / 100;
+    const std::string lane = e["name"];
+    ++counts.per_gap[{rank, lane, e["args"]["gap"].get<int>()}];
+    ++counts.per_lane[{rank, lane}];
+  }
+  std::ifstream summary_file(run_dir + "/summary.json");
+  const nlohmann::json summary = nlohmann::json::parse(summary_file);
+  for (const auto& q : summary["lanes"]["total"]["quarantined"])
+    counts.quarantined.insert({q["rank"].get<int>(), q["lane"].get<std::string>()});
+  return counts;
+}
+
+// `counts` without the lanes in `drop`.
+LaneStepCounts without(LaneStepCounts counts, const std::set<std::pair<int, std::string>>& drop) {
+  std::erase_if(counts.per_gap, [&](const auto& e) { return drop.count({std::get<0>(e.first), std::get<1>(e.first)}); });
+  std::erase_if(counts.per_lane, [&](const auto& e) { return drop.count(e.first); });
+  return counts;
+}
+
+TEST_F(LanesTraining, AReplayedPlanRunsTheSameLaneStepsInTheSameGaps) {
+  const std::string lanes = "--lanes.enabled=pagerank,imageproc --lanes.profile_iterations=1 "
+                            "--lane.pagerank.generate=rmat --lane.pagerank.scale=10 --lane.pagerank.tolerance=0 "
+                            "--lane.pagerank.max_iterations=1000000 --lane.imageproc.generate=100000 "
+                            "--lane.imageproc.width=32 --lane.imageproc.height=24";
+  const StepMetrics first = train("planned", lanes + " --lanes.deterministic=true");
+  // The replay's own timing differs (other load, other gap lengths): the plan decides, not the clock.
+  const StepMetrics replayed = train("replayed", lanes + " --lanes.plan=" + dir_.file("planned") + "/summary.json");
+  EXPECT_EQ(replayed.loss, first.loss);
+  const LaneStepCounts a = lane_step_counts(dir_.file("planned"));
+  const LaneStepCounts b = lane_step_counts(dir_.file("replayed"));
+  std::set<std::pair<int, std::string>> quarantined = a.quarantined;
+  quarantined.insert(b.quarantined.begin(), b.quarantined.end());
+  const LaneStepCounts a_kept = without(a, quarantined), b_kept = without(b, quarantined);
+  std::set<int> compared_ranks;
+  for (const auto& [rank_lane, steps] : a_kept.per_lane) compared_ranks.insert(rank_lane.first);
+  ASSERT_EQ(compared_ranks, (std::set<int>{0, 1}))
+      << "every lane of a rank was quarantined: nothing to compare";
+  EXPECT_EQ(b_kept.per_gap, a_kept.per_gap);
+  EXPECT_EQ(b_kept.per_lane, a_kept.per_lane);
+  std::ifstream in(dir_.file("replayed") + "/summary.json");
+  const nlohmann::json per_rank = nlohmann::json::parse(in)["lanes"]["per_rank"];
+  for (const auto& rank : per_rank) EXPECT_TRUE(rank["deterministic"].get<bool>()) << rank.dump();
+
+  // A plan for another pipeline is refused before training, with one line.
+  const JobResult job = run_job(2, "--config " + dir_.file("tiny.ini") + " --run.dir=" + dir_.file("wrong") +
+                                      " --parallel.pp=2 --train.steps=6 --parallel.schedule=gpipe " + lanes +
+                                      " --lanes.plan=" + dir_.file("planned") + "/summary.json",
+                                  dir_.file("wrong.log"));
+  EXPECT_EQ(job.exit_code, 2) << job.output;
+  EXPECT_NE(job.output.find("summary.json: the plan was made for schedule 1f1b"), std::string::npos) << job.output;
+}
+
+TEST_F(LanesTraining, PluginInstancesOnEveryRankShareOneInput) {
+  // word_count on both ranks of pp = 2: each instance counts its half, together the file once.
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "pipeline bubbles lane " + std::to_string(i) + "\n";
+  write_file(dir_.file("words.txt"), text);
+  train("words", "--lanes.enabled=word_count --lanes.plugins=" + build_dir() +
+                     "/lanes/examples/libpipelane_example_lane.so --lane.word_count.input=" + dir_.file("words.txt") +
+                     " --lane.word_count.chunk_bytes=512 --lanes.profile_iterations=1");
+  std::ifstream in(dir_.file("words") + "/summary.json");
+  const nlohmann::json per_rank = nlohmann::json::parse(in)["lanes"]["per_rank"];
+  ASSERT_EQ(per_rank.size(), 2u);
+  long long bytes = 0;
+  for (const auto& rank : per_rank) {
+    const nlohmann::json& report = rank["lanes"]["word_count"]["report"];
+    EXPECT_EQ(report["instances"], 2) << report.dump();
+    EXPECT_EQ(report["instance"], rank["rank"]) << report.dump();
+    bytes += report["bytes_counted"].get<long long>();
+  }
+  // What the ranks counted never overlaps: at most the file, all of it once both finish.
+  EXPECT_LE(bytes, static_cast<long long>(text.size()));
+  EXPECT_GT(bytes, 0);
 }
 
 // A binary PPM of w x h grey pixels.

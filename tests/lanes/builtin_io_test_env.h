@@ -1,4 +1,4 @@
-// A LaneContext for the pagerank/imageproc/command lane tests: one-thread CPU device, a low
+// A LaneContext for the pagerank/imageproc/command lane tests: one-thread CPU backend, a low
 // priority stream, an arena with the given quota and a fresh temporary output directory.
 #pragma once
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 
 #include "lanes/lane.h"
 #include "runtime/arena.h"
-#include "runtime/device.h"
+#include "runtime/cpu/cpu_backend.h"
 
 namespace pipelane::testing_io {
 
@@ -25,7 +25,7 @@ inline std::string make_temp_dir(const std::string& tag) {
 struct LaneEnv {
   LaneEnv(const std::string& lane, std::map<std::string, std::string> values,
           std::size_t arena_bytes = 64u << 20)
-      : device(make_cpu_device(1)),
+      : device(make_cpu_backend(1)),
         stream(device->create_stream(StreamPriority::Low)),
         arena(lane + "-arena", arena_bytes),
         options(lane, std::move(values), "test.ini"),
@@ -35,7 +35,7 @@ struct LaneEnv {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
-  std::unique_ptr<Device> device;
+  std::unique_ptr<Backend> device;
   std::unique_ptr<Stream> stream;
   Arena arena;
   LaneOptions options;

@@ -226,7 +226,19 @@ static const char* report_json(void* handle) {
 static void destroy(void* handle) { free(handle); }
 
 static const pipelane_lane_plugin plugin = {
-    PIPELANE_LANE_ABI_VERSION, HOSTILE_LANE_NAME, "steps", keys, create, step, finished, save, free_buffer, load,
-    report_json, destroy};
+    .abi_version = PIPELANE_LANE_ABI_VERSION,
+    .struct_size = (uint32_t)sizeof(pipelane_lane_plugin),
+    .name = HOSTILE_LANE_NAME,
+    .work_unit = "steps",
+    .option_keys = keys,
+    .create = create,
+    .step = step,
+    .finished = finished,
+    .save = save,
+    .free_buffer = free_buffer,
+    .load = load,
+    .report_json = report_json,
+    .destroy = destroy,
+};
 
 __attribute__((visibility("default"))) const pipelane_lane_plugin* pipelane_lane_plugin_v1(void) { return &plugin; }

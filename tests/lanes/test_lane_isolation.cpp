@@ -1,4 +1,4 @@
-// isolation = thread (ThreadLane, ThreadEnvironment), the output quota and the process-tree
+// isolation = thread (ThreadLane, FloatingPointEnvironment), the output quota and the process-tree
 // helpers. Process isolation is in test_process_lane.cpp.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -19,8 +19,9 @@
 #include "lanes/gap_scheduler.h"
 #include "lanes/isolation/output_quota.h"
 #include "lanes/isolation/process_tree.h"
-#include "lanes/isolation/thread_environment.h"
+#include "lanes/isolation/fp_environment.h"
 #include "lanes/isolation/thread_lane.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "tests/lanes/builtin_io_test_env.h"
 
 namespace pipelane {
@@ -41,7 +42,6 @@ void clear_flush_bits() {}
 struct Seen {
   int rounding = -1;
   unsigned flush = 0;
-  int omp_threads = 0;
   std::thread::id thread;
 };
 
@@ -52,10 +52,10 @@ class EnvironmentVandal : public Lane {
   std::string work_unit() const override { return "steps"; }
   void setup(LaneContext&) override {}
   double step(LaneContext&) override {
-    seen_->push_back({std::fegetround(), flush_bits(), omp_get_max_threads(), std::this_thread::get_id()});
+    seen_->push_back({std::fegetround(), flush_bits(), std::this_thread::get_id()});
     std::fesetround(FE_UPWARD);
     clear_flush_bits();
-    omp_set_num_threads(7);
+    omp_set_num_threads(7);  // on its own thread: nothing of training's
     return 1;
   }
   bool finished() const override { return false; }
@@ -67,18 +67,16 @@ class EnvironmentVandal : public Lane {
   std::vector<Seen>* seen_;
 };
 
-TEST(ThreadEnvironment, RestoresRoundingFlushToZeroAndThreadCounts) {
-  LaneEnv env("env", {});  // a CPU device: FTZ/DAZ on, one OpenMP thread
-  const ThreadEnvironment saved = ThreadEnvironment::capture();
+TEST(FloatingPointEnvironment, RestoresRoundingAndFlushToZero) {
+  LaneEnv env("env", {});  // a CPU backend: FTZ/DAZ on
+  const FloatingPointEnvironment saved = FloatingPointEnvironment::capture();
   const unsigned flush = flush_bits();
   EXPECT_FALSE(saved.restore());  // nothing changed yet
   std::fesetround(FE_DOWNWARD);
   clear_flush_bits();
-  omp_set_num_threads(saved.omp_threads() + 3);
   EXPECT_TRUE(saved.restore());
   EXPECT_EQ(std::fegetround(), FE_TONEAREST);
   EXPECT_EQ(flush_bits(), flush);
-  EXPECT_EQ(omp_get_max_threads(), saved.omp_threads());
   // Sticky exception flags are not a change worth restoring.
   volatile double zero = 0.0;
   volatile double inf = 1.0 / zero;
@@ -89,7 +87,7 @@ TEST(ThreadEnvironment, RestoresRoundingFlushToZeroAndThreadCounts) {
 TEST(ThreadLane, EveryStepStartsFromTrainingsEnvironmentAndTrainingsThreadIsUntouched) {
   LaneEnv env("vandal", {});
   const unsigned flush = flush_bits();
-  ASSERT_NE(flush, 0u) << "the CPU device turns FTZ/DAZ on";
+  ASSERT_NE(flush, 0u) << "the CPU backend turns FTZ/DAZ on";
   const int threads = omp_get_max_threads();
   std::vector<Seen> seen;
   ThreadLane lane(std::make_unique<EnvironmentVandal>(&seen));
@@ -99,7 +97,6 @@ TEST(ThreadLane, EveryStepStartsFromTrainingsEnvironmentAndTrainingsThreadIsUnto
   for (const Seen& s : seen) {
     EXPECT_EQ(s.rounding, FE_TONEAREST);
     EXPECT_EQ(s.flush, flush);  // inherited from the creating thread, and restored after each step
-    EXPECT_EQ(s.omp_threads, threads);
     EXPECT_NE(s.thread, std::this_thread::get_id());  // training's thread never runs lane code
     EXPECT_EQ(s.thread, seen[0].thread);
   }
@@ -204,14 +201,14 @@ TEST(ThreadLane, AWellBehavedLaneOnAnOversubscribedMachineIsNotQuarantined) {
       while (!stop.load(std::memory_order_relaxed)) {
       }
     });
-  const std::unique_ptr<Device> device = make_cpu_device(1);
+  const std::unique_ptr<Backend> backend = make_cpu_backend(1);
   std::vector<LaneSpec> specs;
   specs.push_back({std::make_unique<FixedWork>(), LaneOptions("fixed", {}, "test.ini")});
   GapSchedulerOptions options;
   options.profile_iterations = 1;
   options.lane_memory_bytes = 1 << 16;
   std::vector<std::string> messages;
-  GapScheduler scheduler(*device, std::move(specs), options, std::chrono::steady_clock::now(),
+  GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
                          [&](const std::string& line) { messages.push_back(line); });
   scheduler.calibrate();
   const auto t0 = std::chrono::steady_clock::now();
@@ -223,7 +220,7 @@ TEST(ThreadLane, AWellBehavedLaneOnAnOversubscribedMachineIsNotQuarantined) {
   stop = true;
   for (std::thread& hog : hogs) hog.join();
   EXPECT_FALSE(scheduler.quarantined("fixed")) << messages[0];
-  EXPECT_GT(scheduler.summary()["lanes"]["fixed"]["steps"].get<int>(), 50);
+  EXPECT_GT(scheduler.summary().lanes.at("fixed").steps, 50);
 }
 
 TEST(OutputQuota, CountsEveryFileUnderTheDirectory) {

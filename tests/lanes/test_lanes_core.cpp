@@ -17,6 +17,8 @@
 #include "lanes/isolation/guarded_lane.h"
 #include "lanes/lane_registry.h"
 #include "lanes/pipelane_lane.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "lanes/plugin_lane.h"
 
 namespace pipelane {
 namespace {
@@ -37,17 +39,10 @@ class FakeEvent : public Event {
   void record(Stream&) override {}
   bool query() const override { return true; }
   void synchronize() override {}
+  void wait_on(Stream&) override {}
   double elapsed_ms_since(const Event&) const override { return 0; }
 };
 
-class FakeDevice : public Device {
- public:
-  DeviceKind kind() const override { return DeviceKind::Cpu; }
-  std::string name() const override { return "fake"; }
-  int threads() const override { return 1; }
-  std::unique_ptr<Stream> create_stream(StreamPriority) override { return std::make_unique<FakeStream>(); }
-  std::unique_ptr<Event> create_event() override { return std::make_unique<FakeEvent>(); }
-};
 
 struct FakeClock {
   double t = 0;
@@ -56,6 +51,7 @@ struct FakeClock {
 // What a fake lane did, visible to the test after the scheduler owns the lane.
 struct FakeLog {
   int setups = 0;
+  int world_size = 0, instance_index = -1, instance_count = 0;  // what setup() was given
   int steps = 0;
   int teardowns = 0;
 };
@@ -68,6 +64,9 @@ class FakeLane : public Lane {
   std::string work_unit() const override { return "ticks"; }
   void setup(LaneContext& ctx) override {
     ++log_.setups;
+    log_.world_size = ctx.world_size;
+    log_.instance_index = ctx.instance_index;
+    log_.instance_count = ctx.instance_count;
     ctx.options.reject_unknown();
     arena_ = &ctx.arena;
   }
@@ -110,7 +109,8 @@ class FakeLane : public Lane {
 };
 
 struct Harness {
-  FakeDevice device;
+  std::unique_ptr<Backend> backend_owner = make_cpu_backend(1);  // lanes here never compute
+  Backend& device = *backend_owner;
   FakeClock clock;
   std::map<std::string, FakeLog> logs;
   std::vector<std::string> messages;
@@ -148,6 +148,16 @@ struct Harness {
   }
 };
 
+// The message of the LaneError `f` throws; "" when it throws none.
+std::string lane_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const LaneError& error) {
+    return error.what();
+  }
+  return "";
+}
+
 GapSchedulerOptions options_with(double margin = 0.95, int profile = 2, bool deterministic = false) {
   GapSchedulerOptions options;
   options.margin = margin;
@@ -172,10 +182,29 @@ TEST(GapSchedulerTest, CalibrateTimesStepsAndReportsThem) {
   EXPECT_NEAR(costs.at("b"), 0.004, 1e-12);
   EXPECT_EQ(h.logs["a"].setups, 1);
   EXPECT_EQ(h.logs["a"].steps, 3);
-  const nlohmann::json summary = h.scheduler->summary();
-  EXPECT_NEAR(summary["calibrated_step_s"]["b"].get<double>(), 0.004, 1e-12);
-  EXPECT_EQ(summary["lanes"]["a"]["calibration_steps"], 3);
-  EXPECT_EQ(summary["lanes"]["a"]["steps"], 0);  // calibration is not bubble work
+  const StageLaneSummary summary = h.scheduler->summary();
+  EXPECT_NEAR(summary.lanes.at("b").calibrated_step_s, 0.004, 1e-12);
+  const LaneStats& a = summary.lanes.at("a");
+  EXPECT_EQ(a.calibration_steps, 3);
+  // Calibration work is the lane's work (it counts in units) but not bubble work.
+  EXPECT_EQ(a.steps, 3);
+  EXPECT_EQ(a.units, 6);  // 3 steps x 2 ticks
+  EXPECT_EQ(a.calibration_units, 6);
+  EXPECT_NEAR(a.lane_s, 0.003, 1e-12);
+  EXPECT_EQ(a.harvested_s, 0);
+}
+
+TEST(GapSchedulerTest, LanesLearnWhereTheirInstanceSitsInTheJob) {
+  Harness h;
+  GapSchedulerOptions options = options_with();
+  options.world_size = 8;
+  options.instance_index = 5;
+  options.instance_count = 6;
+  h.start({{"a", 0.001}}, options);
+  h.scheduler->calibrate();
+  EXPECT_EQ(h.logs["a"].world_size, 8);
+  EXPECT_EQ(h.logs["a"].instance_index, 5);
+  EXPECT_EQ(h.logs["a"].instance_count, 6);
 }
 
 TEST(GapSchedulerTest, ALaneLongerThanEveryGapIsReportedOnceAfterProfiling) {
@@ -186,8 +215,9 @@ TEST(GapSchedulerTest, ALaneLongerThanEveryGapIsReportedOnceAfterProfiling) {
   h.gap(0, 6, 0.030);
   h.scheduler->end_iteration(0);
   ASSERT_EQ(h.messages.size(), 1u);
-  EXPECT_NE(h.messages[0].find("lane huge takes 50 ms a step, more than the largest gap (30 ms"), std::string::npos)
-      << h.messages[0];
+  EXPECT_EQ(h.messages[0].rfind("lanes: stage 0 rank 0: lane huge takes 50 ms a step, more than the largest gap (30 ms", 0),
+            0u)
+      << h.messages[0];  // one prefix, then the message
   h.gap(1, 6, 0.030);
   h.scheduler->end_iteration(1);
   EXPECT_EQ(h.messages.size(), 1u);  // once
@@ -217,19 +247,19 @@ TEST(GapSchedulerTest, ProfilingIterationsOnlyMeasure) {
   EXPECT_EQ(gap.lane_steps, 9);
   EXPECT_TRUE(gap.arrived_exact);
   EXPECT_NEAR(gap.arrived_s - gap.start_s, 0.010, 2e-6);
-  const nlohmann::json summary = h.scheduler->summary();
-  EXPECT_NEAR(summary["overrun_s"].get<double>(), 0, 1e-12);
-  EXPECT_NEAR(summary["harvested_s"].get<double>(), 0.009, 1e-9);
-  EXPECT_NEAR(summary["bubble_s"].get<double>(), 0.030, 1e-5);
-  EXPECT_NEAR(summary["harvest_fraction"].get<double>(), 0.3, 1e-3);
+  const StageLaneSummary summary = h.scheduler->summary();
+  EXPECT_NEAR(summary.overrun_s, 0, 1e-12);
+  EXPECT_NEAR(summary.harvested_s, 0.009, 1e-9);
+  EXPECT_NEAR(summary.bubble_s, 0.030, 1e-5);
   // Past the two profiled gaps only the third counts: 9 of its 10 ms.
   EXPECT_TRUE(h.scheduler->gap_records()[0].profiling);
   EXPECT_FALSE(gap.profiling);
   EXPECT_NEAR(gap.harvested_s, 0.009, 1e-9);
-  EXPECT_NEAR(summary["bubble_after_profiling_s"].get<double>(), 0.010, 1e-5);
-  EXPECT_NEAR(summary["harvest_fraction_after_profiling"].get<double>(), 0.9, 1e-3);
-  EXPECT_EQ(summary["lanes"]["a"]["units"].get<double>(), 18);  // 9 steps x 2 ticks
-  EXPECT_NEAR(summary["lanes"]["a"]["units_per_s"].get<double>(), 2000, 1e-6);
+  EXPECT_NEAR(summary.bubble_after_profiling_s, 0.010, 1e-5);
+  EXPECT_NEAR(summary.harvested_after_profiling_s, 0.009, 1e-9);
+  // 3 calibration + 9 gap steps x 2 ticks, in 3 + 9 ms.
+  EXPECT_EQ(summary.lanes.at("a").units, 24);
+  EXPECT_NEAR(summary.lanes.at("a").units_per_s(), 2000, 1e-6);
 }
 
 TEST(GapSchedulerTest, UnmeasuredGapGetsNoWorkAndUncalibratedLanesStayIdle) {
@@ -262,9 +292,9 @@ TEST(GapSchedulerTest, StopsAsSoonAsTheTransferArrives) {
   const LaneStepRecord& last = h.scheduler->step_records().back();
   EXPECT_DOUBLE_EQ(gap.arrived_s, 0.5 * (last.start_s + last.end_s));  // documented midpoint
   EXPECT_NEAR(gap.end_s, last.end_s, 2e-6);  // no further step after the arrival was seen
-  const nlohmann::json lane = h.scheduler->summary()["lanes"]["a"];
-  EXPECT_NEAR(lane["overrun_s"].get<double>(), 0.0005, 1e-9);  // half of the step that straddled it
-  EXPECT_NEAR(lane["harvested_s"].get<double>(), 0.0025, 1e-8);
+  const LaneStats lane = h.scheduler->summary().lanes.at("a");
+  EXPECT_NEAR(lane.overrun_s, 0.0005, 1e-9);  // half of the step that straddled it
+  EXPECT_NEAR(lane.harvested_s, 0.0025, 1e-8);
 }
 
 TEST(GapSchedulerTest, ArrivalBeforeAnyStepRunsNothing) {
@@ -302,7 +332,7 @@ TEST(GapSchedulerTest, StepCostIsRefinedByActualSteps) {
   h.scheduler->end_iteration(0);
   for (int i = 0; i < 10; ++i) h.gap(1, 0, 0.020);
   EXPECT_NEAR(h.scheduler->predicted_step_s("a"), 0.002, 1e-5);
-  EXPECT_NEAR(h.scheduler->summary()["calibrated_step_s"]["a"].get<double>(), 0.001, 1e-12);
+  EXPECT_NEAR(h.scheduler->summary().lanes.at("a").calibrated_step_s, 0.001, 1e-12);
 }
 
 TEST(GapSchedulerTest, FinishedLanesAreNotScheduled) {
@@ -313,7 +343,7 @@ TEST(GapSchedulerTest, FinishedLanesAreNotScheduled) {
   h.scheduler->end_iteration(0);
   h.gap(1, 0, 0.010);
   EXPECT_EQ(h.logs["a"].steps, 5);
-  EXPECT_TRUE(h.scheduler->summary()["lanes"]["a"]["finished"].get<bool>());
+  EXPECT_TRUE(h.scheduler->summary().lanes.at("a").finished);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -321,12 +351,12 @@ TEST(GapSchedulerTest, FinishedLanesAreNotScheduled) {
 
 // Runs `iterations` iterations of three gaps; after profiling, gap 2's transfer arrives early by a
 // per-iteration jitter (which a polling scheduler would react to).
-std::vector<std::tuple<int, int, std::string>> deterministic_run(double jitter, const Harness* plan_from = nullptr,
+std::vector<std::tuple<int, int, std::string>> deterministic_run(double jitter, const LanePlan* plan_from = nullptr,
                                                                  Harness* keep = nullptr) {
   Harness local;
   Harness& h = keep ? *keep : local;
   h.start({{"a", 0.001}, {"b", 0.0015}}, options_with(0.9, 2, true));
-  if (plan_from) h.scheduler->set_plan(plan_from->scheduler->plan());
+  if (plan_from) h.scheduler->set_plan(*plan_from);
   h.scheduler->calibrate();
   for (int it = 0; it < 6; ++it) {
     const bool profiling = it < 2;
@@ -365,9 +395,58 @@ TEST(GapSchedulerTest, DeterministicModePlacesIdenticalStepsOnReruns) {
   EXPECT_GT(planned + 0.0015, 0.9 * 0.006);  // nothing more would have fit
   // The plan is in the summary, and a rerun handed it places work identically even when its own
   // profile measures other gap lengths.
-  EXPECT_EQ(first.scheduler->summary()["plan"]["2"].size(), plan.at(2).size());
-  const auto run3 = deterministic_run(0.001, &first);
+  EXPECT_EQ(first.scheduler->summary().plan, plan);
+  const auto run3 = deterministic_run(0.001, &plan);
   EXPECT_EQ(run1, run3);
+}
+
+TEST(GapSchedulerTest, DeterministicModeRunsThePlanInFullEvenWhenTheTransferHasArrived) {
+  Harness h;
+  h.start({{"a", 0.001}, {"b", 0.0015}}, options_with(0.9, 1, true));
+  h.scheduler->calibrate();
+  h.gap(0, 4, 0.006);
+  h.scheduler->end_iteration(0);
+  const LanePlan plan = h.scheduler->plan();
+  ASSERT_EQ(plan.at(4), (std::vector<std::string>{"a", "b", "a", "b"}));  // 5 ms of 0.9 x 6 ms
+  h.gap(1, 4, 0.0);  // the transfer is there before fill() is called: the plan runs regardless
+  EXPECT_EQ(h.steps_in(1, 4), plan.at(4));
+  h.gap(2, 4, 0.0012);  // arrives during the second step: the rest of the plan still runs
+  EXPECT_EQ(h.steps_in(2, 4), plan.at(4));
+  // All of the first gap's lane time came after the arrival: overrun, not harvest.
+  const GapRecord& early = h.scheduler->gap_records()[1];
+  EXPECT_EQ(early.lane_steps, 4);
+  EXPECT_NEAR(early.harvested_s, 0.0, 1e-12);
+}
+
+// Lane steps per (gap id, lane) after the profile iterations.
+std::map<std::pair<int, std::string>, int> steps_per_gap_and_lane(const Harness& h) {
+  std::map<std::pair<int, std::string>, int> counts;
+  for (const LaneStepRecord& step : h.scheduler->step_records())
+    if (step.gap_id >= 0) ++counts[{step.gap_id, step.lane}];
+  return counts;
+}
+
+TEST(GapSchedulerTest, APlanReplayedFromSummaryJsonGivesTheSameStepCountsPerGapAndLane) {
+  Harness first;
+  deterministic_run(0.0, nullptr, &first);
+  // What a rerun's [lanes] plan reads: the run's summary, through JSON text.
+  const std::string text = to_json(first.scheduler->summary()).dump();
+  const StageLaneSummary read_back = stage_lane_summary_from_json(nlohmann::json::parse(text));
+  ASSERT_EQ(read_back.plan, first.scheduler->plan());
+  Harness replay;
+  deterministic_run(0.002, &read_back.plan, &replay);  // other timing, other measured gaps
+  const auto counts = steps_per_gap_and_lane(first);
+  ASSERT_FALSE(counts.empty());
+  EXPECT_EQ(steps_per_gap_and_lane(replay), counts);
+  EXPECT_EQ(to_json(replay.scheduler->summary())["lanes"]["a"]["steps"],
+            to_json(first.scheduler->summary())["lanes"]["a"]["steps"]);
+}
+
+TEST(GapSchedulerTest, SetPlanRefusesALaneThatDoesNotRunHere) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.9, 1, true));
+  EXPECT_EQ(lane_error([&] { h.scheduler->set_plan({{3, {"a", "zebra"}}}); }),
+            "lane plan: gap 3 names lane 'zebra', which does not run on this stage");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -375,10 +454,12 @@ TEST(GapSchedulerTest, DeterministicModePlacesIdenticalStepsOnReruns) {
 
 void expect_quarantined(Harness& h, const std::string& lane, const std::string& reason_part) {
   EXPECT_TRUE(h.scheduler->quarantined(lane));
-  const nlohmann::json summary = h.scheduler->summary();
-  ASSERT_EQ(summary["quarantined"].size(), 1u);
-  EXPECT_EQ(summary["quarantined"][0]["lane"], lane);
-  const std::string reason = summary["quarantined"][0]["reason"];
+  const StageLaneSummary summary = h.scheduler->summary();
+  int quarantined = 0;
+  for (const auto& [name, stats] : summary.lanes) quarantined += stats.quarantined;
+  ASSERT_EQ(quarantined, 1);
+  ASSERT_TRUE(summary.lanes.at(lane).quarantined);
+  const std::string reason = summary.lanes.at(lane).quarantine_reason;
   EXPECT_NE(reason.find(reason_part), std::string::npos) << reason;
   EXPECT_EQ(h.logs[lane].teardowns, 1);
   int told = 0;
@@ -441,7 +522,7 @@ TEST(GapSchedulerTest, QuarantinesALaneWhoseStepsTakeTenTimesTheirPredictionTooO
   expect_quarantined(h, "slow", "3 of its last 10 steps took more than 10x the predicted 0.001 s (the last 0.0105 s)");
   EXPECT_EQ(h.logs["slow"].steps, 13);
   // The step's time after the arrival is still charged to the lane.
-  EXPECT_GT(h.scheduler->summary()["lanes"]["slow"]["overrun_s"].get<double>(), 0.0);
+  EXPECT_GT(h.scheduler->summary().lanes.at("slow").overrun_s, 0.0);
 }
 
 TEST(GapSchedulerTest, AlternatingFastAndSlowStepsAreQuarantined) {
@@ -488,12 +569,11 @@ TEST(GapSchedulerTest, AStepPastItsDeadlineEndsTheGapOnTimeAndQuarantinesTheLane
   run_gaps(h, 3);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.5);  // not 3 s
   EXPECT_TRUE(h.scheduler->quarantined("stuck"));
-  const nlohmann::json summary = h.scheduler->summary();
-  ASSERT_EQ(summary["quarantined"].size(), 1u) << summary.dump();
-  EXPECT_NE(summary["quarantined"][0]["reason"].get<std::string>().find(
-                "step did not return within its deadline of 0.05 s; an in-process lane cannot be stopped"),
+  EXPECT_FALSE(h.scheduler->quarantined("good"));
+  const std::string reason = h.scheduler->summary().lanes.at("stuck").quarantine_reason;
+  EXPECT_NE(reason.find("step did not return within its deadline of 0.05 s; an in-process lane cannot be stopped"),
             std::string::npos)
-      << summary.dump();
+      << reason;
   EXPECT_EQ(h.logs["stuck"].teardowns, 0);  // its thread is still in the step: never torn down
   EXPECT_GT(h.logs["good"].steps, 10);
 }
@@ -601,12 +681,12 @@ TEST(GapSchedulerTest, RecordsAreBoundedWhileTotalsCountEveryGapAndStep) {
   ASSERT_EQ(h.scheduler->step_records().size(), 5u);
   EXPECT_EQ(h.scheduler->step_records()[0].iteration, -1);  // the first ones: calibration
   EXPECT_EQ(h.scheduler->gap_records().size(), 5u);
-  const nlohmann::json summary = h.scheduler->summary();
-  EXPECT_EQ(summary["gaps"], 11);
-  EXPECT_NEAR(summary["bubble_s"].get<double>(), 0.110, 1e-4);
-  EXPECT_NEAR(summary["bubble_after_profiling_s"].get<double>(), 0.100, 1e-4);
-  EXPECT_EQ(summary["lanes"]["a"]["steps"], 90);
-  EXPECT_NEAR(summary["harvest_fraction_after_profiling"].get<double>(), 0.9, 1e-3);
+  const StageLaneSummary summary = h.scheduler->summary();
+  EXPECT_EQ(summary.gaps, 11u);
+  EXPECT_NEAR(summary.bubble_s, 0.110, 1e-4);
+  EXPECT_NEAR(summary.bubble_after_profiling_s, 0.100, 1e-4);
+  EXPECT_EQ(summary.lanes.at("a").steps, 3 + 90);  // calibration and gaps
+  EXPECT_NEAR(summary.harvested_after_profiling_s / summary.bubble_after_profiling_s, 0.9, 1e-3);
 }
 
 TEST(GapSchedulerTest, QuarantinesALaneWhoseSetupRejectsItsOptions) {
@@ -704,15 +784,6 @@ TEST(LaneRegistryTest, WithBuiltinsHasTheBuiltinFactories) {
   EXPECT_EQ(registry.names(), expected);
 }
 
-std::string lane_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const LaneError& error) {
-    return error.what();
-  }
-  return "";
-}
-
 TEST(LaneRegistryTest, PluginLoadErrorsAreClear) {
   LaneRegistry registry;
   EXPECT_EQ(lane_error([&] { registry.load_plugin("/nonexistent/libnothing.so"); }),
@@ -722,7 +793,7 @@ TEST(LaneRegistryTest, PluginLoadErrorsAreClear) {
             no_symbol + ": no symbol pipelane_lane_plugin_v1 \u2014 not a pipelane lane plugin");
   const std::string abi7 = PIPELANE_BAD_PLUGIN_ABI7;
   EXPECT_EQ(lane_error([&] { registry.load_plugin(abi7); }),
-            abi7 + ": built for lane ABI 7, this pipelane speaks 1");
+            abi7 + ": built for lane ABI 7, this pipelane speaks 1 to 2");
   // A text file is not a shared library.
   const fs::path text = fs::temp_directory_path() / ("pipelane_not_a_lib_" + std::to_string(::getpid()) + ".so");
   std::ofstream(text) << "hello";
@@ -751,7 +822,7 @@ class PluginLaneTest : public ::testing::Test {
     Arena arena;
     FakeStream stream;
     std::unique_ptr<LaneContext> ctx;
-    Run(std::unique_ptr<Lane> l, LaneOptions o, FakeDevice& device, const std::string& out, std::size_t quota)
+    Run(std::unique_ptr<Lane> l, LaneOptions o, Backend& device, const std::string& out, std::size_t quota)
         : lane(std::move(l)), options(std::move(o)), arena("test lane", quota) {
       ctx.reset(new LaneContext{device, stream, arena, options, out, 0, 1});
     }
@@ -763,7 +834,8 @@ class PluginLaneTest : public ::testing::Test {
 
   fs::path dir_;
   std::string input_;
-  FakeDevice device_;
+  std::unique_ptr<Backend> backend_owner_ = make_cpu_backend(1);
+  Backend& device_ = *backend_owner_;
   LaneRegistry registry_;
 };
 
@@ -826,6 +898,156 @@ TEST_F(PluginLaneTest, AllocationPastTheQuotaIsAnArenaQuotaError) {
   EXPECT_THROW(run->lane->setup(*run->ctx), ArenaQuotaError);
 }
 
+TEST_F(PluginLaneTest, InstancesShardTheFileSoTheirCountsAddUpToTheFiles) {
+  // One instance per rank that runs lanes; every split point of the 57-byte file is some
+  // instance's boundary for one of these counts (inside words, inside runs of spaces, at '\n').
+  const double size = static_cast<double>(fs::file_size(input_));
+  for (int count = 1; count <= 24; ++count) {
+    long long words = 0, lines = 0;
+    double bytes = 0;
+    for (int index = 0; index < count; ++index) {
+      auto run = make({{"input", input_}, {"chunk_bytes", "4"}});
+      run->ctx->world_size = 32;
+      run->ctx->instance_index = index;
+      run->ctx->instance_count = count;
+      run->lane->setup(*run->ctx);
+      while (!run->lane->finished()) bytes += run->lane->step(*run->ctx);
+      const nlohmann::json report = run->lane->report();
+      words += report["words"].get<long long>();
+      lines += report["lines"].get<long long>();
+      EXPECT_EQ(report["instance"], index);
+      EXPECT_EQ(report["instances"], count);
+      EXPECT_EQ(report["device"], "cpu");
+    }
+    EXPECT_EQ(words, 9) << count << " instances";
+    EXPECT_EQ(lines, 2) << count << " instances";
+    EXPECT_EQ(bytes, size) << count << " instances";
+  }
+  // shard = false: each instance counts the whole file.
+  auto whole = make({{"input", input_}, {"shard", "false"}});
+  whole->ctx->instance_index = 1;
+  whole->ctx->instance_count = 2;
+  whole->lane->setup(*whole->ctx);
+  while (!whole->lane->finished()) whole->lane->step(*whole->ctx);
+  EXPECT_EQ(whole->lane->report()["words"], 9);
+}
+
+TEST_F(PluginLaneTest, SavedProgressOfAnotherShardIsRefused) {
+  auto first = make({{"input", input_}, {"chunk_bytes", "4"}});
+  first->ctx->instance_count = 2;
+  first->lane->setup(*first->ctx);
+  first->lane->step(*first->ctx);
+  const std::string state = first->lane->save();
+  auto second = make({{"input", input_}, {"chunk_bytes", "4"}});
+  second->ctx->instance_index = 1;
+  second->ctx->instance_count = 2;
+  second->lane->setup(*second->ctx);
+  const std::size_t size = fs::file_size(input_);
+  const std::string second_half = "[" + std::to_string(size / 2) + ", " + std::to_string(size) + ")";
+  EXPECT_NE(lane_error([&] { second->lane->load(state); }).find("this instance bytes " + second_half), std::string::npos)
+      << lane_error([&] { second->lane->load(state); });
+}
+
+TEST_F(PluginLaneTest, FinishedIsStillTrueAfterTeardown) {
+  auto run = make({{"input", input_}});
+  EXPECT_FALSE(run->lane->finished());  // nothing done before setup
+  run->lane->setup(*run->ctx);
+  while (!run->lane->finished()) run->lane->step(*run->ctx);
+  run->lane->teardown(*run->ctx);
+  EXPECT_TRUE(run->lane->finished());
+  auto unfinished = make({{"input", input_}, {"chunk_bytes", "4"}});
+  unfinished->lane->setup(*unfinished->ctx);
+  unfinished->lane->step(*unfinished->ctx);
+  unfinished->lane->teardown(*unfinished->ctx);
+  EXPECT_FALSE(unfinished->lane->finished());
+}
+
+TEST(PluginAbiTest, AVersion1PluginStillLoadsAndGetsVersion1Arguments) {
+  LaneRegistry registry;
+  registry.load_plugin(PIPELANE_V1_PLUGIN);
+  std::unique_ptr<Lane> lane = registry.create("v1_counter");
+  EXPECT_EQ(lane->work_unit(), "steps");
+  const std::unique_ptr<Backend> device = make_cpu_backend(1);
+  FakeStream stream;
+  Arena arena("v1 lane", 1 << 16);
+  const LaneOptions options("v1_counter", {{"steps", "4"}, {"bytes", "100"}}, "lanes.ini");
+  LaneContext ctx{*device, stream, arena, options, "/some/out/dir", 3, 12345};
+  ctx.world_size = 8;  // a version-1 plugin never sees these
+  ctx.instance_index = 2;
+  ctx.instance_count = 5;
+  lane->setup(ctx);
+  EXPECT_GE(arena.used(), 100u);  // its allocator reached the arena
+  int steps = 0;
+  double units = 0;
+  while (!lane->finished()) {
+    units += lane->step(ctx);
+    ++steps;
+  }
+  EXPECT_EQ(steps, 4);
+  EXPECT_EQ(units, 4);
+  const nlohmann::json report = lane->report();
+  EXPECT_EQ(report["rank"], 3);  // every version-1 field arrived in place
+  EXPECT_EQ(report["seed"], 12345);
+  EXPECT_EQ(report["output_dir"], "/some/out/dir");
+  EXPECT_EQ(lane->save(), "4");
+  lane->teardown(ctx);
+  EXPECT_TRUE(lane->finished());
+
+  std::unique_ptr<Lane> picky = registry.create("v1_counter");
+  const LaneOptions unknown("v1_counter", {{"colour", "red"}}, "lanes.ini");
+  LaneContext bad{*device, stream, arena, unknown, "", 0, 1};
+  EXPECT_EQ(lane_error([&] { picky->setup(bad); }), "lanes.ini: [lane.v1_counter] colour: unknown key for lane 'v1_counter'");
+}
+
+int fake_finished(const void*) { return 1; }
+void* fake_create(const pipelane_lane_create_args*, char*, std::size_t) { return nullptr; }
+double fake_step(void*, char*, std::size_t) { return 0; }
+int fake_save(const void*, char**, std::size_t*, char*, std::size_t) { return 0; }
+int fake_load(void*, const char*, std::size_t, char*, std::size_t) { return 0; }
+void fake_destroy(void*) {}
+
+pipelane_lane_plugin complete_v2() {
+  pipelane_lane_plugin p{};
+  p.abi_version = 2;
+  p.struct_size = sizeof p;
+  p.name = "fake";
+  p.create = fake_create;
+  p.step = fake_step;
+  p.finished = fake_finished;
+  p.save = fake_save;
+  p.load = fake_load;
+  p.destroy = fake_destroy;
+  return p;
+}
+
+TEST(PluginAbiTest, DescriptionsAreReadUpToTheirStructSize) {
+  const pipelane_lane_plugin v2 = complete_v2();
+  const PluginDescription read = read_plugin_description(&v2, "x.so");
+  EXPECT_EQ(read.abi_version, 2u);
+  EXPECT_STREQ(read.fields.name, "fake");
+  EXPECT_EQ(read.fields.destroy, &fake_destroy);
+
+  // A description from a later header with fields appended: what this pipelane knows is read.
+  struct Longer {
+    pipelane_lane_plugin known;
+    void* appended[4];
+  } longer{complete_v2(), {}};
+  longer.known.struct_size = sizeof longer;
+  EXPECT_STREQ(read_plugin_description(&longer.known, "x.so").fields.name, "fake");
+
+  pipelane_lane_plugin truncated = complete_v2();
+  truncated.struct_size = 16;
+  EXPECT_NE(lane_error([&] { read_plugin_description(&truncated, "x.so"); }).find("x.so: lane ABI 2 description of 16 bytes"),
+            std::string::npos);
+  pipelane_lane_plugin incomplete = complete_v2();
+  incomplete.step = nullptr;
+  incomplete.load = nullptr;
+  EXPECT_EQ(lane_error([&] { read_plugin_description(&incomplete, "x.so"); }),
+            "x.so: lane plugin description lacks: step load");
+  EXPECT_EQ(lane_error([&] { read_plugin_description(nullptr, "x.so"); }),
+            "x.so: pipelane_lane_plugin_v1() returned NULL");
+}
+
 TEST_F(PluginLaneTest, RunsInsideTheGapScheduler) {
   // Real clock here: only the outcome is checked (all bytes counted), never how fast.
   GapSchedulerOptions options;
@@ -839,18 +1061,18 @@ TEST_F(PluginLaneTest, RunsInsideTheGapScheduler) {
   GapScheduler scheduler(device_, std::move(specs), options, std::chrono::steady_clock::now(),
                          [&](const std::string& line) { messages.push_back(line); });
   scheduler.calibrate();
-  for (int it = 0; it < 200 && !scheduler.summary()["lanes"]["word_count"]["finished"].get<bool>(); ++it) {
+  for (int it = 0; it < 200 && !scheduler.summary().lanes.at("word_count").finished; ++it) {
     const auto arrival = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
     scheduler.fill(it, 0, WaitKind::Warmup, [arrival] { return std::chrono::steady_clock::now() >= arrival; });
     scheduler.end_iteration(it);
   }
   scheduler.teardown();
-  const nlohmann::json lane = scheduler.summary()["lanes"]["word_count"];
+  const LaneStats lane = scheduler.summary().lanes.at("word_count");
   EXPECT_TRUE(messages.empty()) << messages[0];
-  EXPECT_TRUE(lane["finished"].get<bool>());
-  EXPECT_EQ(lane["units"].get<double>() + lane["calibration_units"].get<double>(),
-            static_cast<double>(fs::file_size(input_)));
-  EXPECT_EQ(lane["report"]["words"], 9);
+  EXPECT_TRUE(lane.finished);
+  EXPECT_GT(lane.calibration_units, 0);
+  EXPECT_EQ(lane.units, static_cast<double>(fs::file_size(input_)));  // calibration's bytes included
+  EXPECT_EQ(lane.report["words"], 9);
   EXPECT_TRUE(fs::exists(dir_ / "run" / "word_count" / "rank0" / "word_count.json"));
 }
 

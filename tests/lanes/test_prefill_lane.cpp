@@ -10,7 +10,7 @@
 
 #include "lanes/builtin/prefill_lane.h"
 #include "model/gpt_model.h"
-#include "runtime/device.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "tests/datasets/test_files.h"
 
 namespace pipelane {
@@ -20,7 +20,7 @@ using test_support::TempDir;
 using test_support::write_file;
 
 struct Harness {
-  std::unique_ptr<Device> device = make_cpu_device(1);
+  std::unique_ptr<Backend> device = make_cpu_backend(1);
   std::unique_ptr<Stream> stream = device->create_stream(StreamPriority::Low);
   Arena arena;
   LaneOptions options;
@@ -40,7 +40,9 @@ std::map<std::string, std::string> model_options() {
 // Full forward of the whole prompt through GptStage (the reference): logits of the last position.
 std::vector<float> reference_last_logits(const PrefillLane& lane, const std::vector<std::int32_t>& prompt) {
   const GptConfig cfg = lane.layout().config();
-  GptStage stage(cfg, StageRange::whole(cfg));
+  const std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  const std::unique_ptr<Stream> stream = backend->create_stream(StreamPriority::High);
+  GptStage stage(cfg, StageRange::whole(cfg), *backend, *stream);
   const int T = static_cast<int>(prompt.size());
   Arena arena("reference", 8u << 20);
   auto acts = stage.allocate_activations(arena, 1, T);

@@ -14,6 +14,7 @@
 #include "lanes/gap_scheduler.h"
 #include "lanes/isolation/plugin_probe.h"
 #include "lanes/isolation/process_lane.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "tests/lanes/builtin_io_test_env.h"
 
 namespace pipelane {
@@ -107,7 +108,7 @@ class HostilePlugin : public ::testing::TestWithParam<HostileCase> {};
 TEST_P(HostilePlugin, EndsInTheWorkerNamedAndLeavesNoProcessBehind) {
   const HostileCase& c = GetParam();
   LaneEnv env("hostile", {{"mode", c.mode}, {"good_steps", "2"}, {"step_us", "100"}}, 16u << 20);
-  const int threads = omp_get_max_threads();  // as the CPU device of env set it
+  const int threads = omp_get_max_threads();  // as the CPU backend of env left it
   const Outcome outcome = run_hostile(env, c.mode == "malloc" ? 80 : 6);  // 2 MiB a step, 64 MiB allowed
   // "a|b": either (where the outcome depends on the worker's memory layout).
   EXPECT_NE(("|" + c.kind + "|").find("|" + outcome.kind + "|"), std::string::npos) << outcome.message;
@@ -187,7 +188,7 @@ TEST(PluginProbe, DescribesAPluginWithoutLoadingItHere) {
     describe_plugin_in_worker(PIPELANE_BAD_PLUGIN_ABI7, command);
     FAIL() << "expected LaneError";
   } catch (const LaneError& e) {
-    EXPECT_EQ(std::string(e.what()), std::string(PIPELANE_BAD_PLUGIN_ABI7) + ": built for lane ABI 7, this pipelane speaks 1");
+    EXPECT_EQ(std::string(e.what()), std::string(PIPELANE_BAD_PLUGIN_ABI7) + ": built for lane ABI 7, this pipelane speaks 1 to 2");
   }
   // A plugin known only by its description runs in a worker whatever the isolation mode.
   LaneRegistry registry;
@@ -220,17 +221,17 @@ TEST(ProcessLane, RunsInsideTheGapSchedulerAndSavesThroughTheWorker) {
   options.lane_memory_bytes = 1 << 16;
   options.output_root = dir + "/run";
   auto fill_until_done = [](GapScheduler& scheduler) {
-    for (int it = 0; it < 400 && !scheduler.summary()["lanes"]["word_count"]["finished"].get<bool>(); ++it) {
+    for (int it = 0; it < 400 && !scheduler.summary().lanes.at("word_count").finished; ++it) {
       const auto arrival = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
       scheduler.fill(it, 0, WaitKind::Warmup, [arrival] { return std::chrono::steady_clock::now() >= arrival; });
       scheduler.end_iteration(it);
     }
   };
   std::string saved;
-  const std::unique_ptr<Device> device = make_cpu_device(1);
+  const std::unique_ptr<Backend> backend = make_cpu_backend(1);
   {
     std::vector<std::string> messages;
-    GapScheduler scheduler(*device, make_lane_specs(registry, {"word_count"}, sections, "lanes.ini", isolation),
+    GapScheduler scheduler(*backend, make_lane_specs(registry, {"word_count"}, sections, "lanes.ini", isolation),
                            options, std::chrono::steady_clock::now(),
                            [&](const std::string& line) { messages.push_back(line); });
     scheduler.calibrate();
@@ -239,25 +240,24 @@ TEST(ProcessLane, RunsInsideTheGapSchedulerAndSavesThroughTheWorker) {
     EXPECT_FALSE(saved.empty());
     fill_until_done(scheduler);
     scheduler.teardown();
-    const nlohmann::json lane = scheduler.summary()["lanes"]["word_count"];
+    const LaneStats lane = scheduler.summary().lanes.at("word_count");
     EXPECT_TRUE(messages.empty()) << messages[0];
-    EXPECT_EQ(lane["isolation"], "process");
-    EXPECT_TRUE(lane["finished"].get<bool>());
-    EXPECT_EQ(lane["units"].get<double>() + lane["calibration_units"].get<double>(),
-              static_cast<double>(std::filesystem::file_size(input)));
-    EXPECT_EQ(lane["report"]["words"], 9);
-    EXPECT_GT(lane["memory_high_water_bytes"].get<double>(), 0.0);
+    EXPECT_EQ(lane.isolation, "process");
+    EXPECT_TRUE(lane.finished);
+    EXPECT_EQ(lane.units, static_cast<double>(std::filesystem::file_size(input)));  // calibration included
+    EXPECT_EQ(lane.report["words"], 9);
+    EXPECT_GT(lane.memory_high_water_bytes, 0u);
     EXPECT_TRUE(std::filesystem::exists(dir + "/run/word_count/rank0/word_count.json"));
     EXPECT_TRUE(std::filesystem::exists(dir + "/run/word_count/rank0/worker.log"));
   }
   {  // restart from the state saved after calibration: the rest of the file, same totals
-    GapScheduler scheduler(*device, make_lane_specs(registry, {"word_count"}, sections, "lanes.ini", isolation),
+    GapScheduler scheduler(*backend, make_lane_specs(registry, {"word_count"}, sections, "lanes.ini", isolation),
                            options);
     scheduler.load_lanes({{"word_count", saved}});
     scheduler.calibrate();
     fill_until_done(scheduler);
     scheduler.teardown();
-    EXPECT_EQ(scheduler.summary()["lanes"]["word_count"]["report"]["words"], 9);
+    EXPECT_EQ(scheduler.summary().lanes.at("word_count").report["words"], 9);
   }
   std::filesystem::remove_all(dir);
 }

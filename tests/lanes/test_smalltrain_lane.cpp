@@ -15,7 +15,7 @@
 #include "lanes/builtin/smalltrain_lane.h"
 #include "model/adamw.h"
 #include "model/gpt_model.h"
-#include "runtime/device.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "tests/datasets/test_files.h"
 
 namespace pipelane {
@@ -54,7 +54,7 @@ std::string write_corpus(const TempDir& dir, bool with_valid = true, std::uint32
 }
 
 struct Harness {
-  std::unique_ptr<Device> device = make_cpu_device(1);
+  std::unique_ptr<Backend> device = make_cpu_backend(1);
   std::unique_ptr<Stream> stream = device->create_stream(StreamPriority::Low);
   Arena arena;
   LaneOptions options;
@@ -128,7 +128,7 @@ TEST(SmallTrainLane, LearnsWritesMetricsAndValidates) {
   EXPECT_EQ(lines[59]["loss"].get<double>(), last);
   EXPECT_EQ(lines[60]["val_loss"].get<double>(), *lane.val_loss());
   // Everything came from the arena.
-  EXPECT_EQ(h.arena.used(), SmallTrainLane::arena_bytes_needed(lane.settings()));
+  EXPECT_EQ(h.arena.used(), lane.arena_bytes_needed());
 }
 
 // The lane is exactly GptStage + AdamW + WindowSampler: a direct loop gives the same bits.
@@ -151,8 +151,9 @@ TEST(SmallTrainLane, SameLossesAsDirectLoopAndAcrossRuns) {
   ASSERT_EQ(runs[0].size(), 6u);
   EXPECT_EQ(runs[0], runs[1]);
 
-  // Direct loop.
-  (void)make_cpu_device(1);
+  // Direct loop, on one thread like the lane's backend (sgemm rounds differently per thread count).
+  const std::unique_ptr<Backend> one_thread = make_cpu_backend(1);
+  const std::unique_ptr<Stream> one_stream = one_thread->create_stream(StreamPriority::Low);
   GptConfig cfg;
   cfg.layers = 2;
   cfg.d_model = 32;
@@ -160,7 +161,7 @@ TEST(SmallTrainLane, SameLossesAsDirectLoopAndAcrossRuns) {
   cfg.max_seq_len = 16;
   cfg.vocab_size = 64;
   const int B = 4, T = 16, accum = 2;
-  GptStage stage(cfg, StageRange::whole(cfg));
+  GptStage stage(cfg, StageRange::whole(cfg), *one_thread, *one_stream);
   Arena arena("direct", 16u << 20);
   const std::size_t P = stage.layout().total_floats();
   float* params = arena.allocate_n<float>(P);
@@ -183,9 +184,9 @@ TEST(SmallTrainLane, SameLossesAsDirectLoopAndAcrossRuns) {
                            1.0f / (B * T * accum));
       stage.backward(params, grads, acts, scratch, in.data(), nullptr, nullptr);
     }
-    const double norm = std::sqrt(grad_sum_squares(stage.layout(), grads));
+    const double norm = std::sqrt(grad_sum_squares(stage.layout(), grads, *one_thread, *one_stream));
     adamw_step(stage.layout(), params, grads, m, v, AdamWConfig{}, 3e-3f, step + 1,
-               clip_scale(norm, 1.0f));
+               clip_scale(norm, 1.0f), *one_thread, *one_stream);
     direct.push_back(sum / (B * T * accum));
   }
   EXPECT_EQ(runs[0], direct);

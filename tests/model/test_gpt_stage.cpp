@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/gpt_model.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -28,7 +29,7 @@ struct StageHarness {
   MicrobatchActivations acts;
   StageScratch scratch;
   StageHarness(const GptConfig& c, StageRange r, int B, int T, std::uint64_t seed)
-      : stage(c, r),
+      : stage(c, r, testing::cpu_backend(), testing::cpu_stream()),
         arena("test", stage.activation_bytes(B, T) + stage.scratch_bytes(B, T)),
         params(stage.layout().total_floats()),
         grads(stage.layout().total_floats(), 0.f) {
@@ -168,9 +169,9 @@ TEST(GptStage, BackwardWithoutTrainingForwardIsAnError) {
 TEST(GptStage, RejectsImpossibleConfigsAndRanges) {
   GptConfig c = tiny_config();
   c.heads = 5;
-  EXPECT_THROW(GptStage(c, StageRange::whole(c)), std::invalid_argument);
+  EXPECT_THROW(GptStage(c, StageRange::whole(c), testing::cpu_backend(), testing::cpu_stream()), std::invalid_argument);
   c = tiny_config();
-  EXPECT_THROW(GptStage(c, {2, 5, false, true}), std::invalid_argument);
+  EXPECT_THROW(GptStage(c, {2, 5, false, true}, testing::cpu_backend(), testing::cpu_stream()), std::invalid_argument);
   EXPECT_EQ(c.padded_vocab(), 128);
 }
 

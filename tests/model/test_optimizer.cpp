@@ -5,6 +5,7 @@
 
 #include "model/adamw.h"
 #include "model/lr_schedule.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -38,16 +39,16 @@ TEST(AdamW, DecaysOnlyMatricesAndEmbeddings) {
       m(layout.total_floats(), 0.f), v(layout.total_floats(), 0.f);
   AdamWConfig cfg;
   cfg.weight_decay = 0.5f;
-  adamw_step(layout, p.data(), g.data(), m.data(), v.data(), cfg, 0.1f, 1, 1.0f);
+  adamw_step(layout, p.data(), g.data(), m.data(), v.data(), cfg, 0.1f, 1, 1.0f, testing::cpu_backend(), testing::cpu_stream());
   // Zero gradient: only decay moves a parameter, by the factor (1 - lr * wd).
   EXPECT_FLOAT_EQ(p[layout.find("h.0.attn.c_attn.weight")->offset], 0.95f);
   EXPECT_FLOAT_EQ(p[layout.find("wte")->offset], 0.95f);
   EXPECT_EQ(p[layout.find("h.0.attn.c_attn.bias")->offset], 1.0f);
   EXPECT_EQ(p[layout.find("ln_f.weight")->offset], 1.0f);
-  EXPECT_EQ(grad_sum_squares(layout, g.data()), 0.0);
+  EXPECT_EQ(grad_sum_squares(layout, g.data(), testing::cpu_backend(), testing::cpu_stream()), 0.0);
   g[layout.find("ln_f.bias")->offset] = 3.0f;
   g[layout.find("wpe")->offset + 1] = 4.0f;
-  EXPECT_EQ(grad_sum_squares(layout, g.data()), 25.0);
+  EXPECT_EQ(grad_sum_squares(layout, g.data(), testing::cpu_backend(), testing::cpu_stream()), 25.0);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "model/gpt_model.h"
 #include "tests/model/thread_tp_comm.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -62,7 +63,7 @@ struct StageState {
   std::vector<MicrobatchActivations> acts;
   StageScratch scratch;
   StageState(const GptConfig& c, StageRange r, TensorParallelComm* comm, bool split) {
-    stage = std::make_unique<GptStage>(c, r, comm);
+    stage = std::make_unique<GptStage>(c, r, testing::cpu_backend(), testing::cpu_stream(), comm);
     arena = std::make_unique<Arena>("split", kMicrobatches * stage->activation_bytes(kB, kT, split) +
                                                  stage->scratch_bytes(kB, kT));
     params.assign(stage->layout().total_floats(), 0.f);
@@ -273,7 +274,7 @@ TEST(SplitBackward, MemoryIsPaidOnlyWhenAsked) {
   ThreadTpGroup group(2);
   for (int tp : {1, 2}) {
     for (StageRange r : {StageRange::whole(c), StageRange{2, 4, false, true}}) {
-      GptStage stage(c, r, tp == 1 ? nullptr : &group.comm(0));
+      GptStage stage(c, r, testing::cpu_backend(), testing::cpu_stream(), tp == 1 ? nullptr : &group.comm(0));
       const std::size_t plain = stage.activation_bytes(kB, kT);
       const std::size_t split = stage.activation_bytes(kB, kT, true);
       // Per layer 4 [N,C] + d_fch [N,4C/tp] + d_qkv [N,3C/tp]; plus d_input on the first stage.

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +16,7 @@
 #include "model/adamw.h"
 #include "model/gpt_model.h"
 #include "tests/model/thread_tp_comm.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -44,7 +44,7 @@ struct RankState {
   MicrobatchActivations acts;
   StageScratch scratch;
   RankState(const GptConfig& c, StageRange r, TensorParallelComm* comm, std::uint64_t seed) {
-    stage = std::make_unique<GptStage>(c, r, comm);
+    stage = std::make_unique<GptStage>(c, r, testing::cpu_backend(), testing::cpu_stream(), comm);
     arena = std::make_unique<Arena>("tp", stage->activation_bytes(kB, kT) + stage->scratch_bytes(kB, kT));
     const std::size_t n = stage->layout().total_floats();
     params.assign(n, 0.f);
@@ -251,19 +251,51 @@ TEST(TensorParallel, AdamWStepsWithClippingMatchTp1) {
   }
   const float scale = 1.0f / (kB * kT);
 
-  // tp = 1.
+  // tp = 1. Per step, each element's AdamW denominator sqrt(v_hat) and each tensor's gradient
+  // noise scale are kept for the parameter bound below.
   RankState whole(c, StageRange::whole(c), nullptr, 9);
   std::vector<double> loss1, norm1;
+  std::vector<std::vector<float>> rms_grad(kSteps);   // sqrt(v_hat) per element, after step s
+  std::vector<std::vector<float>> grad_noise(kSteps); // per element: the noise scale of its tensor
   for (int s = 0; s < kSteps; ++s) {
     std::fill(whole.grads.begin(), whole.grads.end(), 0.f);
     loss1.push_back(whole.forward_backward(tokens[s], targets[s], scale));
-    EXPECT_EQ(grad_sum_squares_for_global_norm(whole.stage->layout(), whole.grads.data()),
-              grad_sum_squares(whole.stage->layout(), whole.grads.data()));
-    norm1.push_back(std::sqrt(grad_sum_squares(whole.stage->layout(), whole.grads.data())));
+    EXPECT_EQ(grad_sum_squares_for_global_norm(whole.stage->layout(), whole.grads.data(), testing::cpu_backend(), testing::cpu_stream()),
+              grad_sum_squares(whole.stage->layout(), whole.grads.data(), testing::cpu_backend(), testing::cpu_stream()));
+    norm1.push_back(std::sqrt(grad_sum_squares(whole.stage->layout(), whole.grads.data(), testing::cpu_backend(), testing::cpu_stream())));
+    const float clip = clip_scale(norm1.back(), max_norm);
     adamw_step(whole.stage->layout(), whole.params.data(), whole.grads.data(), whole.m.data(),
-               whole.v.data(), opt, lr, s + 1, clip_scale(norm1.back(), max_norm));
+               whole.v.data(), opt, lr, s + 1, clip, testing::cpu_backend(), testing::cpu_stream());
+    const double bias2 = 1.0 - std::pow(static_cast<double>(opt.beta2), s + 1);
+    rms_grad[s].resize(whole.v.size());
+    grad_noise[s].resize(whole.v.size());
+    for (std::size_t i = 0; i < whole.v.size(); ++i) rms_grad[s][i] = static_cast<float>(std::sqrt(whole.v[i] / bias2));
+    for (const ParamEntry& e : whole.stage->layout().entries()) {
+      float largest = 0;
+      for (std::size_t i = 0; i < e.numel; ++i) largest = std::max(largest, std::fabs(whole.grads[e.offset + i] * clip));
+      // A gradient element is a sum of fp32 products (over the B*T rows, after backward's own
+      // reductions over C): another summation order moves it by a few hundred units of roundoff
+      // (u = 6e-8) of the tensor's largest gradient at most; 1e-5 x that is the noise scale.
+      for (std::size_t i = 0; i < e.numel; ++i) grad_noise[s][e.offset + i] = 1e-5f * largest;
+    }
   }
   ASSERT_GT(norm1[0], max_norm) << "the test means to exercise clipping";
+
+  // What AdamW can do with gradient noise. Its step is lr * m_hat / (sqrt(v_hat) + eps), and by
+  // Cauchy-Schwarz |m_hat / sqrt(v_hat)| <= c_t = (1-b1)/sqrt(1-b2) * sqrt(sum_{k<t} (b1^2/b2)^k)
+  // * sqrt(1-b2^t) / (1-b1^t) (here about 1). A gradient perturbed by noise d moves the ratio by
+  // about d / sqrt(v_hat), never by more than 2 c_t. So element i of the two runs may differ by
+  //   2 lr * sum_t min(c_t, noise_t / sqrt(v_hat_t[i]))     (plus 1e-5 relative for the rest):
+  // tiny for ordinary parameters, up to lr per step for those whose gradient is pure rounding
+  // noise (the key bias of c_attn: softmax ignores a constant shift of a query's scores), and
+  // zero for a gradient that is exactly zero in both runs (vocabulary padding).
+  const auto adam_ratio_bound = [&](int t) {
+    const double b1 = opt.beta1, b2 = opt.beta2;
+    double geometric = 0;
+    for (int k = 0; k < t; ++k) geometric += std::pow(b1 * b1 / b2, k);
+    return (1 - b1) / std::sqrt(1 - b2) * std::sqrt(geometric) * std::sqrt(1 - std::pow(b2, t)) /
+           (1 - std::pow(b1, t));
+  };
 
   for (int tp : {2, 4}) {
     ThreadTpGroup group(tp);
@@ -276,14 +308,14 @@ TEST(TensorParallel, AdamWStepsWithClippingMatchTp1) {
         std::fill(st.grads.begin(), st.grads.end(), 0.f);
         loss[r].push_back(st.forward_backward(tokens[s], targets[s], scale));
         float sq = static_cast<float>(
-            grad_sum_squares_for_global_norm(st.stage->layout(), st.grads.data()));
+            grad_sum_squares_for_global_norm(st.stage->layout(), st.grads.data(), testing::cpu_backend(), testing::cpu_stream()));
         comm.all_reduce_sum(&sq, 1);
         norm[r].push_back(std::sqrt(double(sq)));
         adamw_step(st.stage->layout(), st.params.data(), st.grads.data(), st.m.data(), st.v.data(),
-                   opt, lr, s + 1, clip_scale(norm[r].back(), max_norm));
+                   opt, lr, s + 1, clip_scale(norm[r].back(), max_norm), testing::cpu_backend(), testing::cpu_stream());
       }
     });
-    double worst_loss = 0, worst_norm = 0, worst_param = 0;
+    double worst_loss = 0, worst_norm = 0, worst_share = 0;
     for (int s = 0; s < kSteps; ++s) {
       for (int r = 1; r < tp; ++r) EXPECT_EQ(loss[r][s], loss[0][s]);
       worst_loss = std::max(worst_loss, std::fabs(loss[0][s] - loss1[s]) / loss1[s]);
@@ -291,26 +323,33 @@ TEST(TensorParallel, AdamWStepsWithClippingMatchTp1) {
       EXPECT_NEAR(loss[0][s], loss1[s], kTol * loss1[s]) << "step " << s << " tp " << tp;
       EXPECT_NEAR(norm[0][s], norm1[s], kTol * norm1[s]) << "step " << s << " tp " << tp;
     }
+    std::size_t checked = 0, loose = 0;
     for (const ParamEntry& e : whole.stage->layout().entries()) {
-      auto got = gather(ranks, e.name, &RankState::params), want = tensor(whole, e.name, whole.params);
-      if (e.name.find("c_attn.bias") != std::string::npos) {
-        // The key bias's gradient is zero in exact arithmetic (it shifts a query's scores by a
-        // constant, which softmax ignores), so both runs feed AdamW pure rounding noise, which it
-        // normalises into +-lr steps. Leave its block out of the comparison; it can only have
-        // moved by the steps' size.
-        const std::size_t C = c.d_model;
-        for (std::size_t i = C; i < 2 * C; ++i) {
-          EXPECT_LE(std::fabs(got[i]), kSteps * lr * 1.001f);
-          got[i] = want[i] = 0.f;
+      const auto got = gather(ranks, e.name, &RankState::params), want = tensor(whole, e.name, whole.params);
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        double allowed = 1e-5 * std::fabs(want[i]);
+        double noise_steps = 0;
+        for (int s = 0; s < kSteps; ++s) {
+          const std::size_t at = e.offset + i;  // tp = 1 layout: the full tensor in place
+          // A gradient that is exactly zero (vocabulary padding rows) gives AdamW nothing to move.
+          const double ratio_move = rms_grad[s][at] > 0 ? grad_noise[s][at] / rms_grad[s][at] : 0.0;
+          noise_steps += std::min(adam_ratio_bound(s + 1), ratio_move);
         }
+        allowed += 2 * lr * noise_steps;
+        const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+        ASSERT_LE(diff, allowed) << e.name << "[" << i << "] tp " << tp << ": " << got[i] << " vs " << want[i];
+        worst_share = std::max(worst_share, allowed > 0 ? diff / allowed : 0.0);
+        ++checked;
+        loose += noise_steps > 0.1;
       }
-      worst_param = std::max(worst_param, rel_err(got, want));
     }
-    // Parameters after 3 steps: AdamW divides by sqrt(v), which magnifies rounding in tiny
-    // gradients, so this bound is looser; the losses above are the contract.
-    EXPECT_LE(worst_param, 1e-4) << "tp " << tp;
-    std::printf("[ tp=%d ] 3 AdamW steps: max rel err loss %.3g, grad norm %.3g, params %.3g\n", tp,
-                worst_loss, worst_norm, worst_param);
+    // The bound must stay tight for almost every parameter (it is not a blanket tolerance). Here
+    // 378 of 30080 (1.3%) have noise-level gradients: the c_attn key biases (zero gradient in
+    // exact arithmetic) and key-weight entries, plus a few rare embedding rows.
+    EXPECT_LT(loose, checked / 50) << loose << " of " << checked << " parameters had noise-level gradients";
+    std::printf("[ tp=%d ] 3 AdamW steps: max rel err loss %.3g, grad norm %.3g; params within %.0f%% of "
+                "their AdamW bound (%zu of %zu with noise-level gradients)\n",
+                tp, worst_loss, worst_norm, 100 * worst_share, loose, checked);
   }
 }
 

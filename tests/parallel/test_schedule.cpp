@@ -474,7 +474,7 @@ TEST(ScheduleSimulator, RejectsBadCosts) {
 }
 
 TEST(ScheduleTheory, ReferenceExamples) {
-  // REFERENCE.md: p = 4, m = 4 -> 3/7.
+  // The FreeRide setting: p = 4, m = 4 -> 3/7.
   EXPECT_DOUBLE_EQ(theoretical_bubble_fraction({ScheduleKind::OneFOneB, 4, 1, 4}), 3.0 / 7.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble_fraction({ScheduleKind::GPipe, 4, 1, 4}), 3.0 / 7.0);
   EXPECT_DOUBLE_EQ(theoretical_bubble_fraction({ScheduleKind::Interleaved, 4, 2, 4}), 3.0 / 11.0);

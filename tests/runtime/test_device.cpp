@@ -1,4 +1,4 @@
-// The CPU device: kind, threads, flush-to-zero, streams and events; and TensorView.
+// The CPU backend: kind, threads, flush-to-zero, streams and events; and TensorView.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <pmmintrin.h>
@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/device.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/tensor.h"
 
 namespace pipelane {
@@ -43,27 +43,55 @@ float denormal_product() {
   return x * y;
 }
 
-TEST(CpuDevice, ReportsKindNameAndThreads) {
+TEST(CpuBackend, ReportsKindNameAndThreads) {
   MxcsrGuard guard;
   const int before = omp_get_max_threads();
-  auto dev = make_cpu_device(2);
+  auto dev = make_cpu_backend(2);
   EXPECT_EQ(dev->kind(), DeviceKind::Cpu);
   EXPECT_EQ(dev->threads(), 2);
   EXPECT_NE(dev->name().find("cpu"), std::string::npos) << dev->name();
   EXPECT_NE(dev->name().find('2'), std::string::npos) << dev->name();
-  EXPECT_EQ(omp_get_max_threads(), 2);  // the device's kernels run with its thread count
-  omp_set_num_threads(before);
+  EXPECT_EQ(omp_get_max_threads(), before);  // the caller's setting is not the backend's
 }
 
-TEST(CpuDevice, DefaultThreadCountIsPositive) {
+// The thread count belongs to the backend instance: its ops run with it, and neither creating
+// a second backend nor running its ops changes the caller's or the first backend's threads.
+// Observed from inside an op: the vocab-parallel head calls its group callbacks on the calling
+// thread, outside any parallel region, while the op runs.
+TEST(CpuBackend, OpsRunWithTheInstancesThreadCountAndRestoreTheCallers) {
+  MxcsrGuard guard;
+  omp_set_num_threads(3);
+  auto two = make_cpu_backend(2);
+  auto one = make_cpu_backend(1);
+  auto stream = two->create_stream(StreamPriority::High);
+  const auto threads_seen_inside = [&](Backend& b) {
+    int seen = -1;
+    const GroupReduce reduce{[&](float*, std::size_t) { seen = omp_get_max_threads(); },
+                             [&](float*, std::size_t) { seen = omp_get_max_threads(); }};
+    const int N = 2, C = 4, V = 8;
+    std::vector<float> losses(N), x(N * C, 0.1f), wte(V * C, 0.2f);
+    std::vector<std::int32_t> targets{1, 2};
+    std::vector<float> scratch(b.lm_head_vocab_parallel_scratch_floats(N, V));
+    b.lm_head_cross_entropy_vocab_parallel(losses.data(), nullptr, nullptr, x.data(), wte.data(),
+                                           targets.data(), N, C, V, 0, V, 1.f, scratch.data(),
+                                           reduce, *stream);
+    return seen;
+  };
+  EXPECT_EQ(threads_seen_inside(*two), 2);
+  EXPECT_EQ(threads_seen_inside(*one), 1);
+  EXPECT_EQ(threads_seen_inside(*two), 2);
+  EXPECT_EQ(omp_get_max_threads(), 3);
+}
+
+TEST(CpuBackend, DefaultThreadCountIsPositive) {
   MxcsrGuard guard;
   const int before = omp_get_max_threads();
-  auto dev = make_cpu_device();
+  auto dev = make_cpu_backend();
   EXPECT_GE(dev->threads(), 1);
   omp_set_num_threads(before);
 }
 
-TEST(CpuDevice, TurnsOnFlushToZeroOnTheCallerAndTheWorkers) {
+TEST(CpuBackend, TurnsOnFlushToZeroOnTheCallerAndTheWorkers) {
   MxcsrGuard guard;
   const int before = omp_get_max_threads();
   // Start from gradual underflow everywhere, and check that it is observable.
@@ -73,7 +101,7 @@ TEST(CpuDevice, TurnsOnFlushToZeroOnTheCallerAndTheWorkers) {
   ASSERT_FALSE(flush_denormals_enabled_on_this_thread());
   ASSERT_NE(denormal_product(), 0.0f) << "denormals are flushed before the device exists";
 
-  auto dev = make_cpu_device(2);
+  auto dev = make_cpu_backend(2);
   EXPECT_TRUE(flush_denormals_enabled_on_this_thread());
   EXPECT_EQ(denormal_product(), 0.0f);
   std::vector<int> worker_ftz(2, -1);
@@ -91,7 +119,7 @@ TEST(CpuDevice, TurnsOnFlushToZeroOnTheCallerAndTheWorkers) {
   omp_set_num_threads(before);
 }
 
-TEST(CpuDevice, EnableFlushDenormalsOnThisThreadOnly) {
+TEST(CpuBackend, EnableFlushDenormalsOnThisThreadOnly) {
   MxcsrGuard guard;
   disable_flush_denormals_on_this_thread();
   EXPECT_FALSE(flush_denormals_enabled_on_this_thread());
@@ -110,10 +138,10 @@ TEST(CpuDevice, EnableFlushDenormalsOnThisThreadOnly) {
   EXPECT_NE(denormal_product(), 0.0f);
 }
 
-TEST(CpuDevice, StreamsKeepTheirPriority) {
+TEST(CpuBackend, StreamsKeepTheirPriority) {
   MxcsrGuard guard;
   const int before = omp_get_max_threads();
-  auto dev = make_cpu_device(2);
+  auto dev = make_cpu_backend(2);
   for (StreamPriority p : {StreamPriority::High, StreamPriority::Normal, StreamPriority::Low}) {
     auto s = dev->create_stream(p);
     ASSERT_NE(s, nullptr);
@@ -127,10 +155,10 @@ TEST(CpuDevice, StreamsKeepTheirPriority) {
   omp_set_num_threads(before);
 }
 
-TEST(CpuDevice, EventsRecordAndMeasureElapsedTime) {
+TEST(CpuBackend, EventsRecordAndMeasureElapsedTime) {
   MxcsrGuard guard;
   const int before = omp_get_max_threads();
-  auto dev = make_cpu_device(2);
+  auto dev = make_cpu_backend(2);
   auto stream = dev->create_stream(StreamPriority::High);
   auto start = dev->create_event(), stop = dev->create_event();
   EXPECT_FALSE(start->query());

@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/ops.h"
+#include "runtime/cpu/cpu_ops.h"
 #include "tests/runtime/reference_ops.h"
 
 namespace pipelane {

@@ -13,6 +13,7 @@
 #include "tests/datasets/test_files.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -243,7 +244,7 @@ TEST(CheckpointSave, PrunesOnlyAfterANewerOneIsComplete) {
   o.schedule.pp = 1;
   o.schedule.microbatches = 1;
   o.seq_len = 16;
-  PipelineExecutor exec(o, topo);
+  PipelineExecutor exec(o, topo, testing::cpu_backend());
   const std::string root = tmp.file("checkpoints");
   TrainingProgress prog;
   prog.sampler = {"test", {0, 0}};

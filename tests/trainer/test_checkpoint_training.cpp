@@ -14,6 +14,7 @@
 #include "tests/trainer/test_checkpoint_support.h"
 #include "trainer/checkpoint.h"
 #include "trainer/export_command.h"
+#include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
@@ -234,7 +235,7 @@ std::vector<float> pipelane_logits(const std::string& dir, const std::vector<std
   CheckpointReader r(dir);
   const GptConfig cfg = r.model();
   *cfg_out = cfg;
-  GptStage stage(cfg, StageRange::whole(cfg));
+  GptStage stage(cfg, StageRange::whole(cfg), testing::cpu_backend(), testing::cpu_stream());
   const int B = static_cast<int>(tokens.size()) / T;
   Arena arena("test", stage.activation_bytes(B, T) + stage.scratch_bytes(B, T) +
                           stage.layout().total_floats() * sizeof(float) + (1 << 20));

@@ -1,6 +1,6 @@
-// LaneValuation: the overhead and FreeRide-style cost saving written into summary.json, from a
-// lanes-off run's summary.json and `pipelane lane-bench --json` lines; bad files stop the run
-// before training with the file (and line) named.
+// LaneValuation: the overhead and FreeRide-style cost saving (gross and net, at the two devices'
+// prices) written into summary.json, from a lanes-off run's summary.json and `pipelane lane-bench
+// --json` lines; bad files stop the run before training with the file (and line) named.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,6 +9,7 @@
 
 #include "tests/datasets/test_files.h"
 #include "trainer/lane_valuation.h"
+#include "trainer/train_options.h"
 
 namespace pipelane {
 namespace {
@@ -32,10 +33,21 @@ const char* kBaseline =
 const char* kDedicated =
     "{\"lane\": \"pagerank\", \"units_per_s\": 1000.0}\n\n{\"lane\": \"imageproc\", \"units_per_s\": 50.0}\n";
 
-nlohmann::json lanes_total() {
-  return {{"bubble_s", 4.0},
-          {"harvested_s", 3.0},
-          {"lanes", {{"pagerank", {{"units", 2000.0}}}, {"imageproc", {{"units", 100.0}}}}}};
+// Two lanes' totals over ranks; pagerank's calibration before training did 30 more edges, which
+// the valuation leaves out (only work done while training ran is valued).
+CombinedLaneSummary lanes_total() {
+  CombinedLaneSummary total;
+  total.bubble_s = 4.0;
+  total.harvested_s = 3.0;
+  total.lanes["pagerank"].units = 2030;
+  total.lanes["pagerank"].calibration_units = 30;
+  total.lanes["imageproc"].units = 100;
+  return total;
+}
+
+nlohmann::json valued(const LaneValuation& v, double train_s, double step_ms) {
+  const CombinedLaneSummary total = lanes_total();
+  return valued_total_json(total, v.value(total, train_s, step_ms, 2));
 }
 
 TEST(LaneValuation, OverheadAndCostSavingFollowFreeRidesFormulas) {
@@ -43,23 +55,59 @@ TEST(LaneValuation, OverheadAndCostSavingFollowFreeRidesFormulas) {
   write_file(dir.file("off.json"), kBaseline);
   write_file(dir.file("bench.jsonl"), kDedicated);
   const LaneValuation v = LaneValuation::load(lanes_on(dir.file("off.json"), dir.file("bench.jsonl")), 2);
-  nlohmann::json total = lanes_total();
-  v.annotate(total, 10.5, 410.0, 2);
+  const nlohmann::json total = valued(v, 10.5, 410.0);
   EXPECT_NEAR(total["overhead"]["fraction"].get<double>(), 0.05, 1e-12);
   EXPECT_NEAR(total["overhead"]["step_median_fraction"].get<double>(), 0.025, 1e-12);
   // value = 2000/1000 + 100/50 = 4 device-s; extra = 2 ranks x 0.5 s = 1; training = 2 x 10 = 20.
-  EXPECT_NEAR(total["cost_saving"]["value_device_s"].get<double>(), 4.0, 1e-12);
-  EXPECT_NEAR(total["cost_saving"]["extra_device_s"].get<double>(), 1.0, 1e-12);
-  EXPECT_NEAR(total["cost_saving"]["fraction"].get<double>(), 0.15, 1e-12);
-  EXPECT_FALSE(total["cost_saving"]["gross"].get<bool>());
+  const nlohmann::json& c = total["cost_saving"];
+  EXPECT_NEAR(c["value_device_s"].get<double>(), 4.0, 1e-12);
+  EXPECT_NEAR(c["extra_device_s"].get<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(c["training_device_s"].get<double>(), 20.0, 1e-12);
+  EXPECT_NEAR(c["gross_fraction"].get<double>(), 0.2, 1e-12);  // 4 / 20
+  EXPECT_NEAR(c["net_fraction"].get<double>(), 0.15, 1e-12);   // (4 - 1) / 20
+  EXPECT_NEAR(c["fraction"].get<double>(), 0.15, 1e-12);       // the net one, where known
+  EXPECT_FALSE(c["gross"].get<bool>());
+  // Prices not given: equal, and no currency amounts.
+  EXPECT_EQ(c["price_ratio"].get<double>(), 1.0);
+  EXPECT_TRUE(c["train_price_per_hour"].is_null());
+  EXPECT_TRUE(c["value_cost"].is_null());
   EXPECT_NEAR(total["lanes"]["imageproc"]["units_per_train_s"].get<double>(), 100 / 10.5, 1e-12);
+  EXPECT_NEAR(total["lanes"]["pagerank"]["units_per_train_s"].get<double>(), 2000 / 10.5, 1e-12);
   EXPECT_NEAR(total["lanes"]["imageproc"]["value_device_s"].get<double>(), 2.0, 1e-12);
+  EXPECT_EQ(total["lanes"]["pagerank"]["units"].get<double>(), 2030);  // the lane's work stays whole
+}
+
+TEST(LaneValuation, PricesValueLaneWorkAtTheDedicatedDevicesPrice) {
+  // FreeRide's pricing: lane work valued on an RTX 3080 at 0.18/h, training on RTX 6000 Ada at 0.99/h.
+  TempDir dir;
+  write_file(dir.file("off.json"), kBaseline);
+  write_file(dir.file("bench.jsonl"), kDedicated);
+  TrainOptions o = lanes_on(dir.file("off.json"), dir.file("bench.jsonl"));
+  o.lanes.train_price_per_hour = 0.99;
+  o.lanes.dedicated_price_per_hour = 0.18;
+  const nlohmann::json c = valued(LaneValuation::load(o, 2), 10.5, 410.0)["cost_saving"];
+  const double ratio = 0.18 / 0.99;
+  EXPECT_NEAR(c["price_ratio"].get<double>(), ratio, 1e-15);
+  EXPECT_NEAR(c["gross_fraction"].get<double>(), 4.0 * ratio / 20, 1e-12);
+  EXPECT_NEAR(c["net_fraction"].get<double>(), (4.0 * ratio - 1.0) / 20, 1e-12);  // negative: not worth it here
+  EXPECT_NEAR(c["value_cost"].get<double>(), 4.0 * 0.18 / 3600, 1e-15);
+  EXPECT_NEAR(c["training_cost"].get<double>(), 20.0 * 0.99 / 3600, 1e-15);
+  EXPECT_NEAR(c["extra_cost"].get<double>(), 1.0 * 0.99 / 3600, 1e-15);
+  // The saving is (value cost - extra cost) / training cost, in any currency.
+  EXPECT_NEAR(c["net_fraction"].get<double>(),
+              (c["value_cost"].get<double>() - c["extra_cost"].get<double>()) / c["training_cost"].get<double>(), 1e-12);
+
+  // Only the training device's price: lane work is priced the same, the fractions do not move.
+  o.lanes.dedicated_price_per_hour = 0;
+  const nlohmann::json same = valued(LaneValuation::load(o, 2), 10.5, 410.0)["cost_saving"];
+  EXPECT_EQ(same["price_ratio"].get<double>(), 1.0);
+  EXPECT_NEAR(same["gross_fraction"].get<double>(), 0.2, 1e-12);
+  EXPECT_NEAR(same["value_cost"].get<double>(), 4.0 * 0.99 / 3600, 1e-15);
 }
 
 TEST(LaneValuation, WithoutInputsTheEntriesAreNullAndSayWhatWouldFillThem) {
   const LaneValuation v = LaneValuation::load(lanes_on("", ""), 2);
-  nlohmann::json total = lanes_total();
-  v.annotate(total, 10.5, 410.0, 2);
+  const nlohmann::json total = valued(v, 10.5, 410.0);
   EXPECT_TRUE(total["overhead"].is_null());
   EXPECT_TRUE(total["cost_saving"].is_null());
   EXPECT_NE(total["overhead_needs"].get<std::string>().find("[lanes] baseline"), std::string::npos);
@@ -67,14 +115,27 @@ TEST(LaneValuation, WithoutInputsTheEntriesAreNullAndSayWhatWouldFillThem) {
   EXPECT_TRUE(total["lanes"]["pagerank"]["value_device_s"].is_null());
 }
 
-TEST(LaneValuation, WithoutABaselineTheSavingIsGross) {
+TEST(LaneValuation, WithoutABaselineOnlyTheGrossSavingIsKnown) {
   TempDir dir;
   write_file(dir.file("bench.jsonl"), kDedicated);
   const LaneValuation v = LaneValuation::load(lanes_on("", dir.file("bench.jsonl")), 2);
-  nlohmann::json total = lanes_total();
-  v.annotate(total, 10.0, 400.0, 2);
-  EXPECT_TRUE(total["cost_saving"]["gross"].get<bool>());
-  EXPECT_NEAR(total["cost_saving"]["fraction"].get<double>(), 4.0 / 20.0, 1e-12);
+  const nlohmann::json c = valued(v, 10.0, 400.0)["cost_saving"];
+  EXPECT_TRUE(c["gross"].get<bool>());
+  EXPECT_NEAR(c["gross_fraction"].get<double>(), 4.0 / 20.0, 1e-12);
+  EXPECT_NEAR(c["fraction"].get<double>(), 4.0 / 20.0, 1e-12);
+  EXPECT_TRUE(c["net_fraction"].is_null());
+  EXPECT_TRUE(c["extra_device_s"].is_null());
+}
+
+TEST(LaneValuation, PerStageEntriesValueOnlyTheirLanes) {
+  TempDir dir;
+  write_file(dir.file("bench.jsonl"), kDedicated);
+  const LaneValuation v = LaneValuation::load(lanes_on("", dir.file("bench.jsonl")), 2);
+  const CombinedLaneSummary stage = lanes_total();
+  const nlohmann::json j = valued_lanes_json(stage, v.value_lanes(stage, 10.0));
+  EXPECT_NEAR(j["lanes"]["pagerank"]["value_device_s"].get<double>(), 2.0, 1e-12);
+  EXPECT_FALSE(j.contains("cost_saving"));
+  EXPECT_FALSE(j.contains("overhead"));
 }
 
 std::string load_error(const TrainOptions& o, int world = 2) {
@@ -115,6 +176,20 @@ TEST(LaneValuation, BadFilesNameTheFileLineAndWhatWasExpected) {
   write_file(dir.file("zero.jsonl"), "{\"lane\": \"pagerank\", \"units_per_s\": 0}\n");
   EXPECT_NE(load_error(lanes_on("", dir.file("zero.jsonl"))).find(":1: lane pagerank has units_per_s = 0"), std::string::npos);
   EXPECT_EQ(load_error(lanes_on(off, bench)), "(no error)");
+}
+
+TEST(LaneValuation, ADedicatedPriceNeedsTheTrainingPrice) {
+  const char* argv[] = {"train", "--lanes.enabled=pagerank", "--lanes.dedicated_price_per_hour=0.18"};
+  try {
+    parse_train_options(3, argv);
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("[lanes] dedicated_price_per_hour needs train_price_per_hour"), std::string::npos)
+        << e.what();
+  }
+  const char* both[] = {"train", "--lanes.enabled=pagerank", "--lanes.dedicated_price_per_hour=0.18",
+                        "--lanes.train_price_per_hour=0.99"};
+  EXPECT_EQ(parse_train_options(4, both).lanes.dedicated_price_per_hour, 0.18);
 }
 
 }  // namespace

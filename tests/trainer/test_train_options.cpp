@@ -316,6 +316,7 @@ TEST_F(TrainOptionsTest, ToIniRoundTrips) {
 // Every key a user can set, with its default as text. Written out here rather than taken
 // from the implementation so that a key missing from the option table fails the test.
 const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWithDefault = {
+    {"runtime", "backend", "cpu"},
     {"model", "layers", "4"},          {"model", "d_model", "128"},       {"model", "heads", "4"},
     {"model", "seq_len", "128"},       {"model", "vocab_size", "256"},    {"train", "micro_batch", "8"},
     {"train", "global_batch", "8"},    {"train", "steps", "200"},         {"train", "lr", "0.001"},
@@ -331,10 +332,13 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"parallel", "layers_per_stage", ""},
     {"run", "dir", "runs/latest"},     {"run", "log_every", "10"},
     {"run", "checkpoint_every", "0"},  {"run", "keep_last", "3"},       {"run", "resume", "auto"},
+    {"run", "timeout_s", "600"},
     {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
     {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
     {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "isolation", "auto"},
     {"lanes", "output_mb", "1024"},    {"lanes", "baseline", ""},     {"lanes", "dedicated", ""},
+    {"lanes", "plan", ""},
+    {"lanes", "train_price_per_hour", "0"}, {"lanes", "dedicated_price_per_hour", "0"},
 };
 
 TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {

@@ -1,5 +1,6 @@
-// The CPU op set a GPT needs, forward and backward, fp32, row-major, OpenMP-parallel, matmuls
-// through OpenBLAS sgemm. N = rows (B*T), C = channels.
+// The CPU backend's kernels (private to runtime/cpu/: everything else calls them through
+// Backend, runtime/backend.h). The op set a GPT needs, forward and backward, fp32, row-major,
+// OpenMP-parallel, matmuls through OpenBLAS sgemm. N = rows (B*T), C = channels.
 //
 // Gradient conventions (llm.c style, chosen so gradient accumulation costs nothing):
 // - parameter gradients (dw, db, dwte, ...) are ACCUMULATED (+=);
@@ -14,13 +15,25 @@
 #include <cstdint>
 #include <functional>
 
+#include "runtime/backend.h"
+
 namespace pipelane::cpu {
+
+using ::pipelane::AdamWParams;
+using ::pipelane::GroupReduce;
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
                        int B, int T, int C);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
                         int B, int T, int C);
+// The vocab-parallel embedding (see Backend): a lookup of this rank's rows (zeros elsewhere), the
+// positions added after the all-reduce, and the backward restricted to this rank's rows.
+void embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
+                            int v0, int vcount);
+void add_positions(float* out, const float* wpe, int B, int T, int C);
+void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
+                              const std::int32_t* tokens, int B, int T, int C, int v0, int vcount);
 
 // Layernorm over the last dimension, eps 1e-5 (PyTorch's default). mean/rstd are saved for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -54,6 +67,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 // dqkv (=).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH);
+// KV-cache attention for inference (see Backend::attention_forward_kv).
+void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
+                          float* v_cache, int past, int n, int C, int NH);
 
 // GeLU, tanh approximation.
 void gelu_forward(float* out, const float* inp, std::size_t n);
@@ -61,6 +77,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
 
 void add_forward(float* out, const float* a, const float* b, std::size_t n);  // out = a + b
 void add_inplace(float* acc, const float* x, std::size_t n);                  // acc += x
+void add_bias(float* out, const float* bias, int N, int C);                     // out[n,:] += bias
 
 // logits[N,Vp] = x[N,C] @ wte[Vp,C]^T (the tied LM head, for inspection and inference).
 void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp);
@@ -87,10 +104,6 @@ double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float*
 // is non-null runs backward for d(sum(losses) * grad_scale): dx (=) is all-reduced, dwte (+=) is
 // local. losses[N] are the full losses on every rank; returns their sum (double). scratch holds
 // lm_head_vocab_parallel_scratch_floats(N, vocab_count) floats.
-struct GroupReduce {
-  std::function<void(float* data, std::size_t n)> sum;
-  std::function<void(float* data, std::size_t n)> max;
-};
 std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count);
 double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
                                             const float* wte, const std::int32_t* targets, int N,
@@ -104,10 +117,6 @@ void scale_inplace(float* x, float s, std::size_t n);
 
 // One AdamW step on a tensor (PyTorch's AdamW: decoupled weight decay, bias correction).
 // grad_scale multiplies the gradient first (global-norm clipping). t is the 1-based step.
-struct AdamWParams {
-  float lr, beta1, beta2, eps, weight_decay;
-  int t;
-};
 void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                   const AdamWParams& h, float grad_scale);
 

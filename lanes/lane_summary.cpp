@@ -1,0 +1,219 @@
+#include "lanes/lane_summary.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace pipelane {
+
+namespace {
+
+double fraction(double part, double whole) { return whole > 0 ? part / whole : 0.0; }
+
+// A field of `json` converted to T; `fallback` when absent (summaries of older runs lack some).
+template <typename T>
+T read(const nlohmann::json& json, const char* key, T fallback) {
+  const auto it = json.find(key);
+  if (it == json.end() || it->is_null()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw std::invalid_argument(std::string("lane summary: '") + key + "' has the wrong type");
+  }
+}
+
+const nlohmann::json& required(const nlohmann::json& json, const char* key) {
+  const auto it = json.find(key);
+  if (it == json.end() || it->is_null()) throw std::invalid_argument(std::string("lane summary: no '") + key + "'");
+  return *it;
+}
+
+LaneStats lane_stats_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("lane summary: a lane entry is not an object");
+  LaneStats s;
+  s.work_unit = read<std::string>(j, "work_unit", "");
+  s.units = read<double>(j, "units", 0);
+  s.steps = read<long>(j, "steps", 0);
+  s.lane_s = read<double>(j, "lane_s", 0);
+  s.calibration_units = read<double>(j, "calibration_units", 0);
+  s.calibration_steps = read<long>(j, "calibration_steps", 0);
+  s.harvested_s = read<double>(j, "harvested_s", 0);
+  s.overrun_s = read<double>(j, "overrun_s", 0);
+  s.calibrated_step_s = read<double>(j, "calibrated_step_s", 0);
+  s.predicted_step_s = read<double>(j, "predicted_step_s", 0);
+  s.finished = read<bool>(j, "finished", false);
+  s.quarantined = read<bool>(j, "quarantined", false);
+  s.quarantine_reason = read<std::string>(j, "quarantine_reason", "");
+  s.memory_high_water_bytes = read<std::size_t>(j, "memory_high_water_bytes", 0);
+  s.isolation = read<std::string>(j, "isolation", "");
+  const auto report = j.find("report");
+  if (report != j.end()) s.report = *report;
+  return s;
+}
+
+LanePlan plan_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("lane summary: 'plan' is not an object");
+  LanePlan plan;
+  for (const auto& [key, names] : j.items()) {
+    std::size_t used = 0;
+    int gap_id = -1;
+    try {
+      gap_id = std::stoi(key, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != key.size() || gap_id < 0)
+      throw std::invalid_argument("lane summary: plan gap id '" + key + "' is not a non-negative integer");
+    if (!names.is_array()) throw std::invalid_argument("lane summary: plan gap " + key + " is not a list of lanes");
+    std::vector<std::string>& sequence = plan[gap_id];  // an empty gap is part of the plan too
+    for (const auto& name : names) {
+      if (!name.is_string()) throw std::invalid_argument("lane summary: plan gap " + key + " lists a non-string");
+      sequence.push_back(name.get<std::string>());
+    }
+  }
+  return plan;
+}
+
+void add(CombinedLaneSummary& total, const StageLaneSummary& rank) {
+  total.bubble_s += rank.bubble_s;
+  total.harvested_s += rank.harvested_s;
+  total.overrun_s += rank.overrun_s;
+  total.bubble_after_profiling_s += rank.bubble_after_profiling_s;
+  total.harvested_after_profiling_s += rank.harvested_after_profiling_s;
+  for (const auto& [name, lane] : rank.lanes) {
+    LaneTotal& t = total.lanes[name];
+    if (!lane.work_unit.empty()) t.work_unit = lane.work_unit;
+    t.units += lane.units;
+    t.steps += lane.steps;
+    t.lane_s += lane.lane_s;
+    t.calibration_units += lane.calibration_units;
+    t.harvested_s += lane.harvested_s;
+    t.overrun_s += lane.overrun_s;
+    if (lane.quarantined) total.quarantined.push_back({name, rank.rank, lane.quarantine_reason});
+  }
+}
+
+}  // namespace
+
+CombinedLaneSummary combine_lane_summaries(const std::vector<StageLaneSummary>& ranks) {
+  CombinedLaneSummary total;
+  for (const StageLaneSummary& rank : ranks) add(total, rank);
+  return total;
+}
+
+std::vector<CombinedLaneSummary> lane_summaries_per_stage(const std::vector<StageLaneSummary>& ranks, int stages) {
+  std::vector<CombinedLaneSummary> per_stage(static_cast<std::size_t>(std::max(stages, 0)));
+  for (const StageLaneSummary& rank : ranks)
+    if (rank.stage >= 0 && rank.stage < stages) add(per_stage[static_cast<std::size_t>(rank.stage)], rank);
+  return per_stage;
+}
+
+nlohmann::json plan_to_json(const LanePlan& plan) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [gap_id, names] : plan) out[std::to_string(gap_id)] = names;
+  return out;
+}
+
+nlohmann::json to_json(const LaneStats& s) {
+  nlohmann::json out = {
+      {"work_unit", s.work_unit},
+      {"units", s.units},
+      {"steps", s.steps},
+      {"lane_s", s.lane_s},
+      {"units_per_s", s.units_per_s()},
+      {"harvested_s", s.harvested_s},
+      {"overrun_s", s.overrun_s},
+      {"calibration_units", s.calibration_units},
+      {"calibration_steps", s.calibration_steps},
+      {"calibrated_step_s", s.calibrated_step_s},
+      {"predicted_step_s", s.predicted_step_s},
+      {"finished", s.finished},
+      {"quarantined", s.quarantined},
+      {"memory_high_water_bytes", s.memory_high_water_bytes},
+      {"isolation", s.isolation},
+      {"report", s.report},
+  };
+  if (s.quarantined) out["quarantine_reason"] = s.quarantine_reason;
+  return out;
+}
+
+nlohmann::json to_json(const StageLaneSummary& s) {
+  nlohmann::json lanes = nlohmann::json::object();
+  nlohmann::json quarantined = nlohmann::json::array();
+  nlohmann::json calibrated = nlohmann::json::object();
+  for (const auto& [name, lane] : s.lanes) {
+    lanes[name] = to_json(lane);
+    if (lane.quarantined) quarantined.push_back({{"lane", name}, {"reason", lane.quarantine_reason}});
+    calibrated[name] = lane.calibrated_step_s;
+  }
+  return {
+      {"stage", s.stage},
+      {"rank", s.rank},
+      {"gaps", s.gaps},
+      {"bubble_s", s.bubble_s},
+      {"harvested_s", s.harvested_s},
+      {"harvest_fraction", fraction(s.harvested_s, s.bubble_s)},
+      {"bubble_after_profiling_s", s.bubble_after_profiling_s},
+      {"harvested_after_profiling_s", s.harvested_after_profiling_s},
+      {"harvest_fraction_after_profiling", fraction(s.harvested_after_profiling_s, s.bubble_after_profiling_s)},
+      {"overrun_s", s.overrun_s},
+      {"margin", s.margin},
+      {"deterministic", s.deterministic},
+      {"profile_iterations", s.profile_iterations},
+      {"calibrated_step_s", calibrated},
+      {"lanes", lanes},
+      {"quarantined", quarantined},
+      {"plan", plan_to_json(s.plan)},
+  };
+}
+
+nlohmann::json to_json(const CombinedLaneSummary& c) {
+  nlohmann::json lanes = nlohmann::json::object();
+  for (const auto& [name, t] : c.lanes) {
+    nlohmann::json& out = lanes[name];
+    out = {{"units", t.units},
+           {"steps", t.steps},
+           {"lane_s", t.lane_s},
+           {"calibration_units", t.calibration_units},
+           {"harvested_s", t.harvested_s},
+           {"overrun_s", t.overrun_s},
+           {"units_per_lane_s", t.units_per_lane_s()}};
+    if (!t.work_unit.empty()) out["work_unit"] = t.work_unit;
+  }
+  nlohmann::json quarantined = nlohmann::json::array();
+  for (const QuarantinedLane& q : c.quarantined)
+    quarantined.push_back({{"lane", q.lane}, {"rank", q.rank}, {"reason", q.reason}});
+  return {{"bubble_s", c.bubble_s},
+          {"harvested_s", c.harvested_s},
+          {"harvest_fraction", fraction(c.harvested_s, c.bubble_s)},
+          {"overrun_s", c.overrun_s},
+          {"bubble_after_profiling_s", c.bubble_after_profiling_s},
+          {"harvested_after_profiling_s", c.harvested_after_profiling_s},
+          {"harvest_fraction_after_profiling", fraction(c.harvested_after_profiling_s, c.bubble_after_profiling_s)},
+          {"lanes", lanes},
+          {"quarantined", quarantined}};
+}
+
+StageLaneSummary stage_lane_summary_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("lane summary: not an object");
+  StageLaneSummary s;
+  (void)required(j, "stage");
+  (void)required(j, "rank");
+  s.stage = read<int>(j, "stage", 0);
+  s.rank = read<int>(j, "rank", 0);
+  s.gaps = read<std::size_t>(j, "gaps", 0);
+  s.bubble_s = read<double>(j, "bubble_s", 0);
+  s.harvested_s = read<double>(j, "harvested_s", 0);
+  s.overrun_s = read<double>(j, "overrun_s", 0);
+  s.bubble_after_profiling_s = read<double>(j, "bubble_after_profiling_s", 0);
+  s.harvested_after_profiling_s = read<double>(j, "harvested_after_profiling_s", 0);
+  s.margin = read<double>(j, "margin", 0);
+  s.deterministic = read<bool>(j, "deterministic", false);
+  s.profile_iterations = read<int>(j, "profile_iterations", 0);
+  const nlohmann::json& lanes = required(j, "lanes");
+  if (!lanes.is_object()) throw std::invalid_argument("lane summary: 'lanes' is not an object");
+  for (const auto& [name, lane] : lanes.items()) s.lanes[name] = lane_stats_from_json(lane);
+  const auto plan = j.find("plan");
+  if (plan != j.end() && !plan->is_null()) s.plan = plan_from_json(*plan);
+  return s;
+}
+
+}  // namespace pipelane

@@ -1,0 +1,47 @@
+#include "runtime/backend.h"
+
+namespace pipelane {
+
+const char* stream_priority_name(StreamPriority p) {
+  switch (p) {
+    case StreamPriority::High: return "high";
+    case StreamPriority::Normal: return "normal";
+    case StreamPriority::Low: return "low";
+  }
+  return "?";
+}
+
+const char* op_kind_name(OpKind op) {
+  switch (op) {
+    case OpKind::EmbeddingForward: return "embedding_forward";
+    case OpKind::EmbeddingBackward: return "embedding_backward";
+    case OpKind::EmbeddingLookupLocal: return "embedding_lookup_local";
+    case OpKind::AddPositions: return "add_positions";
+    case OpKind::EmbeddingBackwardLocal: return "embedding_backward_local";
+    case OpKind::LayerNormForward: return "layernorm_forward";
+    case OpKind::LayerNormBackward: return "layernorm_backward";
+    case OpKind::LayerNormBackwardInput: return "layernorm_backward_input";
+    case OpKind::LayerNormBackwardParams: return "layernorm_backward_params";
+    case OpKind::MatmulForward: return "matmul_forward";
+    case OpKind::MatmulBackward: return "matmul_backward";
+    case OpKind::MatmulBackwardInput: return "matmul_backward_input";
+    case OpKind::AttentionForward: return "attention_forward";
+    case OpKind::AttentionBackward: return "attention_backward";
+    case OpKind::AttentionForwardKv: return "attention_forward_kv";
+    case OpKind::GeluForward: return "gelu_forward";
+    case OpKind::GeluBackward: return "gelu_backward";
+    case OpKind::Add: return "add";
+    case OpKind::AddInplace: return "add_inplace";
+    case OpKind::AddBias: return "add_bias";
+    case OpKind::Scale: return "scale";
+    case OpKind::SumSquares: return "sum_squares";
+    case OpKind::LmHeadLogits: return "lm_head_logits";
+    case OpKind::LmHeadCrossEntropy: return "lm_head_cross_entropy";
+    case OpKind::LmHeadCrossEntropyVocabParallel: return "lm_head_cross_entropy_vocab_parallel";
+    case OpKind::AdamW: return "adamw_update";
+    case OpKind::Count: break;
+  }
+  return "?";
+}
+
+}  // namespace pipelane

@@ -1,0 +1,202 @@
+// The Backend: the only door to compute and memory (ggml-style). Everything above runtime/ —
+// the model, the executor, lanes, the trainer — allocates, copies, orders work and computes
+// through a Backend and the Streams and Events it creates; none of them touches a kernel.
+//
+// Memory: arenas by kind (device memory, pinned host staging) with hard quotas and high-water
+// marks (runtime/arena.h). Pointers into a Device arena may not be host-addressable (CUDA): code
+// above runtime/ passes them to ops and copies, never dereferences them; initial values are
+// written into host memory and copied in.
+//
+// Streams carry a priority: training compute highest, communication next, lanes lowest. Every op
+// and copy runs on the Stream passed last (llm.c's launcher convention); work on one stream runs
+// in issue order, and Events order work across streams. On the CPU backend a stream is the
+// calling thread: ops run synchronously and an event is complete when recorded.
+//
+// Ops: every op of the op table (OpKind) is a method here, forward and backward, fp32 with the
+// gradient conventions of llm.c (parameter gradients accumulate +=, input gradients are
+// overwritten =, except layernorm's dinp which accumulates: a layernorm's input is always the
+// residual stream, whose gradient is a sum). N = rows (B*T), C = channels, row-major. Reductions
+// run over a fixed partition, so results do not depend on the thread count of our own kernels.
+// supports(op, dtype) says what a backend can run.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/arena.h"
+#include "runtime/tensor.h"
+
+namespace pipelane {
+
+enum class StreamPriority { High, Normal, Low };  // training compute, communication, lanes
+const char* stream_priority_name(StreamPriority p);
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual StreamPriority priority() const = 0;
+  virtual void synchronize() = 0;  // returns when all work issued on it has completed
+};
+
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void record(Stream& stream) = 0;  // completes when the stream's prior work has
+  virtual bool query() const = 0;           // complete yet? (never blocks)
+  virtual void synchronize() = 0;           // blocks the host until complete
+  virtual void wait_on(Stream& stream) = 0; // later work on `stream` waits for this event
+  // Milliseconds between two recorded, completed events (this one the later).
+  virtual double elapsed_ms_since(const Event& earlier) const = 0;
+};
+
+enum class OpKind : std::uint8_t {
+  EmbeddingForward, EmbeddingBackward, EmbeddingLookupLocal, AddPositions, EmbeddingBackwardLocal,
+  LayerNormForward, LayerNormBackward, LayerNormBackwardInput, LayerNormBackwardParams,
+  MatmulForward, MatmulBackward, MatmulBackwardInput,
+  AttentionForward, AttentionBackward, AttentionForwardKv,
+  GeluForward, GeluBackward, Add, AddInplace, AddBias, Scale, SumSquares,
+  LmHeadLogits, LmHeadCrossEntropy, LmHeadCrossEntropyVocabParallel,
+  AdamW,
+  Count  // not an op
+};
+const char* op_kind_name(OpKind op);
+
+// The collectives of a tensor-parallel group, handed to the one op that needs them mid-kernel
+// (the vocab-parallel head). Each reduces element-wise over the group, in place.
+struct GroupReduce {
+  std::function<void(float* data, std::size_t n)> sum;
+  std::function<void(float* data, std::size_t n)> max;
+};
+
+// One AdamW step (PyTorch's AdamW: decoupled weight decay, bias correction); t is 1-based.
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay;
+  int t;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;  // "cpu (2 threads)", "cuda:0 (NVIDIA H200)"
+  virtual int threads() const = 0;       // CPU worker threads its kernels use (GPU: 0)
+
+  // --- memory ---
+  // An arena of `bytes` (hard quota) in memory of `kind`. ArenaQuotaError if it cannot be had.
+  virtual std::unique_ptr<Arena> create_arena(std::string name, std::size_t bytes,
+                                              MemoryKind kind = MemoryKind::Device) = 0;
+  // Copies between any two memories of this backend (host, pinned, device), ordered on `stream`.
+  // With a host pointer involved, stream.synchronize() before reading or reusing it.
+  virtual void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;
+  virtual void memset_zero(void* dst, std::size_t bytes, Stream& stream) = 0;
+
+  // --- streams and events ---
+  virtual std::unique_ptr<Stream> create_stream(StreamPriority priority) = 0;
+  virtual std::unique_ptr<Event> create_event() = 0;
+
+  // --- the op table ---
+  virtual bool supports(OpKind op, DType dtype) const = 0;
+
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C, Stream& s) = 0;
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const std::int32_t* tokens, int B, int T, int C, Stream& s) = 0;
+  // Vocab-parallel embedding: out[n,:] = wte_local[tokens[n] - v0,:] for tokens in
+  // [v0, v0 + vcount), exact zeros for the others (an all-reduce then adds one rank's row to
+  // zeros: the same bits as an unsplit lookup).
+  virtual void embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte,
+                                      int N, int C, int v0, int vcount, Stream& s) = 0;
+  virtual void add_positions(float* out, const float* wpe, int B, int T, int C, Stream& s) = 0;
+  // Backward of the two above: dwpe for every position, dwte only for this rank's rows; the same
+  // summation order as embedding_backward.
+  virtual void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
+                                        const std::int32_t* tokens, int B, int T, int C, int v0,
+                                        int vcount, Stream& s) = 0;
+
+  // Layernorm over the last dimension, eps 1e-5; mean/rstd saved for backward.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C,
+                                 Stream& s) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C, Stream& s) = 0;
+  // The two halves of layernorm_backward (zero-bubble split backward), bit-identical together.
+  virtual void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                        const float* weight, const float* mean, const float* rstd,
+                                        int N, int C, Stream& s) = 0;
+  virtual void layernorm_backward_params(float* dweight, float* dbias, const float* dout,
+                                         const float* inp, const float* mean, const float* rstd,
+                                         int N, int C, Stream& s) = 0;
+
+  // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
+  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                              int N, int C, int OC, Stream& s) = 0;
+  // dinp (=, may be null), dweight (+=), dbias (+=, may be null).
+  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC,
+                               Stream& s) = 0;
+  // Only dinp (=), bit-identical to matmul_backward's.
+  virtual void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N,
+                                     int C, int OC, Stream& s) = 0;
+
+  // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v]; att[B,NH,T,T] keeps
+  // the probabilities for backward.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH, Stream& s) = 0;
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* att, int B, int T, int C, int NH, Stream& s) = 0;
+  // Incremental (KV-cache) causal attention for inference: qkv[n,3C] holds positions
+  // [past, past + n) of one sequence; their K and V are appended to k_cache/v_cache ([max_T, C])
+  // and each position attends to every cached position up to itself. scores holds n*NH*(past+n)
+  // floats.
+  virtual void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
+                                    float* v_cache, int past, int n, int C, int NH,
+                                    Stream& s) = 0;
+
+  virtual void gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n,
+                             Stream& s) = 0;  // dinp (=)
+  virtual void add(float* out, const float* a, const float* b, std::size_t n, Stream& s) = 0;
+  virtual void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) = 0;
+  // out[n,:] += bias[:]
+  virtual void add_bias(float* out, const float* bias, int N, int C, Stream& s) = 0;
+  virtual void scale(float* x, float factor, std::size_t n, Stream& s) = 0;
+  // Sum of squares in double over a fixed partition; waits for the stream (returns a value).
+  virtual double sum_squares(const float* x, std::size_t n, Stream& s) = 0;
+
+  // logits[N,Vp] = x[N,C] @ wte[Vp,C]^T (the tied head, for inference and inspection).
+  virtual void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C,
+                              int Vp, Stream& s) = 0;
+  // Scratch floats the fused head needs: never all logits, one bounded block of rows at a time.
+  virtual std::size_t lm_head_scratch_floats(int N, int Vp) const = 0;
+  // The tied head fused with softmax cross-entropy over columns < V. losses[N] per position;
+  // when dx is non-null also backward of d(sum(losses) * grad_scale): dx (=), dwte (+=).
+  // Returns the sum of losses (double); waits for the stream.
+  virtual double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                                       const float* wte, const std::int32_t* targets, int N, int C,
+                                       int V, int Vp, float grad_scale, float* scratch,
+                                       Stream& s) = 0;
+  // The vocab-parallel head (Megatron): this rank holds wte rows [vocab_begin, +vocab_count).
+  virtual std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const = 0;
+  virtual double lm_head_cross_entropy_vocab_parallel(
+      float* losses, float* dx, float* dwte, const float* x, const float* wte,
+      const std::int32_t* targets, int N, int C, int V, int vocab_begin, int vocab_count,
+      float grad_scale, float* scratch, const GroupReduce& reduce, Stream& s) = 0;
+
+  // grad_scale multiplies the gradient first (global-norm clipping).
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                            const AdamWParams& h, float grad_scale, Stream& s) = 0;
+
+  // Best sustained fp32 matmul throughput over `reps` n x n x n products, in GFLOP/s: a measured
+  // peak for MFU.
+  virtual double measure_matmul_gflops(int n, int reps) = 0;
+};
+
+}  // namespace pipelane

@@ -1,0 +1,279 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <omp.h>
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime/cpu/cpu_ops.h"
+
+namespace pipelane {
+
+void enable_flush_denormals_on_this_thread() {
+  _MM_SET_FLUSH_ZERO_MODE(_MM_FLUSH_ZERO_ON);
+  _MM_SET_DENORMALS_ZERO_MODE(_MM_DENORMALS_ZERO_ON);
+}
+
+bool flush_denormals_enabled_on_this_thread() {
+  return _MM_GET_FLUSH_ZERO_MODE() == _MM_FLUSH_ZERO_ON &&
+         _MM_GET_DENORMALS_ZERO_MODE() == _MM_DENORMALS_ZERO_ON;
+}
+
+namespace {
+
+class CpuStream final : public Stream {
+ public:
+  explicit CpuStream(StreamPriority p) : priority_(p) {}
+  StreamPriority priority() const override { return priority_; }
+  void synchronize() override {}
+
+ private:
+  StreamPriority priority_;
+};
+
+// Ops run synchronously on the calling thread, so an event completes when it is recorded.
+class CpuEvent final : public Event {
+ public:
+  void record(Stream&) override {
+    at_ = std::chrono::steady_clock::now();
+    recorded_ = true;
+  }
+  bool query() const override { return recorded_; }
+  void synchronize() override {}
+  void wait_on(Stream&) override {}
+  double elapsed_ms_since(const Event& earlier) const override {
+    const auto* e = dynamic_cast<const CpuEvent*>(&earlier);
+    if (!e || !e->recorded_ || !recorded_)
+      throw std::logic_error("CpuEvent::elapsed_ms_since: both events must be recorded CPU events");
+    return std::chrono::duration<double, std::milli>(at_ - e->at_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_{};
+  bool recorded_ = false;
+};
+
+// The backend's thread count for one op, on the calling thread. OpenBLAS built for OpenMP takes
+// its thread count from omp_get_max_threads() at each call, so this covers sgemm too. OpenMP's
+// nthreads setting is per thread: other threads are unaffected.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+    if (saved_ != threads) omp_set_num_threads(threads);
+    restore_ = saved_ != threads;
+  }
+  ~ThreadScope() {
+    if (restore_) omp_set_num_threads(saved_);
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+  bool restore_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : default_threads()) {
+    enable_flush_denormals_on_this_thread();
+#pragma omp parallel num_threads(threads_)
+    enable_flush_denormals_on_this_thread();
+  }
+
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+  std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
+  int threads() const override { return threads_; }
+
+  std::unique_ptr<Arena> create_arena(std::string name, std::size_t bytes, MemoryKind) override {
+    // Device and pinned memory are host memory here.
+    return std::make_unique<Arena>(std::move(name), bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes, Stream&) override {
+    if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+  }
+  void memset_zero(void* dst, std::size_t bytes, Stream&) override {
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+  std::unique_ptr<Stream> create_stream(StreamPriority p) override {
+    return std::make_unique<CpuStream>(p);
+  }
+  std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
+
+  bool supports(OpKind op, DType dtype) const override {
+    return op != OpKind::Count && dtype == DType::F32;
+  }
+
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                          int B, int T, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte, int N,
+                              int C, int v0, int vcount, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::embedding_lookup_local(out, tokens, wte, N, C, v0, vcount);
+  }
+  void add_positions(float* out, const float* wpe, int B, int T, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::add_positions(out, wpe, B, T, C);
+  }
+  void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
+                                const std::int32_t* tokens, int B, int T, int C, int v0,
+                                int vcount, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::embedding_backward_local(dwte, dwpe, dout, tokens, B, T, C, v0, vcount);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                const float* weight, const float* mean, const float* rstd, int N,
+                                int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
+  }
+  void layernorm_backward_params(float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* mean, const float* rstd, int N,
+                                 int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C);
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC,
+                       Stream&) override {
+    ThreadScope t(threads_);
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+                             int OC, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::matmul_backward_input(dinp, dout, weight, N, C, OC);
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                         Stream&) override {
+    ThreadScope t(threads_);
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                          int B, int T, int C, int NH, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
+                            float* v_cache, int past, int n, int C, int NH, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::attention_forward_kv(out, scores, qkv, k_cache, v_cache, past, n, C, NH);
+  }
+
+  void gelu_forward(float* out, const float* inp, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n,
+                     Stream&) override {
+    ThreadScope t(threads_);
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  void add(float* out, const float* a, const float* b, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::add_forward(out, a, b, n);
+  }
+  void add_inplace(float* acc, const float* x, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::add_inplace(acc, x, n);
+  }
+  void add_bias(float* out, const float* bias, int N, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::add_bias(out, bias, N, C);
+  }
+  void scale(float* x, float factor, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::scale_inplace(x, factor, n);
+  }
+  double sum_squares(const float* x, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    return cpu::sum_squares(x, n);
+  }
+
+  void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp,
+                      Stream&) override {
+    ThreadScope t(threads_);
+    cpu::lm_head_logits(logits, x, wte, N, C, Vp);
+  }
+  std::size_t lm_head_scratch_floats(int N, int Vp) const override {
+    return static_cast<std::size_t>(cpu::lm_head_chunk_rows(N, Vp)) * Vp;
+  }
+  double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                               const float* wte, const std::int32_t* targets, int N, int C, int V,
+                               int Vp, float grad_scale, float* scratch, Stream&) override {
+    ThreadScope t(threads_);
+    return cpu::lm_head_cross_entropy(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale,
+                                      scratch);
+  }
+  std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const override {
+    return cpu::lm_head_vocab_parallel_scratch_floats(N, vocab_count);
+  }
+  double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte,
+                                              const float* x, const float* wte,
+                                              const std::int32_t* targets, int N, int C, int V,
+                                              int vocab_begin, int vocab_count, float grad_scale,
+                                              float* scratch, const GroupReduce& reduce,
+                                              Stream&) override {
+    ThreadScope t(threads_);
+    return cpu::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x, wte, targets, N, C, V,
+                                                     vocab_begin, vocab_count, grad_scale,
+                                                     scratch, reduce);
+  }
+
+  void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                    const AdamWParams& h, float grad_scale, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::adamw_update(param, grad, m, v, n, h, grad_scale);
+  }
+
+  double measure_matmul_gflops(int n, int reps) override {
+    ThreadScope t(threads_);
+    return cpu::measure_sgemm_gflops(n, reps);
+  }
+
+ private:
+  static int default_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n ? static_cast<int>(n) : 1;
+  }
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace pipelane

@@ -1,0 +1,27 @@
+// The entry points of the CUDA backend library (libpipelane_cuda_backend.so), which
+// runtime/backend_registry.cpp loads with dlopen on demand. C linkage, so the registry finds them
+// by name; the Backend they return is a C++ object built by the same compiler and headers (the
+// library is part of the same build, never a third-party plugin).
+#pragma once
+#include <cstddef>
+
+namespace pipelane {
+
+class Backend;
+
+struct CudaBackendCreateOptions {
+  int device_index = 0;
+};
+
+inline constexpr const char* kCudaBackendLibrary = "libpipelane_cuda_backend.so";
+inline constexpr const char* kCudaBackendCreateSymbol = "pipelane_cuda_backend_create";
+inline constexpr const char* kCudaBackendDevicesSymbol = "pipelane_cuda_backend_devices";
+
+// Returns a new Backend (the caller owns it), or null with a one-line reason in `error`.
+using CudaBackendCreateFn = Backend* (*)(const CudaBackendCreateOptions* options, char* error,
+                                         std::size_t error_len);
+// Writes one line per visible device into `text` and returns how many; 0 or less with the reason
+// (e.g. "no device (cudaGetDeviceCount: error 35 ...)") when none can be used.
+using CudaBackendDevicesFn = int (*)(char* text, std::size_t text_len);
+
+}  // namespace pipelane

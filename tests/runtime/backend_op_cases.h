@@ -1,0 +1,67 @@
+// The op table as test cases, for test_backend_ops.cpp (ggml's test-backend-ops, our way): each
+// case builds fresh random inputs, runs ONE op of the Backend op table on a backend (inputs and
+// outputs in that backend's memory, every output followed by sentinel floats), and says what the
+// double-precision reference (reference_ops.h; finite differences of it for gradients) expects.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "tests/runtime/reference_ops.h"
+
+namespace pipelane::backend_ops {
+
+// Buffers in a backend's memory. Every allocation is followed by kGuard sentinel floats, checked
+// after the op: an out-of-bounds write there fails the test.
+class DeviceBuffers {
+ public:
+  static constexpr std::size_t kGuard = 64;
+  static constexpr float kSentinel = -7.8125e-3f;  // exactly representable, unlikely as a result
+
+  DeviceBuffers(Backend& backend, Stream& stream, std::size_t bytes);
+  float* upload(const std::vector<float>& host);
+  std::int32_t* upload(const std::vector<std::int32_t>& host);
+  float* zeros(std::size_t n) { return upload(std::vector<float>(n, 0.f)); }
+  std::vector<float> download(const float* device, std::size_t n);
+  // Names of the allocations whose guard floats changed.
+  std::vector<std::string> damaged_guards();
+  Backend& backend() { return backend_; }
+  Stream& stream() { return stream_; }
+
+ private:
+  struct Guarded {
+    const float* data;
+    std::size_t n;
+  };
+  Backend& backend_;
+  Stream& stream_;
+  std::unique_ptr<Arena> arena_;
+  std::vector<Guarded> guarded_;
+};
+
+using Outputs = std::map<std::string, std::vector<float>>;
+using Expected = std::map<std::string, ref::Vec>;
+
+struct OpCase {
+  OpKind op;
+  std::string name;            // what the case covers, e.g. "matmul_forward (bias, odd sizes)"
+  double nmse_limit;           // against the reference, with the reason in backend_op_cases.cpp
+  // Runs the op once on `bufs`' backend with this case's inputs; `poison` puts a NaN into the
+  // first input element (for the NaN/Inf check). Returns the outputs, downloaded.
+  std::function<Outputs(DeviceBuffers& bufs, bool poison)> run;
+  std::function<Expected()> reference;
+};
+
+// Every op of the table, at least once (odd sizes included). Deterministic for a seed.
+std::vector<OpCase> all_cases(std::uint32_t seed);
+
+// mse(got, want) / mse(want, 0), in double (ggml's NMSE).
+double nmse(const std::vector<float>& got, const ref::Vec& want);
+double nmse(const std::vector<float>& got, const std::vector<float>& want);
+
+}  // namespace pipelane::backend_ops
