@@ -6,13 +6,16 @@
 #include <thread>
 
 #include "parallel/gap_fit.h"
+#include "lanes/isolation/process_lane.h"
+#include "lanes/isolation/thread_lane.h"
 
 namespace pipelane {
 
 struct GapScheduler::LaneSlot {
   std::string name;
   std::string work_unit;
-  std::unique_ptr<Lane> lane;
+  std::unique_ptr<GuardedLane> lane;
+  LaneLimits limits;
   LaneOptions options;
   std::unique_ptr<Arena> arena;
   std::unique_ptr<Stream> stream;
@@ -28,8 +31,14 @@ struct GapScheduler::LaneSlot {
   // The cost prediction comes from steps that did work: a lane with nothing to do yet (a prefill
   // queue before the first request) returns at once, and that is no measure of a real step.
   bool cost_from_work = false;
-  int runaway_strikes = 0;  // consecutive steps over quarantine_factor x the prediction
+  // The last runaway_window steps in gaps: late or not (a ring), and how many were.
+  std::vector<char> late;
+  std::size_t late_next = 0;
+  std::size_t late_seen = 0;
+  int late_count = 0;
   double predicted_s = 0;
+  double own_predicted_s = 0;  // EWMA of its own time where it ran (LaneStepCost::wall_s)
+  std::vector<double> calibration_own_s;
   // Accounting of steps inside gaps (calibration counted apart).
   double units = 0;
   long steps = 0;
@@ -72,15 +81,46 @@ constexpr std::size_t kMaxPlannedStepsPerGap = 100000;
 
 std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::vector<std::string>& names,
                                       const std::map<std::string, std::map<std::string, std::string>>& sections,
-                                      const std::string& source) {
+                                      const std::string& source, const LaneIsolationOptions& isolation) {
+  using Mode = LaneIsolationOptions::Mode;
   std::vector<LaneSpec> specs;
   for (const std::string& name : names) {
     const auto section = sections.find(name);
-    specs.push_back({registry.create(name),
+    const LaneRegistry::WorkerPlugin* worker_plugin = registry.worker_plugin(name);
+    const std::string plugin = registry.plugin_path(name);
+    // Untrusted code (a plugin, an arbitrary command) gets a worker unless told otherwise; a plugin
+    // that was only described by a worker has no other place to run.
+    const bool in_worker = worker_plugin || isolation.mode == Mode::Process ||
+                           (isolation.mode == Mode::Auto && (!plugin.empty() || name == "command"));
+    std::unique_ptr<Lane> lane;
+    if (in_worker) {
+      LaneWorkerLaunch launch;
+      launch.command = isolation.worker_command;
+      launch.plugin_path = plugin;
+      launch.threads = isolation.worker_threads;
+      launch.allow_child_processes = plugin.empty();  // a built-in's processes are its work (command)
+      std::string work_unit;
+      if (worker_plugin) {
+        work_unit = worker_plugin->work_unit;
+      } else {
+        work_unit = registry.create(name)->work_unit();
+      }
+      lane = std::make_unique<ProcessLane>(name, work_unit, std::move(launch));
+    } else {
+      lane = registry.create(name);
+    }
+    specs.push_back({std::move(lane),
                      LaneOptions(name, section == sections.end() ? std::map<std::string, std::string>{} : section->second,
                                  source)});
   }
   return specs;
+}
+
+LaneIsolationOptions::Mode parse_isolation_mode(const std::string& text) {
+  if (text == "auto") return LaneIsolationOptions::Mode::Auto;
+  if (text == "thread") return LaneIsolationOptions::Mode::Thread;
+  if (text == "process") return LaneIsolationOptions::Mode::Process;
+  throw LaneError("[lanes] isolation = '" + text + "': expected auto, thread or process");
 }
 
 GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
@@ -103,7 +143,14 @@ GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSch
     slot->name = spec.lane->name();
     if (find(slot->name)) throw LaneError("lane '" + slot->name + "' given twice");
     slot->work_unit = spec.lane->work_unit();
-    slot->lane = std::move(spec.lane);
+    if (dynamic_cast<GuardedLane*>(spec.lane.get()))
+      slot->lane.reset(static_cast<GuardedLane*>(spec.lane.release()));
+    else
+      slot->lane = std::make_unique<ThreadLane>(std::move(spec.lane));
+    slot->limits.call_deadline_s = options_.call_deadline_s;
+    slot->limits.output_bytes = options_.lane_output_bytes;
+    slot->lane->set_limits(slot->limits);
+    slot->late.assign(static_cast<std::size_t>(std::max(1, options_.runaway_window)), 0);
     slot->options = std::move(spec.options);
     slot->arena = backend_.create_arena("lane " + slot->name + " stage " + std::to_string(options_.stage),
                                         options_.lane_memory_bytes, MemoryKind::Device);
@@ -118,7 +165,13 @@ GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSch
   }
 }
 
-GapScheduler::~GapScheduler() { teardown(); }
+GapScheduler::~GapScheduler() {
+  teardown();
+  // A lane abandoned past its deadline still runs on its thread, with references into its slot
+  // (context, arena, options): those must never be freed.
+  for (auto& slot : lanes_)
+    if (slot->lane->abandoned()) (void)slot.release();
+}
 
 GapScheduler::LaneSlot* GapScheduler::find(const std::string& name) {
   for (auto& slot : lanes_)
@@ -175,7 +228,12 @@ bool GapScheduler::ensure_setup(LaneSlot& slot) {
   try {
     if (!slot.output_dir.empty()) std::filesystem::create_directories(slot.output_dir);
     slot.set_up = true;  // teardown() is owed from here on, even if setup() throws half-way
+    slot.lane->set_limits(slot.limits);
     slot.lane->setup(*slot.ctx);
+  } catch (const LaneTimeout& error) {
+    quarantine(slot, error.what());
+  } catch (const LaneCrash& error) {
+    quarantine(slot, error.what());
   } catch (const ArenaQuotaError& error) {
     quarantine(slot, "setup went past its arena quota: " + std::string(error.what()));
   } catch (const LaneError& error) {
@@ -192,12 +250,62 @@ bool GapScheduler::schedulable(const LaneSlot& slot) const {
   return slot.set_up && !slot.quarantined && !slot.torn_down && !slot.finished && slot.has_cost;
 }
 
+bool GapScheduler::runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work,
+                           std::string* reason) {
+  // The lane's own time and its own prediction (see lane_timing), else the scheduler's.
+  double own = duration, reference = predicted;
+  LaneStepCost cost;
+  if (options_.lane_timing) {
+    cost = slot.lane->last_step_cost();
+    // Less the time it waited for a CPU: that was the machine. Never less than the CPU time it
+    // used: the run-queue clock can run ahead on a virtual machine whose CPUs' clocks differ.
+    if (cost.wall_s > 0) own = std::max(cost.cpu_s, cost.wall_s - std::max(0.0, cost.waiting_s));
+    if (slot.own_predicted_s > 0) reference = slot.own_predicted_s;
+  }
+  const double bound = options_.quarantine_factor * reference;
+  const bool outlier = gap_id >= 0 && slot.cost_from_work && reference > 0 &&
+                       is_runaway_step(own, reference, options_.quarantine_factor, options_.quarantine_min_s);
+  // Without a run-queue clock: taken off the CPU while its own work stayed within bounds.
+  const bool preempted = options_.lane_timing && cost.waiting_s < 0 && cost.involuntary_switches > 0 &&
+                         cost.cpu_s <= bound;
+  if (gap_id < 0) {  // calibration: measured (its median starts the prediction), not judged
+    if (did_work) slot.calibration_own_s.push_back(own);
+    return false;
+  }
+  if (did_work && !outlier && own > 0) {  // the lane's own cost, kept for judging its next steps
+    slot.own_predicted_s = slot.own_predicted_s > 0
+                               ? options_.ewma_alpha * own + (1 - options_.ewma_alpha) * slot.own_predicted_s
+                               : own;
+  }
+  const bool late = outlier && !preempted;
+  const std::size_t window = slot.late.size();
+  slot.late_count += (late ? 1 : 0) - slot.late[slot.late_next];
+  slot.late[slot.late_next] = late ? 1 : 0;
+  slot.late_next = (slot.late_next + 1) % window;
+  slot.late_seen = std::min(slot.late_seen + 1, window);
+  if (late && slot.late_count >= options_.runaway_limit) {
+    char text[240];
+    std::snprintf(text, sizeof text, "%d of its last %zu steps took more than %gx the predicted %.6g s (the last %.6g s)",
+                  slot.late_count, slot.late_seen, options_.quarantine_factor, reference, own);
+    *reason = text;
+  }
+  return outlier;
+}
+
 bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted) {
+  slot.limits.step_deadline_s =
+      gap_id < 0 ? options_.call_deadline_s
+                 : std::max(options_.step_deadline_factor * predicted, options_.step_deadline_min_s);
+  slot.lane->set_limits(slot.limits);
   const double start = clock_();
   double units = 0;
   std::string failure;
   try {
     units = slot.lane->step(*slot.ctx);
+  } catch (const LaneTimeout& error) {  // the host's own sentence (deadline, what was killed)
+    failure = error.what();
+  } catch (const LaneCrash& error) {
+    failure = error.what();
   } catch (const ArenaQuotaError& error) {
     failure = "went past its arena quota: " + std::string(error.what());
   } catch (const LaneError& error) {
@@ -210,7 +318,7 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
   const double end = clock_();
   const double duration = end - start;
   // Recorded even when it failed: the time was spent either way (units count only on success).
-  steps_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
+  recent_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
   if (failure.empty()) {
     if (gap_id < 0) {
       slot.calibration_units += units;
@@ -220,20 +328,16 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       ++slot.steps;
     }
   }
-  const bool runaway = failure.empty() && slot.cost_from_work &&
-                       is_runaway_step(duration, predicted, options_.quarantine_factor, options_.quarantine_min_s);
-  slot.runaway_strikes = runaway ? slot.runaway_strikes + 1 : 0;
-  if (runaway && slot.runaway_strikes >= options_.quarantine_strikes) {
-    char text[200];
-    std::snprintf(text, sizeof text, "%d step(s) in a row took more than %gx the predicted %.6g s (the last %.6g s)",
-                  slot.runaway_strikes, options_.quarantine_factor, predicted, duration);
-    failure = text;
-  }
+  const bool outlier = failure.empty() && runaway(slot, gap_id, duration, predicted, units > 0, &failure);
   if (!failure.empty()) {
     quarantine(slot, failure);
     return false;
   }
-  if (units > 0 && !runaway) {
+  // A spike, the lane's or the machine's (a hand-over that waited for a CPU), is no measure of the
+  // next step: one in the prediction could keep the lane out of every gap, and a lane that does
+  // not fit is never measured again.
+  const bool spike = outlier || (slot.cost_from_work && duration > options_.quarantine_factor * slot.predicted_s);
+  if (units > 0 && !spike) {
     if (!slot.cost_from_work) {
       slot.predicted_s = std::max(duration, kMinStepCost);
       slot.cost_from_work = slot.has_cost = true;
@@ -241,13 +345,13 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
       slot.predicted_s = options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s;
     }
   }
-  try {
-    slot.finished = slot.lane->finished();
-  } catch (const std::exception& error) {
-    quarantine(slot, "finished() threw: " + std::string(error.what()));
-    return false;
-  }
+  slot.finished = slot.lane->finished();  // the host's answer from the step: no lane code runs here
   return true;
+}
+
+void GapScheduler::keep_records(const std::vector<LaneStepRecord>& steps) {
+  for (const LaneStepRecord& step : steps)
+    if (steps_.size() < options_.max_records) steps_.push_back(step);
 }
 
 std::map<std::string, double> GapScheduler::calibrate() {
@@ -255,21 +359,20 @@ std::map<std::string, double> GapScheduler::calibrate() {
   for (auto& owned : lanes_) {
     LaneSlot& slot = *owned;
     if (!ensure_setup(slot)) continue;
-    try {
-      slot.finished = slot.lane->finished();
-    } catch (const std::exception& error) {
-      quarantine(slot, "finished() threw: " + std::string(error.what()));
-      continue;
-    }
+    slot.finished = slot.lane->finished();
     std::vector<double> durations, productive;
     for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k) {
-      const std::size_t before = steps_.size();
-      if (!run_step(slot, -1, -1, WaitKind::None, 0)) break;
-      durations.push_back(steps_[before].end_s - steps_[before].start_s);
+      recent_.clear();
+      const bool ok = run_step(slot, -1, -1, WaitKind::None, 0);
+      keep_records(recent_);
+      if (!ok) break;
+      durations.push_back(recent_.back().end_s - recent_.back().start_s);
       slot.calibration_s += durations.back();
-      if (steps_[before].units > 0) productive.push_back(durations.back());
+      if (recent_.back().units > 0) productive.push_back(durations.back());
     }
     if (slot.quarantined) continue;
+    // The median: a lane's first steps pay for warming up (page faults, first-use setup).
+    if (!slot.calibration_own_s.empty()) slot.own_predicted_s = median(slot.calibration_own_s);
     if (!durations.empty()) {
       slot.calibrated_s = slot.predicted_s =
           std::max(median(productive.empty() ? durations : productive), kMinStepCost);
@@ -288,7 +391,7 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   record.gap_id = gap_id;
   record.kind = kind;
   record.start_s = clock_();
-  const std::size_t first_step = steps_.size();
+  recent_.clear();
   const double predicted_gap = predicted_gap_s(gap_id);  // before this gap's measurement
   bool seen = false;
   // A poll with nothing run since the previous one: the arrival time is that poll's.
@@ -325,9 +428,8 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
           LaneSlot& slot = *lanes_[index];
           if (!schedulable(slot)) continue;
           poll_idle();
-          const std::size_t before = steps_.size();
           run_step(slot, iteration, gap_id, kind, slot.predicted_s);
-          poll_after_step(steps_[before].start_s, steps_[before].end_s);
+          poll_after_step(recent_.back().start_s, recent_.back().end_s);
         }
       }
     } else {
@@ -339,18 +441,16 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
         if (!choice.found) break;
         next_lane_ = choice.cursor;
         LaneSlot* chosen = lanes_[choice.lane].get();
-        const std::size_t before = steps_.size();
         run_step(*chosen, iteration, gap_id, kind, chosen->predicted_s);
-        if (poll_after_step(steps_[before].start_s, steps_[before].end_s)) break;
+        if (poll_after_step(recent_.back().start_s, recent_.back().end_s)) break;
       }
     }
   }
   while (!poll_idle()) std::this_thread::yield();
   record.end_s = clock_();
-  record.lane_steps = static_cast<int>(steps_.size() - first_step);
+  record.lane_steps = static_cast<int>(recent_.size());
 
-  for (std::size_t i = first_step; i < steps_.size(); ++i) {
-    const LaneStepRecord& step = steps_[i];
+  for (const LaneStepRecord& step : recent_) {
     LaneSlot* slot = find(step.lane);
     const double inside = std::max(0.0, std::min(step.end_s, record.arrived_s) - step.start_s);
     const double after = std::max(0.0, step.end_s - std::max(step.start_s, record.arrived_s));
@@ -364,7 +464,14 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   gap_ewma_[gap_id] = previous == gap_ewma_.end()
                           ? length
                           : options_.ewma_alpha * length + (1 - options_.ewma_alpha) * previous->second;
-  gaps_.push_back(record);
+  ++gap_totals_.count;
+  gap_totals_.bubble_s += length;
+  if (!record.profiling) {
+    gap_totals_.bubble_after_profiling_s += length;
+    gap_totals_.harvested_after_profiling_s += record.harvested_s;
+  }
+  keep_records(recent_);
+  if (gaps_.size() < options_.max_records) gaps_.push_back(record);
 }
 
 void GapScheduler::end_iteration(int) {
@@ -481,6 +588,10 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
     try {
       slot->lane->load(state);
       slot->finished = slot->lane->finished();
+    } catch (const LaneTimeout& error) {
+      quarantine(*slot, error.what());
+    } catch (const LaneCrash& error) {
+      quarantine(*slot, error.what());
     } catch (const ArenaQuotaError& error) {
       quarantine(*slot, "load went past its arena quota: " + std::string(error.what()));
     } catch (const std::exception& error) {
@@ -493,14 +604,11 @@ StageLaneSummary GapScheduler::summary() const {
   StageLaneSummary out;
   out.stage = options_.stage;
   out.rank = options_.rank;
-  out.gaps = gaps_.size();
-  for (const GapRecord& gap : gaps_) {
-    out.bubble_s += gap.arrived_s - gap.start_s;
-    if (!gap.profiling) {
-      out.bubble_after_profiling_s += gap.arrived_s - gap.start_s;
-      out.harvested_after_profiling_s += gap.harvested_s;
-    }
-  }
+  // From the running totals: the records themselves are only the first max_records.
+  out.gaps = gap_totals_.count;
+  out.bubble_s = gap_totals_.bubble_s;
+  out.bubble_after_profiling_s = gap_totals_.bubble_after_profiling_s;
+  out.harvested_after_profiling_s = gap_totals_.harvested_after_profiling_s;
   out.margin = options_.margin;
   out.deterministic = options_.deterministic;
   out.profile_iterations = options_.profile_iterations;
@@ -523,7 +631,8 @@ StageLaneSummary GapScheduler::summary() const {
     lane.finished = slot.finished;
     lane.quarantined = slot.quarantined;
     if (slot.quarantined) lane.quarantine_reason = slot.reason;
-    lane.memory_high_water_bytes = slot.arena->high_water();
+    lane.memory_high_water_bytes = slot.lane->memory_high_water();
+    lane.isolation = isolation_name(slot.lane->isolation());
     try {
       lane.report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
     } catch (const std::exception& error) {

@@ -12,10 +12,15 @@
 //              exactly that sequence every iteration, whatever arrived() says.
 //   account  - a record per lane step and per gap; overrun (lane work after the transfer arrived)
 //              is the lane's cost to training and is reported per lane.
-//   isolate  - a lane whose setup/step throws, goes past its arena quota, or takes more than
-//              `quarantine_factor` x its predicted cost (and over `quarantine_min_s`) on
-//              `quarantine_strikes` (2) steps in a row
-//              is torn down and quarantined; training carries on.
+//   isolate  - every lane runs behind a GuardedLane (lanes/isolation/): in a worker process
+//              (ProcessLane) or on a thread of its own (ThreadLane, which wraps any plain Lane
+//              handed in). Each call has a deadline (the watchdog): past it the call is ended and
+//              the gap goes on. A lane whose setup/step throws, crashes, passes a deadline, goes
+//              past its arena or disk quota, or runs away (`runaway_limit` of its last
+//              `runaway_window` steps took more than `quarantine_factor` x the predicted cost, a
+//              preempted step forgiven) is torn down and quarantined; training carries on.
+//   record   - the first `max_records` step and gap records are kept (trace.json); every later one
+//              only adds to the totals, so a run of days keeps bounded memory.
 //
 // Not thread-safe: one GapScheduler per stage, used by that stage's thread.
 #pragma once
@@ -30,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lanes/isolation/guarded_lane.h"
 #include "lanes/lane.h"
 #include "lanes/lane_registry.h"
 #include "lanes/lane_summary.h"
@@ -50,11 +56,29 @@ struct GapSchedulerOptions {
   int profile_iterations = 2;   // iterations that only measure gaps
   int calibration_steps = 3;    // steps per lane in calibrate(); the median is the first prediction
   double ewma_alpha = 0.3;      // weight of the newest measurement (gap lengths and step costs)
-  double quarantine_factor = 10;  // one step above this x its predicted cost quarantines the lane,
-  double quarantine_min_s = 0.001;  // if it also took longer than this (a preempted 2 us step is no runaway)
-  // Consecutive such steps before the lane is quarantined: one spike can be the machine (page
-  // cache writeback, preemption), a lane that keeps doing it is running away.
-  int quarantine_strikes = 2;
+  // Runaway: a step is late when it takes more than quarantine_factor x its predicted cost and
+  // longer than quarantine_min_s. A lane with runaway_limit late steps among its last
+  // runaway_window steps in gaps is quarantined: one spike can be the machine (page cache
+  // writeback), a habit is the lane. With lane_timing, a step is judged by its own time where it
+  // ran (LaneStepCost: neither the hand-over nor the time it waited on a run queue, which a busy
+  // machine adds) against an EWMA of the same; without a run-queue clock, a step the OS preempted
+  // while its CPU time stayed within the factor is forgiven. Without lane_timing (tests on an
+  // injected clock), by the scheduler's clock and prediction alone.
+  double quarantine_factor = 10;
+  double quarantine_min_s = 0.001;  // a 2 us step taking 30 us is no runaway
+  int runaway_window = 16;
+  int runaway_limit = 3;
+  bool lane_timing = true;
+  // The watchdog: a step in a gap must return within max(step_deadline_factor x its predicted
+  // cost, step_deadline_min_s), every other call (setup, calibration steps, save, load, report,
+  // teardown) within call_deadline_s. Past it the lane is ended (its worker killed, or its thread
+  // abandoned) and quarantined, and the gap goes on. The floor is well above a scheduler time
+  // slice: killing must never punish a lane for the machine being busy.
+  double step_deadline_factor = 50;
+  double step_deadline_min_s = 0.5;
+  double call_deadline_s = 60;
+  std::uint64_t lane_output_bytes = 0;  // disk quota of each lane's output directory; 0: none
+  std::size_t max_records = 20000;      // step and gap records kept (see `record` above)
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
   // Where this stage's lanes sit in the job (LaneContext's world_size, instance_index/count).
   int world_size = 1;
@@ -70,9 +94,11 @@ struct LaneSpec {
 
 // Creates the named lanes from the registry, each with its [lane.NAME] section (missing: empty).
 // LaneError for an unknown name.
+// Each lane is placed per `isolation`: a ProcessLane, or the lane itself (which the scheduler runs
+// in a ThreadLane).
 std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::vector<std::string>& names,
                                       const std::map<std::string, std::map<std::string, std::string>>& sections,
-                                      const std::string& source);
+                                      const std::string& source, const LaneIsolationOptions& isolation = {});
 
 struct LaneStepRecord {
   int iteration = 0;   // -1 for calibration steps
@@ -110,13 +136,14 @@ class GapScheduler : public GapFiller {
   // calibration), each starting "lanes: stage S rank R: "; default: stderr.
   using Logger = std::function<void(const std::string&)>;
 
-  // Creates each lane's context (an arena of lane_memory_bytes and a low-priority stream of `backend`,
-  // its output directory). LaneError when the lanes' quotas together exceed stage_memory_bytes.
-  // Nothing of the lanes runs until calibrate().
+  // Creates each lane's context (an arena of lane_memory_bytes and a low-priority stream of
+  // `backend`, its output directory); a lane that is not a GuardedLane runs in a ThreadLane.
+  // LaneError when the lanes' quotas together exceed stage_memory_bytes. Nothing of the lanes runs
+  // until calibrate().
   GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
                std::chrono::steady_clock::time_point origin = std::chrono::steady_clock::now(),
                Logger logger = {}, Clock clock = {});
-  ~GapScheduler() override;  // teardown()
+  ~GapScheduler() override;  // teardown(); an abandoned lane's objects are left alive (still in use)
   GapScheduler(const GapScheduler&) = delete;
   GapScheduler& operator=(const GapScheduler&) = delete;
 
@@ -150,6 +177,7 @@ class GapScheduler : public GapFiller {
   LanePlan plan() const;
   void set_plan(const LanePlan& plan);
 
+  // The first `max_records` of each (calibration steps included).
   const std::vector<LaneStepRecord>& step_records() const { return steps_; }
   const std::vector<GapRecord>& gap_records() const { return gaps_; }
   double predicted_gap_s(int gap_id) const;      // 0 when never measured
@@ -166,6 +194,10 @@ class GapScheduler : public GapFiller {
   // Runs one step of `slot`, records it, quarantines on failure; returns false if quarantined.
   bool run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
   void quarantine(LaneSlot& slot, const std::string& reason);
+  // Counts the step in the lane's runaway window; sets `reason` when the lane is a runaway (see
+  // GapSchedulerOptions). True when the step took longer than the factor allows (forgiven or not).
+  bool runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work, std::string* reason);
+  void keep_records(const std::vector<LaneStepRecord>& steps);
   void freeze_plan();
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
@@ -185,6 +217,14 @@ class GapScheduler : public GapFiller {
   std::map<int, double> gap_ewma_;
   std::vector<LaneStepRecord> steps_;
   std::vector<GapRecord> gaps_;
+  std::vector<LaneStepRecord> recent_;  // steps of the current gap (or calibration step)
+  // Sums over every gap, kept or not.
+  struct GapTotals {
+    std::size_t count = 0;
+    double bubble_s = 0;
+    double bubble_after_profiling_s = 0;
+    double harvested_after_profiling_s = 0;
+  } gap_totals_;
 };
 
 }  // namespace pipelane

@@ -40,6 +40,7 @@ class LaneOptions {
   bool has(const std::string& key) const { return values_.count(key) != 0; }
   void reject_unknown() const;
   const std::string& lane() const { return lane_; }
+  const std::string& source() const { return source_; }  // where the keys came from
   const std::map<std::string, std::string>& values() const { return values_; }
 
  private:

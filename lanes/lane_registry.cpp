@@ -58,6 +58,29 @@ void LaneRegistry::load_plugin(const std::string& path) {
   add(name, [plugin, library, path]() -> std::unique_ptr<Lane> {
     return std::make_unique<PluginLane>(plugin, library, path);
   });
+  plugin_paths_[name] = std::filesystem::absolute(path).string();
+}
+
+void LaneRegistry::add_worker_plugin(const std::string& name, WorkerPlugin plugin) {
+  if (factories_.count(name))
+    throw LaneError(plugin.path + ": lane '" + name + "' is already registered (a built-in or another plugin)");
+  const std::string path = std::filesystem::absolute(plugin.path).string();
+  add(name, [name, path]() -> std::unique_ptr<Lane> {
+    throw LaneError("lane '" + name + "' (" + path + ") runs only in a lane worker ([lanes] isolation)");
+  });
+  plugin.path = path;
+  plugin_paths_[name] = path;
+  worker_plugins_[name] = std::move(plugin);
+}
+
+const LaneRegistry::WorkerPlugin* LaneRegistry::worker_plugin(const std::string& name) const {
+  const auto it = worker_plugins_.find(name);
+  return it == worker_plugins_.end() ? nullptr : &it->second;
+}
+
+std::string LaneRegistry::plugin_path(const std::string& name) const {
+  const auto it = plugin_paths_.find(name);
+  return it == plugin_paths_.end() ? "" : it->second;
 }
 
 LaneRegistry LaneRegistry::with_builtins() {

@@ -44,6 +44,7 @@ LaneStats lane_stats_from_json(const nlohmann::json& j) {
   s.quarantined = read<bool>(j, "quarantined", false);
   s.quarantine_reason = read<std::string>(j, "quarantine_reason", "");
   s.memory_high_water_bytes = read<std::size_t>(j, "memory_high_water_bytes", 0);
+  s.isolation = read<std::string>(j, "isolation", "");
   const auto report = j.find("report");
   if (report != j.end()) s.report = *report;
   return s;
@@ -127,6 +128,7 @@ nlohmann::json to_json(const LaneStats& s) {
       {"finished", s.finished},
       {"quarantined", s.quarantined},
       {"memory_high_water_bytes", s.memory_high_water_bytes},
+      {"isolation", s.isolation},
       {"report", s.report},
   };
   if (s.quarantined) out["quarantine_reason"] = s.quarantine_reason;

@@ -28,8 +28,9 @@ GapFitChoice next_fitting_step(std::size_t lanes, std::size_t cursor, double ela
 inline double gap_budget(double predicted_gap_s, double margin) { return predicted_gap_s * margin; }
 
 // A runaway step: longer than `factor` x its prediction and than `min_s` (a preempted 2 us step is
-// no runaway). A lane with several in a row is quarantined; one alone is forgiven (it can be the
-// machine), and never counts in the lane's predicted step cost.
+// no runaway). The gap scheduler quarantines a lane when too many of its recent steps are (a rate
+// over a window: one alone is forgiven, it can be the machine); such a step never counts in the
+// lane's predicted step cost.
 inline bool is_runaway_step(double duration_s, double predicted_s, double factor, double min_s) {
   return predicted_s > 0 && duration_s > factor * predicted_s && duration_s > min_s;
 }

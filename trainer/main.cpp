@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "lanes/isolation/lane_worker.h"
 #include "trainer/export_command.h"
 #include "trainer/lane_bench_command.h"
 #include "trainer/prepare_data_command.h"
@@ -67,6 +68,8 @@ int main(int argc, char** argv) {
   if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
   if (cmd == "devices") return devices_command(argc - 1, argv + 1);
   if (cmd == "lane-bench") return pipelane::lane_bench_command(argc - 1, argv + 1);
+  // Not listed in the usage: started by `train` for each isolated lane ([lanes] isolation).
+  if (cmd == "lane-worker") return pipelane::run_lane_worker(argc - 1, argv + 1);
   if (cmd == "--version") {
     std::printf("pipelane 0.1.0\n");
     return 0;

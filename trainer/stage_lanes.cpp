@@ -3,18 +3,40 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "lanes/isolation/plugin_probe.h"
 #include "lanes/lane_registry.h"
 #include "trainer/lane_plan.h"
 
 namespace pipelane {
+namespace {
+
+// This very binary: a lane worker is `pipelane lane-worker`, so it is the same build as the trainer.
+std::string own_executable() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "pipelane" : self.string();
+}
+
+}  // namespace
 
 StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& backend,
                        std::chrono::steady_clock::time_point origin) {
   const LanesOptions& lo = opts.lanes;
   const std::vector<std::string> names = lo.enabled_lanes();
   if (names.empty() || !lo.runs_on_stage(topo.me.pp)) return;
+  LaneIsolationOptions isolation;
+  isolation.mode = parse_isolation_mode(lo.isolation);
+  isolation.worker_command = {own_executable(), "lane-worker"};
+  isolation.worker_threads = backend.threads();
   LaneRegistry registry = LaneRegistry::with_builtins();
-  for (const std::string& plugin : lo.plugin_paths()) registry.load_plugin(plugin);
+  for (const std::string& plugin : lo.plugin_paths()) {
+    if (isolation.mode == LaneIsolationOptions::Mode::Thread) {
+      registry.load_plugin(plugin);  // trusted: loaded here
+    } else {  // never loaded here, not even to read its name
+      const PluginDescription d = describe_plugin_in_worker(plugin, isolation.worker_command);
+      registry.add_worker_plugin(d.name, {d.work_unit, plugin});
+    }
+  }
   GapSchedulerOptions g;
   g.stage = topo.me.pp;
   g.rank = topo.world_rank;
@@ -25,6 +47,7 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& 
   g.deterministic = lo.deterministic || !lo.plan.empty();  // a replayed plan is deterministic mode's
   g.profile_iterations = lo.profile_iterations;
   g.output_root = (std::filesystem::path(opts.run.dir) / "lanes").string();
+  g.lane_output_bytes = static_cast<std::uint64_t>(lo.output_mb) << 20;
   // One instance of the lanes on every rank of a stage that runs them, counted in world-rank order.
   const ParallelDims dims = topo.grid.dims();
   g.world_size = dims.world();
@@ -36,7 +59,7 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& 
     }
   // The scheduler's lines start with "lanes: stage S rank R: ".
   scheduler_ = std::make_unique<GapScheduler>(
-      backend, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source), g, origin,
+      backend, make_lane_specs(registry, names, lo.lane_sections, lo.lane_sections_source, isolation), g, origin,
       [](const std::string& line) { std::fprintf(stderr, "pipelane %s\n", line.c_str()); });
   if (!lo.plan.empty()) scheduler_->set_plan(load_lane_plans(opts, dims).at(topo.world_rank));
 }

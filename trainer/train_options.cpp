@@ -268,6 +268,11 @@ std::vector<OptionKey> train_option_keys() {
       .integer("profile_iterations", &LanesOptions::profile_iterations, 1, "first iterations only measure gaps")
       .text("stages", &LanesOptions::stages, {}, "pipeline stages that run lanes: all, or a list such as 0,2")
       .text("plugins", &LanesOptions::plugins, {}, "lane plugins (.so paths), comma-separated")
+      .text("isolation", &LanesOptions::isolation, {"auto", "process", "thread"},
+            "where lanes run: process (a worker process per lane: a crash, hang or leak cannot reach "
+            "training), thread (in-process, unisolated: trusted code only), or auto (plugins and the "
+            "command lane in processes, other built-ins in-process)")
+      .integer("output_mb", &LanesOptions::output_mb, 1, "disk quota of each lane's output directory (MiB)")
       .text("baseline", &LanesOptions::baseline, {},
             "summary.json of a lanes-off run of this config: summary.json then reports the training overhead")
       .text("dedicated", &LanesOptions::dedicated, {},

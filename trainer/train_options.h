@@ -85,6 +85,10 @@ struct LanesOptions {
   int profile_iterations = 2;  // iterations that only measure gaps
   std::string stages = "all";  // pipeline stages that run lanes: "all" or a list such as "0,2"
   std::string plugins;         // comma-separated paths of lane plugins (.so)
+  // auto: plugins and the command lane in a worker process each, other built-ins in-process;
+  // process: every lane in a worker; thread: every lane in-process (unisolated: trusted code)
+  std::string isolation = "auto";
+  int output_mb = 1024;        // disk quota of each lane's output directory
   std::string baseline;   // summary.json of a lanes-off run: the overhead in summary.json
   std::string dedicated;  // JSON lines of `pipelane lane-bench NAME --json`: the cost saving
   std::string plan;       // summary.json of a deterministic run: replay its lane plan exactly
@@ -105,7 +109,8 @@ struct LanesOptions {
            a.profile_iterations == b.profile_iterations && a.stages == b.stages && a.plugins == b.plugins &&
            a.baseline == b.baseline && a.dedicated == b.dedicated && a.plan == b.plan &&
            a.train_price_per_hour == b.train_price_per_hour &&
-           a.dedicated_price_per_hour == b.dedicated_price_per_hour && a.lane_sections == b.lane_sections;
+           a.dedicated_price_per_hour == b.dedicated_price_per_hour && a.isolation == b.isolation &&
+           a.output_mb == b.output_mb && a.lane_sections == b.lane_sections;
   }
 };
 

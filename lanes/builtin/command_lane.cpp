@@ -1,5 +1,7 @@
 #include "lanes/builtin/command_lane.h"
 
+#include "lanes/isolation/process_tree.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -34,8 +36,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 // (nanoseconds; clock ticks of 10 ms were too coarse for 2-5 ms slices: most slices read 0, and
 // the ones that crossed a tick made the cost look larger), plus its reaped children's cutime and
 // cstime (ticks: schedstat has no such field). Without schedstat, utime + stime in ticks.
-// Appends the process's direct children to `children`.
-bool read_proc(pid_t pid, double tick_ms, double* ms, bool* fine, std::vector<pid_t>* children) {
+// Appends the process's direct children to `children`, and gives its process group.
+bool read_proc(pid_t pid, double tick_ms, double* ms, bool* fine, std::vector<pid_t>* children, pid_t* group) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
   if (!stat || !std::getline(stat, line)) return false;
@@ -45,6 +47,7 @@ bool read_proc(pid_t pid, double tick_ms, double* ms, bool* fine, std::vector<pi
   std::string tok;
   long long own_ticks = 0, child_ticks = 0;
   for (int field = 3; field <= 17 && in >> tok; ++field) {  // fields 14-17: utime stime cutime cstime
+    if (field == 5) *group = static_cast<pid_t>(std::atol(tok.c_str()));
     if (field == 14 || field == 15) own_ticks += std::atoll(tok.c_str());
     if (field == 16 || field == 17) child_ticks += std::atoll(tok.c_str());
   }
@@ -90,6 +93,12 @@ class CommandLane final : public Lane {
     stdout_path_ = ctx.output_dir + "/stdout.txt";
     stderr_path_ = ctx.output_dir + "/stderr.txt";
     tick_ms_ = 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+    // In a lane worker (a child subreaper: lanes/isolation/lane_worker.h) a process that leaves the
+    // command's group (setsid) and outlives its parent is adopted by this process, so every
+    // descendant of it is the command's. In the trainer (isolation = thread) such a process is
+    // out of reach once its parent exits.
+    int subreaper = 0;
+    contained_ = ::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) == 0 && subreaper != 0;
     start();
   }
 
@@ -101,10 +110,13 @@ class CommandLane final : public Lane {
     cpu_outside_ms_ += std::max(0.0, before - last_after_ms_);
     const auto t0 = std::chrono::steady_clock::now();
     ::kill(-pid_, SIGCONT);
+    if (escaped_) signal_descendants(::getpid(), SIGCONT);
     wait_exit_for(slice_ms_);
     if (!finished_) stop_group();
     wall_in_ms_ += ms_since(t0);
+    const bool escaped_before = escaped_;
     const double after = cpu_ms();
+    if (escaped_ && !escaped_before && !finished_) signal_descendants(::getpid(), SIGSTOP);  // the newcomer
     const double used = std::max(0.0, after - before);
     cpu_in_ms_ += used;
     last_after_ms_ = after;
@@ -263,6 +275,8 @@ class CommandLane final : public Lane {
   // that child runs again (it is not running either, so the slice is over all the same).
   void stop_group() {
     ::kill(-pid_, SIGSTOP);
+    // Processes that left the group (setsid) are stopped one by one; cpu_ms() notices them.
+    if (escaped_) signal_descendants(::getpid(), SIGSTOP);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0;; ++i) {
       int status = 0;
@@ -299,20 +313,25 @@ class CommandLane final : public Lane {
     final_cpu_ms_ = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000.0 +
                     (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000.0;
     ::kill(-pid_, SIGKILL);  // whatever it left behind in its process group
+    if (contained_) kill_descendants(::getpid());  // and what left the group
   }
 
   // CPU milliseconds of the live process tree (exact from rusage once the shell is reaped).
+  // Notes whether any process of it left the command's group (escaped_).
   double cpu_ms() const {
     if (finished_) return std::max(final_cpu_ms_, last_after_ms_);
     double total = 0;
     bool fine = true;
-    std::vector<pid_t> todo{pid_};
+    // In a worker: from every child of it (the shell, and orphans it adopted).
+    std::vector<pid_t> todo = contained_ ? children_of(::getpid()) : std::vector<pid_t>{pid_};
     for (std::size_t i = 0; i < todo.size() && i < 4096; ++i) {
       double ms = 0;
       bool process_fine = false;
-      if (read_proc(todo[i], tick_ms_, &ms, &process_fine, &todo)) {
+      pid_t group = pid_;
+      if (read_proc(todo[i], tick_ms_, &ms, &process_fine, &todo, &group)) {
         total += ms;
         fine = fine && process_fine;
+        if (group != pid_ && contained_) escaped_ = true;
       }
     }
     resolution_ms_ = fine ? 1e-6 : tick_ms_;
@@ -337,6 +356,8 @@ class CommandLane final : public Lane {
   mutable double resolution_ms_ = 10.0;  // of the last cpu_ms(): 1e-6 with schedstat, else a tick
   pid_t pid_ = -1;
   bool finished_ = false, killed_at_teardown_ = false;
+  bool contained_ = false;        // running in a lane worker, which adopts every orphan of the command
+  mutable bool escaped_ = false;  // some process of the command left its group (setsid)
   int exit_code_ = -1, signal_ = 0;
   std::int64_t steps_ = 0, restarts_ = 0;
   double cpu_in_ms_ = 0, cpu_outside_ms_ = 0, wall_in_ms_ = 0, last_after_ms_ = 0, final_cpu_ms_ = 0;

@@ -20,6 +20,10 @@
 // SIGKILL if the thread that started it dies (PR_SET_PDEATHSIG).
 // finished() once the shell exited (reaped; exit code or signal in report(); any processes it
 // left in its group are killed). teardown() SIGKILLs the group if still running and reaps it.
+// In a lane worker (isolation = process, the default for this lane), which adopts every orphan, a
+// process that leaves the group (setsid) is found below the worker: it is stopped and continued
+// with the group and killed with it. In the trainer (isolation = thread) it escapes once its
+// parent exits. The worker also caps every file the command writes at [lanes] output_mb.
 // save()/load(): the counters and, once it finished, the exit status; a process cannot be
 // restored, so after load() an unfinished command starts over, a finished one is not rerun.
 #pragma once

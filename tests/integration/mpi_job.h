@@ -49,12 +49,13 @@ struct JobResult {
   std::string output;  // stdout and stderr together
 };
 
-// ranks == 0: a plain process, no mpirun.
+// ranks == 0: a plain process, no mpirun. A job still running after timeout_s is killed (exit 124).
 inline JobResult run_job(int ranks, const std::string& args, const std::string& log,
-                         const std::string& env = "") {
+                         const std::string& env = "", int timeout_s = 300) {
   std::string cmd = env + (env.empty() ? "" : " ");
   if (ranks > 0)
-    cmd += "timeout 300 mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " ";
+    cmd += "timeout " + std::to_string(timeout_s) + " mpirun --allow-run-as-root --oversubscribe -np " +
+           std::to_string(ranks) + " ";
   cmd += build_dir() + "/pipelane train " + args + " > " + log + " 2>&1";
   const auto t0 = std::chrono::steady_clock::now();
   const int status = std::system(cmd.c_str());

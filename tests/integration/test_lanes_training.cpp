@@ -176,17 +176,19 @@ std::string ppm(int w, int h) {
 }
 
 TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
-  // Calibration and the first gaps see tiny images (a fraction of a millisecond each); the last
-  // two are large enough that each step takes far more than 10x the prediction.
+  // Calibration sees tiny images (a fraction of a millisecond each); the three after it, in gaps,
+  // are large enough that each step takes far more than 10x the prediction (and far less than
+  // the step deadline of half a second, so they are slow, not hung).
   std::filesystem::create_directories(dir_.file("images"));
-  for (int i = 0; i < 6; ++i) {  // 3 for calibration, 3 more in gaps, then the big one
+  for (int i = 0; i < 3; ++i) {  // the 3 calibration steps
     char name[32];
     std::snprintf(name, sizeof name, "a%03d.ppm", i);
     write_file(dir_.file("images/") + name, ppm(16, 12));
   }
-  // Two in a row: one spike alone is forgiven (it can be the machine), two are the lane.
-  write_file(dir_.file("images/z_big1.ppm"), ppm(5000, 4000));
-  write_file(dir_.file("images/z_big2.ppm"), ppm(5000, 4000));
+  // Three in the lane's window of 16 steps: a spike or two is forgiven (it can be the machine),
+  // a habit is the lane.
+  for (const char* name : {"images/z_big1.ppm", "images/z_big2.ppm", "images/z_big3.ppm"})
+    write_file(dir_.file(name), ppm(5000, 4000));  // (a warm step of this size: ~20x a tiny one)
   const StepMetrics off = train("off", "");
   JobResult job;
   const StepMetrics on = train("slow", "--lanes.enabled=imageproc --lanes.profile_iterations=1 "
@@ -195,10 +197,13 @@ TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
                                        " --lane.imageproc.steps_per_image=1",  // each big image one step
                                &job);
   const auto total = lanes_total("slow");
-  // Every rank runs its own copy of the lane, so each of the two is quarantined.
-  ASSERT_EQ(total["quarantined"].size(), 2u) << total.dump() << job.output;
+  // Every rank runs its own copy of the lane. The first stage waits often enough to reach the big
+  // images even on a busy machine; the last one may not get that far, but if it is quarantined
+  // too, it is for the same reason.
+  ASSERT_GE(total["quarantined"].size(), 1u) << total.dump() << job.output;
+  EXPECT_EQ(total["quarantined"][0]["rank"], 0) << total.dump();
   for (const auto& q : total["quarantined"])
-    EXPECT_NE(q["reason"].get<std::string>().find("in a row took more than 10x"), std::string::npos)
+    EXPECT_NE(q["reason"].get<std::string>().find("3 of its last"), std::string::npos)
         << total.dump();
   EXPECT_EQ(on.loss, off.loss);
 }

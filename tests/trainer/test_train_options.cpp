@@ -336,8 +336,9 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"run", "overwrite", "refuse"},
     {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
     {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
-    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "baseline", ""},
-    {"lanes", "dedicated", ""},        {"lanes", "plan", ""},
+    {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "isolation", "auto"},
+    {"lanes", "output_mb", "1024"},    {"lanes", "baseline", ""},     {"lanes", "dedicated", ""},
+    {"lanes", "plan", ""},
     {"lanes", "train_price_per_hour", "0"}, {"lanes", "dedicated_price_per_hour", "0"},
 };
 
