@@ -36,6 +36,27 @@ GptConfig gpt_config_from(const ModelOptions& m) {
 
 namespace {
 
+// Seconds and counts of each compute instruction (Fwd, Bwd, BwdWeight) over the timed steps.
+class ComputeOpTimes {
+ public:
+  void add(Op op, double seconds) {
+    seconds_[index(op)] += seconds;
+    counts_[index(op)] += 1;
+  }
+  // Every rank's totals summed, so every rank has the job's means.
+  void sum_over(ControlPlane& world) {
+    world.all_reduce_sum(seconds_, kOps);
+    world.all_reduce_sum(counts_, kOps);
+  }
+  double mean(Op op) const { return counts_[index(op)] > 0 ? seconds_[index(op)] / counts_[index(op)] : 0.0; }
+
+ private:
+  static constexpr int kOps = 3;
+  static int index(Op op) { return op == Op::Fwd ? 0 : op == Op::Bwd ? 1 : 2; }
+  double seconds_[kOps] = {0, 0, 0};
+  double counts_[kOps] = {0, 0, 0};
+};
+
 ExecutorOptions executor_options(const TrainOptions& o, int dp) {
   ExecutorOptions e;
   e.model = gpt_config_from(o.model);
@@ -242,8 +263,8 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
   std::vector<StepStats> traced;
   std::vector<double> step_seconds;
   double busy = 0, window = 0, train_seconds = 0, last_loss = 0, last_val = NAN;
-  // Seconds and counts of Fwd, Bwd, BwdWeight: the measured costs the theoretical bubble uses.
-  double op_time[6] = {0, 0, 0, 0, 0, 0};
+  // Measured costs of the compute instructions, which the theoretical bubble uses.
+  ComputeOpTimes op_times;
   nlohmann::json evals = nlohmann::json::array();
 
   // Numerical faults: the executor asks before every AdamW update.
@@ -299,11 +320,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
       if (is_compute(r.instr.op)) {
         my_busy += r.end_s - r.start_s;
         last_compute = std::max(last_compute, static_cast<float>(r.end_s));
-        if (step > s.start_step || t.steps == 1) {
-          const int k = r.instr.op == Op::Fwd ? 0 : r.instr.op == Op::Bwd ? 1 : 2;
-          op_time[2 * k] += r.end_s - r.start_s;
-          op_time[2 * k + 1] += 1;
-        }
+        if (step > s.start_step || t.steps == 1) op_times.add(r.instr.op, r.end_s - r.start_s);
       }
     s.topo.world->all_reduce_max(&last_compute, 1);
     if (step > 0 || t.steps == 1) {  // the first step pages memory in: not representative
@@ -372,9 +389,10 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
   per_rank[2 * s.topo.world_rank] = busy;
   per_rank[2 * s.topo.world_rank + 1] = window;
   s.topo.world->all_reduce_sum(per_rank.data(), per_rank.size());
-  s.topo.world->all_reduce_sum(op_time, 6);
-  const auto mean = [&](int k) { return op_time[2 * k + 1] > 0 ? op_time[2 * k] / op_time[2 * k + 1] : 0.0; };
-  const double t_f = mean(0), t_w = mean(2), t_b = mean(1) + t_w;
+  op_times.sum_over(*s.topo.world);
+  // t_b is the whole backward: for a split one, its input-gradient half plus the weight half.
+  const double t_f = op_times.mean(Op::Fwd), t_w = op_times.mean(Op::BwdWeight);
+  const double t_b = op_times.mean(Op::Bwd) + t_w;
 
   s.lanes.teardown();
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
