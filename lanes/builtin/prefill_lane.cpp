@@ -231,11 +231,10 @@ void PrefillLane::setup(LaneContext& ctx) {
 // those positions go to the cache, queries attend over cache rows [0, p].
 void PrefillLane::prefill_chunk(int p0, int p1) {
   const ParamLayout& L = stage_->layout();
-  const int C = s_.model.d_model, NH = s_.model.heads, hs = C / NH, T = s_.seq_len;
+  const int C = s_.model.d_model, NH = s_.model.heads;
   const int n = p1 - p0;
   const std::size_t nC = static_cast<std::size_t>(n) * C;
   const float* P = params_;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 
   for (int i = 0; i < n; ++i) {
     const float* w = P + L.wte + static_cast<std::size_t>(prompt_[p0 + i]) * C;
@@ -254,35 +253,7 @@ void PrefillLane::prefill_chunk(int p0, int p1) {
       std::memcpy(K + static_cast<std::size_t>(p0 + i) * C, row + C, C * sizeof(float));
       std::memcpy(V + static_cast<std::size_t>(p0 + i) * C, row + 2 * C, C * sizeof(float));
     }
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int i = 0; i < n; ++i) {
-      for (int h = 0; h < NH; ++h) {
-        const int pos = p0 + i;
-        const float* q = qkv_ + static_cast<std::size_t>(i) * 3 * C + h * hs;
-        float* sc = scores_ + (static_cast<std::size_t>(i) * NH + h) * T;
-        float maxv = -INFINITY;
-        for (int j = 0; j <= pos; ++j) {
-          const float* k = K + static_cast<std::size_t>(j) * C + h * hs;
-          float dot = 0.f;
-          for (int d = 0; d < hs; ++d) dot += q[d] * k[d];
-          sc[j] = dot * scale;
-          maxv = std::max(maxv, sc[j]);
-        }
-        float sum = 0.f;
-        for (int j = 0; j <= pos; ++j) {
-          sc[j] = std::exp(sc[j] - maxv);
-          sum += sc[j];
-        }
-        const float inv = 1.0f / sum;
-        float* out = atty_ + static_cast<std::size_t>(i) * C + h * hs;
-        for (int d = 0; d < hs; ++d) out[d] = 0.f;
-        for (int j = 0; j <= pos; ++j) {
-          const float* v = V + static_cast<std::size_t>(j) * C + h * hs;
-          const float a = sc[j] * inv;
-          for (int d = 0; d < hs; ++d) out[d] += a * v[d];
-        }
-      }
-    }
+    cpu::attention_forward_kv(atty_, scores_, qkv_, 3 * C, K, V, n, p0, C, NH);
     cpu::matmul_forward(proj_, atty_, P + o.attprojw, P + o.attprojb, n, C, C);
     cpu::add_inplace(x_, proj_, nC);
     cpu::layernorm_forward(ln_, mean_, rstd_, x_, P + o.ln2w, P + o.ln2b, n, C);
