@@ -14,7 +14,9 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long s = std::lround(seconds);
   char buf[32];
-  if (s >= 3600)
+  if (s >= 86400)
+    std::snprintf(buf, sizeof buf, "%ldd %02ld:%02ld:%02ld", s / 86400, (s / 3600) % 24, (s / 60) % 60, s % 60);
+  else if (s >= 3600)
     std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
   else
     std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);

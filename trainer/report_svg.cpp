@@ -160,7 +160,10 @@ std::string render_line_chart(const LineChart& chart) {
     std::string d;
     for (const Point& p : pts) {
       if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
-      d += (d.empty() ? "M" : "L") + num(X(p.x)) + " " + num(Y(p.y));
+      d += d.empty() ? 'M' : 'L';  // (one append at a time: GCC 12 warns falsely on a + chain here)
+      d += num(X(p.x));
+      d += ' ';
+      d += num(Y(p.y));
     }
     if (d.empty()) continue;
     s += "<g class=\"series\" data-series=\"" + escape_xml(series.key) + "\">";
