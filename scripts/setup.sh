@@ -14,6 +14,7 @@ packages=(
   libboost-program-options-dev nlohmann-json3-dev libgtest-dev
   openmpi-bin libopenmpi-dev  # multi-rank training (mpirun)
   jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz
+  chromium                 # headless, for the test that loads `pipelane report`'s page
 )
 for arg in "$@"; do
   case "$arg" in

@@ -11,6 +11,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "trainer/command_options.h"
+
 #include "datasets/text_documents.h"
 #include "datasets/token_store.h"
 #include "datasets/unigram.h"
@@ -177,21 +179,12 @@ int eval_command(int argc, char** argv) {
       ("max-tokens", po::value(&req.max_tokens)->default_value(0), "evaluate at most this many tokens; 0: all")
       ("threads", po::value(&req.threads)->default_value(0), "CPU threads; 0: all cores")
       ("json", po::bool_switch(&json), "print one JSON object instead of the table");
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    if (req.model.empty() || req.data.empty()) throw po::error("--model and --data are required");
-    if (req.seq_len < 0 || req.batch < 0 || req.max_tokens < 0 || req.threads < 0)
-      throw po::error("--seq-len, --batch, --max-tokens and --threads must be >= 0");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pipelane eval: %s (see pipelane eval --help)\n", e.what());
-    return 2;
-  }
+  if (const auto code = parse_command_options("eval", argc, argv, desc, [&] {
+        if (req.model.empty() || req.data.empty()) throw po::error("--model and --data are required");
+        if (req.seq_len < 0 || req.batch < 0 || req.max_tokens < 0 || req.threads < 0)
+          throw po::error("--seq-len, --batch, --max-tokens and --threads must be >= 0");
+      }))
+    return *code;
   try {
     const EvalResult r = evaluate(req);
     if (json) {

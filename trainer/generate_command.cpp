@@ -7,6 +7,8 @@
 #include <string>
 
 #include <boost/program_options.hpp>
+
+#include "trainer/command_options.h"
 #include <nlohmann/json.hpp>
 
 #include "model/gpt_decoder.h"
@@ -47,24 +49,15 @@ int generate_command(int argc, char** argv) {
       ("tokenizer", po::value(&tokenizer_name), "byte or gpt2 (default: the model's)")
       ("threads", po::value(&threads)->default_value(0), "CPU threads; 0: all cores")
       ("json", po::bool_switch(&json), "print one JSON object (text, token ids, tokens/s) at the end instead of streaming");
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    if (model_path.empty() == config_path.empty()) throw po::error("give --model PATH (or --config FILE for a random model)");
-    if (tokens < 1) throw po::error("--tokens must be >= 1");
-    if (sampling.temperature < 0) throw po::error("--temperature must be >= 0");
-    if (sampling.top_k < 0) throw po::error("--top-k must be >= 0");
-    if (!(sampling.top_p > 0 && sampling.top_p <= 1)) throw po::error("--top-p must be in (0, 1]");
-    if (threads < 0) throw po::error("--threads must be >= 0");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pipelane generate: %s (see pipelane generate --help)\n", e.what());
-    return 2;
-  }
+  if (const auto code = parse_command_options("generate", argc, argv, desc, [&] {
+        if (model_path.empty() == config_path.empty()) throw po::error("give --model PATH (or --config FILE for a random model)");
+        if (tokens < 1) throw po::error("--tokens must be >= 1");
+        if (sampling.temperature < 0) throw po::error("--temperature must be >= 0");
+        if (sampling.top_k < 0) throw po::error("--top-k must be >= 0");
+        if (!(sampling.top_p > 0 && sampling.top_p <= 1)) throw po::error("--top-p must be in (0, 1]");
+        if (threads < 0) throw po::error("--threads must be >= 0");
+      }))
+    return *code;
   try {
     auto device = make_cpu_device(threads);
     LoadedModel m;

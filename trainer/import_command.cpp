@@ -7,6 +7,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "trainer/command_options.h"
+
 #include "trainer/checkpoint.h"
 #include "trainer/model_source.h"
 #include "trainer/train_options.h"
@@ -54,20 +56,11 @@ int import_command(int argc, char** argv) {
       ("format", po::value(&format)->default_value(format), "input format (safetensors)")
       ("input", po::value(&input), "the Hugging Face model directory")
       ("output", po::value(&output), "the checkpoint directory to write");
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    if (input.empty() || output.empty()) throw po::error("--input and --output are required");
-    if (format != "safetensors") throw po::error("unknown --format '" + format + "' (supported: safetensors)");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pipelane import: %s (see pipelane import --help)\n", e.what());
-    return 2;
-  }
+  if (const auto code = parse_command_options("import", argc, argv, desc, [&] {
+        if (input.empty() || output.empty()) throw po::error("--input and --output are required");
+        if (format != "safetensors") throw po::error("unknown --format '" + format + "' (supported: safetensors)");
+      }))
+    return *code;
   try {
     const std::string what = import_hf_gpt2(input, output);
     std::printf("pipelane import: %s -> %s (%s)\n", input.c_str(), output.c_str(), what.c_str());

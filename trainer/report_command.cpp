@@ -8,6 +8,8 @@
 
 #include <boost/program_options.hpp>
 
+#include "trainer/command_options.h"
+
 #include "trainer/report_data.h"
 #include "trainer/report_html.h"
 
@@ -54,27 +56,13 @@ int report_command(int argc, char** argv) {
        "which traced step the timeline shows, 1 = the first traced; 0: the last traced one");
   po::options_description hidden;
   hidden.add_options()("run", po::value(&dirs)->composing());
-  po::options_description all;
-  all.add(desc).add(hidden);
   po::positional_options_description pos;
   pos.add("run", -1);
-  try {
-    po::variables_map vm;
-    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
-    po::notify(vm);
-    if (vm.count("help")) {
-      std::cout << desc << "\n";
-      return 0;
-    }
-    if (dirs.empty()) {
-      std::cerr << "pipelane report: give at least one run directory\n" << desc << "\n";
-      return 2;
-    }
-    if (step < 0) throw po::error("--step must be >= 0");
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "pipelane report: %s (see pipelane report --help)\n", e.what());
-    return 2;
-  }
+  if (const auto code = parse_command_options("report", argc, argv, desc, [&] {
+        if (dirs.empty()) throw po::error("give at least one run directory");
+        if (step < 0) throw po::error("--step must be >= 0");
+      }, &hidden, &pos))
+    return *code;
   if (output.empty()) output = dirs.size() == 1 ? (fs::path(dirs.front()) / "report.html").string() : "report.html";
   try {
     write_run_report(dirs, output, title, step - 1);

@@ -4,6 +4,7 @@
 # samples/s of `scripts/run.sh` (tokens/s of the summary / 128).
 #   scripts/bench/data_throughput.sh [BUILD_DIR=build]
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 build="${1:-build}"
 scripts/setup.sh

@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     --lanes) lanes_list=$2; shift 2 ;;
     --pp) pp=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "lanes.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
