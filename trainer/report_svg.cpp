@@ -40,7 +40,7 @@ std::string value_text(double v) {
 // A bar's total: three significant digits are plenty next to a drawn bar.
 std::string short_value(double v) {
   char buf[48];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
+  std::snprintf(buf, sizeof buf, std::fabs(v) >= 1000 ? "%.0f" : "%.3g", v);
   return buf;
 }
 

@@ -7,13 +7,32 @@
 
 namespace pipelane {
 
+namespace {
+
+// Per-layer time c and each stage's extra work (head, embedding) under the model in straggler.h.
+double per_layer_time(const std::vector<double>& busy, const std::vector<int>& layers) {
+  double c = std::numeric_limits<double>::infinity();
+  for (std::size_t p = 0; p < layers.size(); ++p)
+    if (layers[p] > 0) c = std::min(c, busy[p] / layers[p]);
+  return c;
+}
+
+// The slowest stage's estimated time with `split` instead of `layers`.
+double slowest_stage(const std::vector<double>& busy, const std::vector<int>& layers, const std::vector<int>& split) {
+  const double c = per_layer_time(busy, layers);
+  double slowest = 0;
+  for (std::size_t p = 0; p < layers.size(); ++p)
+    slowest = std::max(slowest, split[p] * c + std::max(0.0, busy[p] - layers[p] * c));
+  return slowest;
+}
+
+}  // namespace
+
 std::vector<int> balanced_split(const std::vector<double>& busy, const std::vector<int>& layers) {
   const int P = static_cast<int>(layers.size());
   const int L = std::accumulate(layers.begin(), layers.end(), 0);
   if (P < 2 || L < P) return layers;
-  double c = std::numeric_limits<double>::infinity();
-  for (int p = 0; p < P; ++p)
-    if (layers[p] > 0) c = std::min(c, busy[p] / layers[p]);
+  const double c = per_layer_time(busy, layers);
   std::vector<double> extra(P);
   for (int p = 0; p < P; ++p) extra[p] = std::max(0.0, busy[p] - layers[p] * c);
   // best[p][l]: the smallest possible slowest-stage time of stages [0, p] holding l layers.
@@ -80,10 +99,14 @@ std::optional<StragglerReport> find_straggler(const std::vector<double>& busy, c
     return r;
   }
   std::snprintf(head, sizeof head, ": stage %d is the straggler, computing %.0f%% more than the mean of the other stages "
-                "(%.2f s vs %.2f s)", r.stage, 100 * r.excess, r.busy_s, r.others_mean_s);
+                "(%.3g s vs %.3g s)", r.stage, 100 * r.excess, r.busy_s, r.others_mean_s);
   r.message += head;
-  if (!r.suggested.empty())
+  if (!r.suggested.empty()) {
     r.message += "; try [parallel] layers_per_stage = " + join(r.suggested) + " (now " + join(layers) + ")";
+    std::snprintf(head, sizeof head, ": the slowest stage's estimated compute drops from %.3g s to %.3g s", r.busy_s,
+                  slowest_stage(busy, layers, r.suggested));
+    r.message += head;
+  }
   else
     r.message += "; moving layers with [parallel] layers_per_stage may even the stages out";
   return r;

@@ -324,3 +324,23 @@ TEST_F(ModelIo, SummaryCountsTheStepsRunAndTheTracedSteps) {
 
 }  // namespace
 }  // namespace pipelane
+
+namespace pipelane {
+namespace {
+
+TEST(TrainCommandGrid, AWrongWorldSizeSaysWhatWouldWork) {
+  test_support::TempDir tmp;
+  write_file(tmp.file("c.ini"), config(tmp.file("absent.h5"), tmp.file("run")));
+  const auto error_of = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"train", "--config", tmp.file("c.ini")});
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(call(train_command, args), 2);
+    return testing::internal::GetCapturedStderr();
+  };
+  EXPECT_NE(error_of({"--parallel.pp=2", "--parallel.tp=2"}).find("use -np 4 for tp 2 x pp 2 (or -np 8, 12, ..."),
+            std::string::npos);
+  EXPECT_NE(error_of({"--parallel.pp=2", "--parallel.dp=3"}).find("use -np 6 for dp 3 x pp 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pipelane
