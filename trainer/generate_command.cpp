@@ -25,7 +25,7 @@ namespace po = boost::program_options;
 
 int generate_command(int argc, char** argv) {
   std::string model_path, config_path, prompt, tokenizer_name;
-  int tokens = 256, threads = 0;
+  int tokens = 256, threads = 1;
   std::uint64_t seed = 1337;
   SamplingOptions sampling;
   bool json = false;
@@ -47,7 +47,10 @@ int generate_command(int argc, char** argv) {
       ("top-p", po::value(&sampling.top_p)->default_value(sampling.top_p), "sample among the most likely tokens up to this probability mass")
       ("seed", po::value(&seed)->default_value(seed), "random seed")
       ("tokenizer", po::value(&tokenizer_name), "byte or gpt2 (default: the model's)")
-      ("threads", po::value(&threads)->default_value(0), "CPU threads; 0: all cores")
+      ("threads", po::value(&threads)->default_value(threads),
+       "CPU threads; 0: all cores. One token at a time is a chain of small memory-bound products that "
+       "synchronise the threads, so more threads help large models a little on an idle machine and "
+       "slow small ones down on a busy one")
       ("json", po::bool_switch(&json), "print one JSON object (text, token ids, tokens/s) at the end instead of streaming");
   if (const auto code = parse_command_options("generate", argc, argv, desc, [&] {
         if (model_path.empty() == config_path.empty()) throw po::error("give --model PATH (or --config FILE for a random model)");
