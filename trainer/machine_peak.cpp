@@ -91,20 +91,44 @@ CpuPeak cpu_hardware_peak(double cores) {
   return p;
 }
 
+namespace {
+
+nlohmann::json read_cache(const std::string& path) {
+  std::ifstream in(path);
+  try {
+    if (in) {
+      nlohmann::json cache = nlohmann::json::parse(in);
+      if (cache.is_object()) return cache;
+    }
+  } catch (const nlohmann::json::exception&) {  // a damaged cache is measured again
+  }
+  return nlohmann::json::object();
+}
+
+void write_cache(const std::string& path, const nlohmann::json& cache) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << cache.dump(2) << "\n";
+  }
+  fs::rename(tmp, path, ec);  // another rank writing at once is harmless
+}
+
+}  // namespace
+
+void forget_sgemm_peak(int threads, int ranks_on_host) {
+  const std::string path = sgemm_cache_path();
+  nlohmann::json cache = read_cache(path);
+  if (cache.erase(sgemm_cache_key(threads, ranks_on_host)) > 0) write_cache(path, cache);
+}
+
 std::optional<SgemmPeak> sgemm_peak(int threads, int ranks_on_host, bool measure) {
   constexpr int kN = 1536;
   const std::string path = sgemm_cache_path();
   const std::string key = sgemm_cache_key(threads, ranks_on_host);
-  nlohmann::json cache = nlohmann::json::object();
-  {
-    std::ifstream in(path);
-    try {
-      if (in) cache = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception&) {
-      cache = nlohmann::json::object();  // a damaged cache is measured again
-    }
-    if (!cache.is_object()) cache = nlohmann::json::object();
-  }
+  nlohmann::json cache = read_cache(path);
   if (cache.contains(key) && cache[key].is_object() && cache[key].value("gflops", 0.0) > 0)
     return SgemmPeak{cache[key]["gflops"].get<double>(),
                      "measured sgemm, cached in " + path + " (" + cache[key].value("measured", std::string("?")) + ")"};
@@ -121,14 +145,7 @@ std::optional<SgemmPeak> sgemm_peak(int threads, int ranks_on_host, bool measure
   const std::time_t now = std::time(nullptr);
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", std::localtime(&now));
   cache[key] = {{"gflops", best}, {"measured", when}};
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << cache.dump(2) << "\n";
-  }
-  fs::rename(tmp, path, ec);  // another rank writing the same key at once is harmless
+  write_cache(path, cache);
   return SgemmPeak{best, "measured sgemm (now), cached in " + path};
 }
 

@@ -8,7 +8,8 @@
 //  - a measured sgemm (OpenBLAS, n = 1536, the rank's threads, repeated for about a second, the
 //    best product kept): what the machine's BLAS actually reaches. Measured once per (CPU, threads,
 //    ranks on the host) and cached in ${XDG_CACHE_HOME:-~/.cache}/pipelane/sgemm_peak.json, so
-//    identical runs use the same number instead of a start-up timing that varies with load.
+//    identical runs use the same number instead of a start-up timing that varies with load. A
+//    run whose training outran the cached rate drops it (it was measured on a busy machine).
 #pragma once
 #include <optional>
 #include <string>
@@ -35,5 +36,8 @@ std::string sgemm_cache_path();
 
 // From the cache, else measured now and cached (measure = false: nullopt instead of measuring).
 std::optional<SgemmPeak> sgemm_peak(int threads, int ranks_on_host, bool measure);
+// Drops the cached entry: training went faster than it, so it was measured on a busy machine
+// (the next run measures again).
+void forget_sgemm_peak(int threads, int ranks_on_host);
 
 }  // namespace pipelane

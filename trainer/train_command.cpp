@@ -377,6 +377,12 @@ int train_command(int argc, char** argv) {
       }
       run->write_summary(summary);
       print_summary(opts, summary, unigram);
+      if (summary["mfu_sgemm"].is_number() && summary["mfu_sgemm"].get<double>() > 1.0 &&
+          opts.train.peak_gflops <= 0) {
+        forget_sgemm_peak(threads, ranks_here);
+        std::printf("  note         training outran the cached sgemm rate, so it was measured on a busy machine: "
+                    "dropped from the cache (the next run measures again)\n");
+      }
     }
     return 0;
   } catch (const NumericalFaultError& e) {
