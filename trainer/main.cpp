@@ -5,9 +5,13 @@
 #include <string>
 
 #include "lanes/isolation/lane_worker.h"
+#include "trainer/eval_command.h"
 #include "trainer/export_command.h"
+#include "trainer/generate_command.h"
+#include "trainer/import_command.h"
 #include "trainer/lane_bench_command.h"
 #include "trainer/prepare_data_command.h"
+#include "trainer/report_command.h"
 #include "trainer/schedule_command.h"
 #include "trainer/plan_command.h"
 #include "trainer/simulate_command.h"
@@ -25,7 +29,11 @@ void print_usage(std::FILE* out) {
                "  schedule       print a pipeline schedule and its bubbles (pipelane schedule --help)\n"
                "  simulate       replay a job's schedules under a cost model on a cluster (pipelane simulate --help)\n"
                "  plan           search pp/tp/dp/schedule for a model on a cluster, with lane value (pipelane plan --help)\n"
+               "  generate       sample text from a checkpoint or an exported model (pipelane generate --help)\n"
+               "  eval           loss and perplexity of a model on a token or text file (pipelane eval --help)\n"
                "  export         a checkpoint as a Hugging Face GPT-2 model (pipelane export --help)\n"
+               "  import         a Hugging Face GPT-2 model as a checkpoint (pipelane import --help)\n"
+               "  report         an HTML page of one or more run directories (pipelane report --help)\n"
                "  lane-bench     one lane alone on one core: its dedicated throughput (pipelane lane-bench --help)\n"
                "  devices        list the compute devices this build can use\n"
                "  --version      print the version\n");
@@ -66,6 +74,10 @@ int main(int argc, char** argv) {
   if (cmd == "simulate") return pipelane::simulate_command(argc - 1, argv + 1);
   if (cmd == "plan") return pipelane::plan_command(argc - 1, argv + 1);
   if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
+  if (cmd == "generate") return pipelane::generate_command(argc - 1, argv + 1);
+  if (cmd == "eval") return pipelane::eval_command(argc - 1, argv + 1);
+  if (cmd == "import") return pipelane::import_command(argc - 1, argv + 1);
+  if (cmd == "report") return pipelane::report_command(argc - 1, argv + 1);
   if (cmd == "devices") return devices_command(argc - 1, argv + 1);
   if (cmd == "lane-bench") return pipelane::lane_bench_command(argc - 1, argv + 1);
   // Not listed in the usage: started by `train` for each isolated lane ([lanes] isolation).

@@ -19,8 +19,13 @@
 #include "trainer/preemption.h"
 #include "parallel/progress_watchdog.h"
 #include "trainer/chrome_trace.h"
+#include "trainer/import_command.h"
+#include "trainer/model_gather.h"
+#include "trainer/model_source.h"
 #include "trainer/progress_line.h"
 #include "trainer/stage_lanes.h"
+#include "trainer/straggler.h"
+#include "trainer/training_samples.h"
 
 namespace pipelane {
 
@@ -102,7 +107,16 @@ std::vector<int> injected_nan_steps() {
 // samples per epoch). The position counts every rank's samples, so a run resumes at any dp.
 constexpr const char* kShardedSamplerKind = "sharded_sampler_v1";
 
-constexpr int kTracedSteps = 20;  // trace.json keeps the first steps; a long run's would be huge
+// Layers of each pipeline stage, for the straggler's suggestion; empty for interleaved schedules
+// (several chunks per stage).
+std::vector<int> layers_per_stage(const TrainOptions& o) {
+  if (o.parallel.virtual_stages != 1) return {};
+  std::vector<int> out;
+  std::stringstream in(o.parallel.layers_per_stage);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::atoi(item.c_str()));
+  if (out.empty()) out.assign(o.parallel.pp, o.model.layers / o.parallel.pp);
+  return out;
+}
 
 // This rank's lane progress in `reader`, when it can be restored: same grid (tp, pp, dp) and the
 // same lane names configured on this world rank as when saved. Otherwise nullopt, with one line
@@ -149,7 +163,7 @@ struct ParallelTrainer::State {
   const TrainOptions& opts;
   const TrainingData& data;
   Topology& topo;
-  double peak_gflops;
+  MfuPeaks peaks;
   int dp, B, T, micro_total, micro_mine;
   ExecutorOptions exec_opts;
   PipelineExecutor exec;
@@ -163,7 +177,7 @@ struct ParallelTrainer::State {
   std::optional<std::map<std::string, std::string>> lanes_to_load;
 
   State(const TrainOptions& o, const TrainingData& d, Topology& t, double peak, Backend& backend)
-      : opts(o), data(d), topo(t), peak_gflops(peak), dp(t.grid.dims().dp),
+      : opts(o), data(d), topo(t), peaks{peak, "", std::nullopt, ""}, dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
         exec_opts(executor_options(o, dp)), exec(exec_opts, t, backend),
@@ -238,6 +252,9 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   CheckpointReader reader(checkpoint_dir);
   reader.check_model(s.exec_opts.model);
   const TrainingProgress p = reader.progress();
+  if (p.sampler.kind == kWeightsOnlySampler)
+    throw CheckpointError("checkpoint " + checkpoint_dir + " holds weights only (pipelane import): start from it with " +
+                          "[run] init_from = " + checkpoint_dir + " instead of resume");
   if (p.step > s.opts.train.steps)
     throw CheckpointError("checkpoint " + checkpoint_dir + " is at step " + std::to_string(p.step) +
                           ", beyond [train] steps = " + std::to_string(s.opts.train.steps));
@@ -248,6 +265,22 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   s.lanes_to_load = saved_lane_progress(reader, s.topo, s.lanes.scheduler());
   return p.step;
 }
+
+void ParallelTrainer::init_from(const std::string& path) {
+  State& s = *s_;
+  const LoadedModel m = load_model(path);
+  const std::string diff = model_mismatch(m.config, s.exec_opts.model);
+  if (!diff.empty()) throw CheckpointError("[run] init_from = " + path + ": the model there has " + diff);
+  std::vector<float> staging;  // the weights are written on the host, then copied in
+  for (const ChunkState& c : s.exec.chunk_states()) {
+    staging.assign(c.layout->total_floats(), 0.f);
+    copy_model_into(m, *c.layout, staging.data());
+    s.exec.backend().copy(c.params, staging.data(), staging.size() * sizeof(float), s.exec.compute_stream());
+  }
+  s.exec.compute_stream().synchronize();
+}
+
+void ParallelTrainer::set_mfu_peaks(const MfuPeaks& peaks) { s_->peaks = peaks; }
 
 nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const LaneValuation& lane_valuation) {
   State& s = *s_;
@@ -261,6 +294,21 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
   ProgressLine progress(console ? console : stdout, t.steps, s.opts.run.log_every,
                         s.topo.grid.dims().world() == 1);
   std::vector<StepStats> traced;
+  std::vector<int> traced_numbers;  // the 1-based step of each traced StepStats
+  const RunOptions::StepRange trace_range = s.opts.run.traced_steps();
+  const auto is_traced = [&](int step) {  // 0-based
+    return trace_range.first > 0 ? step + 1 >= trace_range.first && step + 1 <= trace_range.last
+                                 : step - s.start_step < trace_range.count;
+  };
+  int steps_run = 0, last_step = s.start_step;
+  double step_ewma = 0;  // smoothed step time for the ETA
+  const int world_size = s.topo.grid.dims().world();
+  const auto mfu_of = [&](double tokens_per_s, double peak) {
+    return peak > 0 ? tokens_per_s * flops_per_token / (peak * 1e9 * world_size) : 0.0;
+  };
+  std::optional<TrainingSamples> samples;
+  if (leader && t.sample_every > 0)
+    samples.emplace(s.opts.data.tokenizer, t.sample_prompt, t.sample_tokens, t.seed, run->path());
   std::vector<double> step_seconds;
   double busy = 0, window = 0, train_seconds = 0, last_loss = 0, last_val = NAN;
   // Measured costs of the compute instructions, which the theoretical bubble uses.
@@ -330,16 +378,23 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
     const double secs = st.end_s - st.start_s;
     train_seconds += secs;
     step_seconds.push_back(secs);
+    ++steps_run;
+    last_step = step + 1;
+    // The first step pages memory in: it seeds the average only until a second step exists.
+    step_ewma = steps_run <= 2 ? secs : 0.9 * step_ewma + 0.1 * secs;
     last_loss = st.loss_sum / tokens_per_step;
     const double grad_norm = st.grad_norm;
-    if (static_cast<int>(traced.size()) < kTracedSteps) traced.push_back(std::move(st));
+    if (is_traced(step)) {
+      traced.push_back(std::move(st));
+      traced_numbers.push_back(step + 1);
+    }
 
     const double tps = tokens_per_step / secs;
     if (leader) {
-      const double mfu = s.peak_gflops > 0 ? tps * flops_per_token / (s.peak_gflops * 1e9 * s.topo.grid.dims().world()) : 0.0;
       nlohmann::json row = {{"step", step + 1}, {"loss", last_loss}, {"lr", lr},
                             {"grad_norm", grad_norm},
-                            {"tokens_per_s", tps}, {"step_ms", secs * 1e3}, {"mfu", mfu}};
+                            {"tokens_per_s", tps}, {"step_ms", secs * 1e3}, {"mfu", mfu_of(tps, s.peaks.gflops)}};
+      if (s.peaks.sgemm_gflops) row["mfu_sgemm"] = mfu_of(tps, *s.peaks.sgemm_gflops);
       if (verdict != StepVerdict::Apply) row["skipped"] = verdict_name(verdict);
       run->append_metrics(row);
       if (verdict != StepVerdict::Apply) {
@@ -348,7 +403,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
                       verdict == StepVerdict::SkipSpike ? "spiking" : "non-finite");
         progress.note(line);
       }
-      progress.update(step, last_loss, lr, tps, train_seconds / (step + 1) * (t.steps - step - 1));
+      progress.update(step, last_loss, lr, tps, step_ewma * (t.steps - step - 1));
     }
     const bool last = step + 1 == t.steps;
     if (t.eval_every > 0 && ((step + 1) % t.eval_every == 0 || last)) {
@@ -360,6 +415,12 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
         std::snprintf(line, sizeof line, "step %d: validation loss %.4f", step + 1, last_val);
         progress.note(line);
       }
+    }
+    if (t.sample_every > 0 && ((step + 1) % t.sample_every == 0 || last)) {
+      // Rank 0 samples from the whole model; every rank waits, so no step timing includes it.
+      std::optional<LoadedModel> model = gather_model_on_rank0(s.exec, s.topo, s.exec_opts.model);
+      if (leader) progress.note("step " + std::to_string(step + 1) + " sample: " + samples->sample(step + 1, *model, s.exec.backend()));
+      s.topo.world->barrier();
     }
     s.guard.check_stop(step + 1);
     if (every > 0 && ((step + 1) % every == 0 || last)) {
@@ -397,6 +458,8 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
   s.lanes.teardown();
   const std::string track = s.topo.grid.describe(s.topo.world_rank);
   nlohmann::json my_events = trace_events(traced, s.topo.world_rank, track);
+  for (auto& e : my_events)  // which training step each traced one was
+    if (e.value("cat", "") == "step") e["args"]["step"] = traced_numbers.at(e["args"]["index"].get<std::size_t>());
   for (auto& e : s.lanes.trace_events(s.topo.world_rank)) my_events.push_back(std::move(e));
   const auto events_by_rank = gather_to_root(*s.topo.world, my_events.dump());
   const auto lanes_by_rank = gather_to_root(*s.topo.world, s.lanes.summary().dump());
@@ -409,6 +472,7 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
   const ParallelDims dims = s.topo.grid.dims();
   nlohmann::json stages = nlohmann::json::array();
   double bubble_sum = 0;
+  std::vector<double> stage_busy;
   for (int p = 0; p < dims.pp; ++p) {
     double b = 0, w = 0;
     for (int r = 0; r < world; ++r)
@@ -422,14 +486,26 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
     const int ranks = dims.tp * dims.dp;
     stages.push_back({{"stage", p}, {"busy_s", b / ranks}, {"idle_s", idle / ranks},
                       {"bubble_fraction", frac}});
+    stage_busy.push_back(b / ranks);
   }
   std::vector<double> steady(step_seconds.begin() + std::min<std::size_t>(2, step_seconds.size() / 2),
                              step_seconds.end());
   const double med = median(steady);
   const double tps_med = med > 0 ? tokens_per_step / med : 0.0;
+  const double bubble_measured = bubble_sum / dims.pp;
+  const double bubble_theoretical = t_f > 0 && t_b > 0 ? theoretical_bubble_fraction(s.exec_opts.schedule, t_f, t_b, t_w)
+                                                       : theoretical_bubble_fraction(s.exec_opts.schedule);
+  const std::optional<StragglerReport> straggler =
+      find_straggler(stage_busy, layers_per_stage(s.opts), bubble_measured, bubble_theoretical);
+  nlohmann::json traced_json = nullptr;
+  if (!traced_numbers.empty()) traced_json = {traced_numbers.front(), traced_numbers.back()};
   return {
-      {"steps", t.steps},
-      {"tokens", tokens_per_step * t.steps},
+      // What this process actually ran: a stopped or resumed run counts its own steps only.
+      {"steps", steps_run},
+      {"first_step", steps_run > 0 ? s.start_step + 1 : 0},
+      {"last_step", last_step},
+      {"steps_configured", t.steps},
+      {"tokens", tokens_per_step * steps_run},
       {"train_seconds", train_seconds},
       {"final_loss", last_loss},
       {"final_val_loss", std::isnan(last_val) ? nlohmann::json(nullptr) : nlohmann::json(last_val)},
@@ -437,18 +513,28 @@ nlohmann::json ParallelTrainer::run(RunDirectory* run, std::FILE* console, const
       {"step_ms_median", med * 1e3},
       {"tokens_per_s", tps_med},
       {"flops_per_token", flops_per_token},
-      {"peak_gflops", s.peak_gflops},
       // Against the peak of every rank's share of the machine: world ranks x one rank's peak.
-      {"mfu", s.peak_gflops > 0 ? tps_med * flops_per_token / (s.peak_gflops * 1e9 * world) : 0.0},
+      {"peak_gflops", s.peaks.gflops},
+      {"peak_source", s.peaks.source},
+      {"mfu", mfu_of(tps_med, s.peaks.gflops)},
+      {"peak_gflops_sgemm", s.peaks.sgemm_gflops ? nlohmann::json(*s.peaks.sgemm_gflops) : nlohmann::json(nullptr)},
+      {"sgemm_source", s.peaks.sgemm_source},
+      {"mfu_sgemm", s.peaks.sgemm_gflops ? nlohmann::json(mfu_of(tps_med, *s.peaks.sgemm_gflops)) : nlohmann::json(nullptr)},
       {"parallel", {{"tp", dims.tp}, {"dp", dims.dp}, {"pp", dims.pp},
                     {"schedule", s.opts.parallel.schedule},
                     {"virtual_stages", s.opts.parallel.virtual_stages},
                     {"microbatches", s.exec_opts.schedule.microbatches}}},
       {"stages", stages},
-      {"bubble_fraction_measured", bubble_sum / dims.pp},
-      {"bubble_fraction_theoretical",
-       t_f > 0 && t_b > 0 ? theoretical_bubble_fraction(s.exec_opts.schedule, t_f, t_b, t_w)
-                          : theoretical_bubble_fraction(s.exec_opts.schedule)},
+      {"bubble_fraction_measured", bubble_measured},
+      {"bubble_fraction_theoretical", bubble_theoretical},
+      {"straggler", straggler ? nlohmann::json{{"stage", straggler->stage >= 0 ? nlohmann::json(straggler->stage) : nlohmann::json(nullptr)}, {"busy_s", straggler->busy_s},
+                                               {"others_mean_busy_s", straggler->others_mean_s},
+                                               {"excess_fraction", straggler->excess},
+                                               {"layers_per_stage", straggler->layers},
+                                               {"suggested_layers_per_stage", straggler->suggested},
+                                               {"message", straggler->message}}
+                              : nlohmann::json(nullptr)},
+      {"traced_steps", traced_json},
       {"measured_op_ms", {{"forward", t_f * 1e3}, {"backward", t_b * 1e3}, {"backward_weight", t_w * 1e3}}},
       {"training_arena_bytes_rank0", s.exec.arena_bytes()},
       {"resumed_from_step", s.start_step},

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,15 @@ namespace pipelane {
 
 GptConfig gpt_config_from(const ModelOptions& m);
 
+// What MFU is measured against (trainer/machine_peak.h): one rank's peak `gflops`, named by
+// `source`, and optionally a measured sgemm beside it.
+struct MfuPeaks {
+  double gflops = 0;
+  std::string source;
+  std::optional<double> sgemm_gflops;
+  std::string sgemm_source;
+};
+
 class ParallelTrainer {
  public:
   // `backend` runs training and, when [lanes] are enabled for this rank's stage, its lanes.
@@ -32,6 +42,12 @@ class ParallelTrainer {
   // counters from a checkpoint directory saved at any (pp, tp). Returns the step it resumes at.
   // Throws CheckpointError (trainer/checkpoint.h) with one line.
   int restore(const std::string& checkpoint_dir);
+  // Every rank, before run(), on a fresh run instead of restore(): parameters from a checkpoint
+  // (any grid) or a Hugging Face GPT-2 directory ([run] init_from); AdamW moments, step and data
+  // order start fresh. CheckpointError with one line when the shapes differ.
+  void init_from(const std::string& path);
+  // Before run(); without it MFU is against the constructor's peak_gflops, unnamed.
+  void set_mfu_peaks(const MfuPeaks& peaks);
   std::size_t arena_bytes() const;  // this rank's training arena
 
  private:

@@ -14,7 +14,9 @@ std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const long s = std::lround(seconds);
   char buf[32];
-  if (s >= 3600)
+  if (s >= 86400)
+    std::snprintf(buf, sizeof buf, "%ldd %02ld:%02ld:%02ld", s / 86400, (s / 3600) % 24, (s / 60) % 60, s % 60);
+  else if (s >= 3600)
     std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
   else
     std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
@@ -24,10 +26,12 @@ std::string format_duration(double seconds) {
 void ProgressLine::update(int step, double loss, double lr, double tokens_per_s, double eta_s) {
   const int shown = step + 1;
   if (!live_ && shown % log_every_ != 0 && shown != total_ && shown != 1) return;
-  char line[160];
-  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | lr %.2e | %.1fk tok/s | ETA %s",
-                static_cast<int>(std::to_string(total_).size()), shown, total_, loss, lr,
-                tokens_per_s / 1e3, format_duration(eta_s).c_str());
+  char rate[32], line[192];
+  if (tokens_per_s >= 1000) std::snprintf(rate, sizeof rate, "%.1fk", tokens_per_s / 1e3);
+  else std::snprintf(rate, sizeof rate, "%.0f", tokens_per_s);  // a slow run is not "0.0k"
+  std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s",
+                static_cast<int>(std::to_string(total_).size()), shown, total_, loss, lr, rate,
+                format_duration(eta_s).c_str());
   if (live_) {
     std::fprintf(out_, "\r\033[2K%s", line);
     dirty_ = true;

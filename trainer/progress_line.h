@@ -11,6 +11,7 @@ class ProgressLine {
   // allow_live = false forces plain lines (e.g. under mpirun, which hands ranks a pty).
   ProgressLine(std::FILE* out, int total_steps, int log_every, bool allow_live = true);
   // Shown live on a terminal; printed as a line every log_every steps (and the last) otherwise.
+  // eta_s: the caller smooths it (the trainer uses an average of recent step times).
   void update(int step, double loss, double lr, double tokens_per_s, double eta_s);
   // A line that stays (evaluation results, notes): clears the live line first.
   void note(const std::string& line);
@@ -24,6 +25,6 @@ class ProgressLine {
   bool dirty_ = false;
 };
 
-std::string format_duration(double seconds);  // "1:02:03" or "4:05"
+std::string format_duration(double seconds);  // "4:05", "1:02:03", past a day "3d 01:02:03"
 
 }  // namespace pipelane

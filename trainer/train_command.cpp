@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -23,7 +24,9 @@
 #include "trainer/preemption.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
+#include "trainer/machine_peak.h"
 #include "trainer/parallel_trainer.h"
+#include "trainer/text_tokenizer.h"
 #include "trainer/train_options.h"
 #include "trainer/lane_plan.h"
 #include "trainer/lane_valuation.h"
@@ -34,24 +37,35 @@ namespace pipelane {
 namespace {
 
 // The grid from the config and the world size; one line naming the keys when impossible.
+// "use -np 4 for tp 2 x pp 2": what a wrong world size should have been.
+std::string np_hint(const ParallelOptions& p) {
+  const int dp = std::max(1, p.dp), n = p.tp * p.pp * dp;
+  std::string grid;
+  for (const auto& [name, v] : {std::pair<const char*, int>{"tp", p.tp}, {"dp", p.dp}, {"pp", p.pp}})
+    if (v > 1) grid += std::string(grid.empty() ? "" : " x ") + name + " " + std::to_string(v);
+  std::string hint = "use -np " + std::to_string(n) + " for " + (grid.empty() ? "one process" : grid);
+  if (p.dp == 0)
+    hint += " (or -np " + std::to_string(2 * n) + ", " + std::to_string(3 * n) + ", ... for data parallelism)";
+  return hint;
+}
+
 ParallelDims resolve_dims(const TrainOptions& o, int world) {
   const ParallelOptions& p = o.parallel;
   ParallelDims d{p.tp, p.dp, p.pp};
   const int model_parallel = p.tp * p.pp;
   if (world == 1 && d.world() > 1)
-    throw ConfigError("[parallel] tp x dp x pp = " + std::to_string(d.world()) + " ranks: run under mpirun -np " +
-                      std::to_string(d.world()));
+    throw ConfigError("[parallel] tp x dp x pp = " + std::to_string(d.world()) + " ranks: run under mpirun: " +
+                      np_hint(p));
   if (d.dp == 0) {
     if (world % model_parallel != 0)
       throw ConfigError("world size " + std::to_string(world) + " is not a multiple of [parallel] tp x pp = " +
-                        std::to_string(model_parallel));
+                        std::to_string(model_parallel) + ": " + np_hint(p));
     d.dp = world / model_parallel;
   }
   if (d.world() != world)
     throw ConfigError("world size " + std::to_string(world) + " is not [parallel] tp x dp x pp = " +
                       std::to_string(d.tp) + " x " + std::to_string(d.dp) + " x " + std::to_string(d.pp) +
-                      " = " + std::to_string(d.world()) +
-                      (world == 1 ? " (run under mpirun -np " + std::to_string(d.world()) + ")" : ""));
+                      " = " + std::to_string(d.world()) + ": " + np_hint(p));
   const int per_replica = o.train.micro_batch * d.dp;
   if (o.train.global_batch % per_replica != 0)
     throw ConfigError("[train] global_batch = " + std::to_string(o.train.global_batch) +
@@ -62,6 +76,23 @@ ParallelDims resolve_dims(const TrainOptions& o, int world) {
                       std::to_string(m) + " = global_batch / (micro_batch x dp)) a multiple of pp = " +
                       std::to_string(p.pp));
   return d;
+}
+
+// 123, 45.6k, 819.20M: small runs are not "0.00M tokens".
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
+  else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
+  else if (n >= 1e4) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", n);
+  return buf;
+}
+
+// Tokens held in memory (uint32 each): every training split and the validation split.
+double token_bytes(const TrainingData& data) {
+  double tokens = static_cast<double>(data.valid().tokens.size());
+  for (const WeightedSplit& w : data.train_splits()) tokens += static_cast<double>(w.split->tokens.size());
+  return tokens * sizeof(std::uint32_t);
 }
 
 std::string human_bytes(double b) {
@@ -87,10 +118,22 @@ void maybe_inject_fault(int rank) {
 
 void print_summary(const TrainOptions& opts, const nlohmann::json& summary, double unigram) {
   std::printf("\nSummary\n");
-  std::printf("  trained      %d steps, %.2fM tokens in %.1f s: %.0f tokens/s, MFU %.1f%%\n",
-              opts.train.steps, summary["tokens"].get<double>() / 1e6,
-              summary["train_seconds"].get<double>(), summary["tokens_per_s"].get<double>(),
-              100.0 * summary["mfu"].get<double>());
+  const int ran = summary["steps"].get<int>(), first = summary["first_step"].get<int>();
+  const int last = summary["last_step"].get<int>();
+  std::string which;
+  if (first > 1 || last < opts.train.steps)
+    which = " (steps " + std::to_string(first) + "-" + std::to_string(last) + " of " + std::to_string(opts.train.steps) +
+            (first > 1 ? ", resumed from step " + std::to_string(first - 1) : "") +
+            (last < opts.train.steps ? ", stopped early" : "") + ")";
+  std::printf("  trained      %d step%s%s, %s tokens in %.1f s: %.0f tokens/s\n", ran, ran == 1 ? "" : "s", which.c_str(),
+              human_count(summary["tokens"].get<double>()).c_str(), summary["train_seconds"].get<double>(),
+              summary["tokens_per_s"].get<double>());
+  std::printf("  MFU          %.1f%% of %s (%.0f GFLOP/s per rank)", 100.0 * summary["mfu"].get<double>(),
+              summary["peak_source"].get<std::string>().c_str(), summary["peak_gflops"].get<double>());
+  if (!summary["mfu_sgemm"].is_null())
+    std::printf("; %.1f%% of a measured sgemm (%.0f GFLOP/s)", 100.0 * summary["mfu_sgemm"].get<double>(),
+                summary["peak_gflops_sgemm"].get<double>());
+  std::printf("\n");
   const auto& par = summary["parallel"];
   if (par["pp"].get<int>() * par["tp"].get<int>() * par["dp"].get<int>() > 1 || par["pp"].get<int>() > 1)
     std::printf("  parallel     tp %d x dp %d x pp %d, %s, %d microbatches: bubble %.1f%% measured, %.1f%% theoretical\n",
@@ -98,6 +141,8 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
                 par["schedule"].get<std::string>().c_str(), par["microbatches"].get<int>(),
                 100 * summary["bubble_fraction_measured"].get<double>(),
                 100 * summary["bubble_fraction_theoretical"].get<double>());
+  if (summary["straggler"].is_object())
+    std::printf("  straggler    %s\n", summary["straggler"]["message"].get<std::string>().c_str());
   if (summary.contains("lanes") && summary["lanes"].is_object()) {
     const auto& t = summary["lanes"]["total"];
     std::printf("  lanes        harvested %.2f s of %.2f s of waits (%.0f%%; %.0f%% after the profile iterations), "
@@ -131,8 +176,11 @@ void print_summary(const TrainOptions& opts, const nlohmann::json& summary, doub
     std::printf("  val loss     %.4f nats/token vs unigram baseline %.4f: %s\n", val, unigram,
                 val < unigram ? "the model beats the unigram model" : "NOT below the unigram model");
   }
-  std::printf("  run dir      %s (config.ini, metrics.jsonl, trace.json, summary.json)\n",
-              opts.run.dir.c_str());
+  std::printf("  run dir      %s (config.ini, metrics.jsonl, trace.json, summary.json%s)\n", opts.run.dir.c_str(),
+              opts.train.sample_every > 0 ? ", samples.jsonl" : "");
+  if (summary["traced_steps"].is_array())
+    std::printf("  trace.json   steps %d-%d ([run] trace_steps)\n", summary["traced_steps"][0].get<int>(),
+                summary["traced_steps"][1].get<int>());
 }
 
 }  // namespace
@@ -167,6 +215,15 @@ int train_command(int argc, char** argv) {
     }
     dims = resolve_dims(opts, world);
     data.emplace(TrainingData::open(opts));
+    if (opts.train.sample_every > 0) {
+      try {
+        TextTokenizer::load(opts.data.tokenizer);
+      } catch (const std::exception& e) {
+        throw ConfigError(std::string("[train] sample_every needs the tokenizer: ") + e.what());
+      }
+    }
+    if (!opts.run.init_from.empty() && !std::filesystem::is_directory(opts.run.init_from))
+      throw ConfigError("[run] init_from = " + opts.run.init_from + ": no such directory");
     valuation = LaneValuation::load(opts, dims.world());
     if (!opts.lanes.plan.empty()) (void)load_lane_plans(opts, dims);  // refused here, before training
   } catch (const ConfigError& e) {
@@ -206,9 +263,23 @@ int train_command(int argc, char** argv) {
     backend_options.threads = threads;
     const std::unique_ptr<Backend> backend =
         BackendRegistry::with_builtins().create(opts.runtime.backend, backend_options);
-    const double peak = opts.train.peak_gflops > 0 ? opts.train.peak_gflops
-                                                   : backend->measure_matmul_gflops(1536, 4);
-    ParallelTrainer trainer(opts, *data, topo, peak, *backend);
+    // MFU against the hardware's peak (or [train] peak_gflops), and a cached measured sgemm beside it.
+    MfuPeaks peaks;
+    const double rank_cores = std::min<double>(threads, static_cast<double>(cores) / ranks_here);
+    if (opts.train.peak_gflops > 0) {
+      peaks.gflops = opts.train.peak_gflops;
+      peaks.source = "[train] peak_gflops";
+    } else {
+      const CpuPeak hw = cpu_hardware_peak(rank_cores);
+      peaks.gflops = hw.gflops;
+      peaks.source = "the hardware peak: " + hw.how;
+    }
+    if (const auto sgemm = sgemm_peak(threads, ranks_here, opts.train.peak_gflops <= 0 ? backend.get() : nullptr)) {
+      peaks.sgemm_gflops = sgemm->gflops;
+      peaks.sgemm_source = sgemm->how;
+    }
+    ParallelTrainer trainer(opts, *data, topo, peaks.gflops, *backend);
+    trainer.set_mfu_peaks(peaks);
     // Resume: every rank loads its slice; any rank's failure stops all of them with one message.
     int resumed_at = 0;
     std::optional<std::string> resume_dir;
@@ -227,6 +298,11 @@ int train_command(int argc, char** argv) {
         if (resume_dir) resumed_at = trainer.restore(*resume_dir);
       } catch (const std::exception& e) {
         resume_error = std::string(e.what()) + "; " + plan.fallback;
+      }
+      try {
+        if (!resume_dir && !opts.run.init_from.empty()) trainer.init_from(opts.run.init_from);
+      } catch (const std::exception& e) {
+        resume_error = e.what();
       }
       if (mpi) {
         const RankFailure f = first_failure(resume_error);
@@ -248,11 +324,35 @@ int train_command(int argc, char** argv) {
                   cfg.layers, cfg.d_model, cfg.heads, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab(),
                   (cfg.non_embedding_params() + double(cfg.padded_vocab() + cfg.max_seq_len) * cfg.d_model) / 1e6);
       std::printf("  %s\n", data->describe().c_str());
-      std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, sgemm peak %.0f GFLOP/s%s, "
-                  "training arena %s\n",
-                  world, dims.tp, dims.dp, dims.pp, backend->name().c_str(), peak,
-                  opts.train.peak_gflops > 0 ? " (from config)" : " (measured)",
-                  human_bytes(static_cast<double>(trainer.arena_bytes())).c_str());
+      std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, peak %.0f GFLOP/s (%s)\n", world, dims.tp,
+                  dims.dp, dims.pp, backend->name().c_str(), peaks.gflops, peaks.source.c_str());
+      if (peaks.sgemm_gflops)
+        std::printf("  measured sgemm %.0f GFLOP/s per rank (%s)\n", *peaks.sgemm_gflops, peaks.sgemm_source.c_str());
+    }
+    {  // The memory this job takes, before step 1: every rank's arena, lane quotas and token data.
+      const double lanes_here = opts.lanes.runs_on_stage(topo.me.pp)
+                                    ? std::min<double>(opts.lanes.stage_memory_mb,
+                                                       opts.lanes.memory_mb * static_cast<double>(opts.lanes.enabled_lanes().size()))
+                                    : 0.0;
+      double mine[3] = {static_cast<double>(trainer.arena_bytes()), lanes_here * (1 << 20),
+                        token_bytes(*data)};
+      double most[3] = {mine[0], mine[1], mine[2]}, total[3] = {mine[0], mine[1], mine[2]};
+      topo.world->all_reduce_sum(total, 3);
+      for (int k = 0; k < 3; ++k) {  // the largest rank: max through a sum of one-hot vectors
+        std::vector<double> v(static_cast<std::size_t>(world), 0.0);
+        v[rank] = mine[k];
+        topo.world->all_reduce_sum(v.data(), v.size());
+        most[k] = *std::max_element(v.begin(), v.end());
+      }
+      if (leader)
+        std::printf("  memory: %s on the largest rank (training arena %s%s, token data %s); %s for all %d rank(s)\n",
+                    human_bytes(most[0] + most[1] + most[2]).c_str(), human_bytes(most[0]).c_str(),
+                    most[1] > 0 ? (", lanes up to " + human_bytes(most[1])).c_str() : "",
+                    human_bytes(most[2]).c_str(), human_bytes(total[0] + total[1] + total[2]).c_str(), world);
+    }
+    if (leader) {
+      if (!resume_dir && !opts.run.init_from.empty())
+        std::printf("  initialised from %s ([run] init_from)\n", opts.run.init_from.c_str());
       std::fflush(stdout);
     }
     std::unique_ptr<RunDirectory> run;
@@ -293,6 +393,12 @@ int train_command(int argc, char** argv) {
       summary["config"] = opts.config_path;
       run->write_summary(summary);
       print_summary(opts, summary, unigram);
+      if (summary["mfu_sgemm"].is_number() && summary["mfu_sgemm"].get<double>() > 1.0 &&
+          opts.train.peak_gflops <= 0) {
+        forget_sgemm_peak(threads, ranks_here);
+        std::printf("  note         training outran the cached sgemm rate, so it was measured on a busy machine: "
+                    "dropped from the cache (the next run measures again)\n");
+      }
     }
     return 0;
   } catch (const Preempted& e) {

@@ -221,11 +221,16 @@ std::vector<OptionKey> train_option_keys() {
       .integer("eval_batches", &TrainLoopOptions::eval_batches, 1, "batches per evaluation")
       .integer("threads", &TrainLoopOptions::threads, 0, "CPU threads; 0 uses all cores")
       .number("peak_gflops", &TrainLoopOptions::peak_gflops, at_least(0),
-              "peak GFLOP/s for MFU; 0 measures it with an sgemm at start")
+              "peak GFLOP/s of one rank for MFU; 0: the hardware's (cores x clock x FLOPs per cycle)")
       .integer("max_bad_steps", &TrainLoopOptions::max_bad_steps, 1,
                "NaN/Inf (or loss-spike) steps in a row that are skipped before the run stops")
       .number("loss_spike_zscore", &TrainLoopOptions::loss_spike_zscore, at_least(0),
-              "skip a step whose loss z-score against recent steps exceeds this; 0 turns it off");
+              "skip a step whose loss z-score against recent steps exceeds this; 0 turns it off")
+      .integer("sample_every", &TrainLoopOptions::sample_every, 0,
+               "steps between text samples, printed and appended to <dir>/samples.jsonl; 0 turns them off")
+      .integer("sample_tokens", &TrainLoopOptions::sample_tokens, 1, "tokens per sample")
+      .text("sample_prompt", &TrainLoopOptions::sample_prompt, {},
+            "text the samples continue; empty: <|endoftext|> (gpt2) or a newline (byte)");
   SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
       .text("path", &DataOptions::path, {}, "training data: HDF5 token store, Megatron X.bin/X.idx or llm.c .bin shard")
       .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized")
@@ -258,7 +263,12 @@ std::vector<OptionKey> train_option_keys() {
             "archive them (with an earlier run's metrics) into <dir>/archive/<UTC time>/")
       .number("timeout_s", &RunOptions::timeout_s, greater_than(0),
               "a rank that makes no progress this long (a stopped or lost rank, a hung transfer) ends "
-              "the job with one line naming what it waited for");
+              "the job with one line naming what it waited for")
+      .text("init_from", &RunOptions::init_from, {},
+            "a fresh run starts from these weights (checkpoint at any grid, or a Hugging Face GPT-2 directory); "
+            "a run that resumes ignores it")
+      .text("trace_steps", &RunOptions::trace_steps, {},
+            "steps recorded in trace.json, e.g. 100-120, or none; empty: the first 20 steps the run executes");
   SectionKeys<LanesOptions>(keys, "lanes", &TrainOptions::lanes)
       .text("enabled", &LanesOptions::enabled, {}, "lanes run in pipeline bubbles, comma-separated; empty: off")
       .integer("memory_mb", &LanesOptions::memory_mb, 1, "arena quota of each lane (MiB)")
@@ -605,6 +615,15 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
     throw ConfigError(location_of(settings, "train.warmup_steps", "train.steps") + ": [train] warmup_steps = " +
                       std::to_string(train.warmup_steps) + " is greater than steps = " + std::to_string(train.steps));
   }
+  if (!options.run.trace_steps.empty()) {
+    try {
+      options.run.traced_steps();
+    } catch (const ConfigError& e) {
+      const auto found = settings.find("run.trace_steps");
+      throw ConfigError((found == settings.end() ? std::string("defaults") : found->second.location) +
+                        ": [run] trace_steps = '" + options.run.trace_steps + "': " + e.what());
+    }
+  }
   if (!options.data.blend.empty()) {
     try {
       parse_blend(options.data.blend);
@@ -708,6 +727,19 @@ void check_lanes(const TrainOptions& options, const Settings& settings) {
 }
 
 }  // namespace
+
+RunOptions::StepRange RunOptions::traced_steps() const {
+  constexpr int kDefaultTracedSteps = 20;
+  const std::string text = trim(trace_steps);
+  if (text.empty()) return {0, 0, kDefaultTracedSteps};
+  if (text == "none") return {0, 0, 0};
+  const std::size_t dash = text.find('-');
+  const std::optional<int> first = parse_integer<int>(trim(text.substr(0, dash)));
+  const std::optional<int> last = dash == std::string::npos ? first : parse_integer<int>(trim(text.substr(dash + 1)));
+  if (!first || !last || *first < 1 || *last < *first)
+    throw ConfigError("expected a step range FIRST-LAST (1-based, FIRST <= LAST), one step, or none");
+  return {*first, *last, *last - *first + 1};
+}
 
 std::vector<std::string> LanesOptions::enabled_lanes() const { return split_list(enabled); }
 std::vector<std::string> LanesOptions::plugin_paths() const { return split_list(plugins); }

@@ -39,9 +39,12 @@ struct TrainLoopOptions {
   int eval_every = 50;  // 0: no evaluation
   int eval_batches = 8;
   int threads = 0;         // 0: all cores
-  double peak_gflops = 0;  // 0: measure with a short sgemm at start
+  double peak_gflops = 0;  // 0: the hardware's peak (trainer/machine_peak.h)
   int max_bad_steps = 5;          // consecutive NaN/Inf (or spike) steps skipped before stopping
   double loss_spike_zscore = 0;   // skip a step whose loss z-score exceeds this; 0: off
+  int sample_every = 0;           // steps between text samples (samples.jsonl); 0: off
+  int sample_tokens = 64;         // tokens per sample
+  std::string sample_prompt;      // "" starts from <|endoftext|> (gpt2) or a newline (bytes)
   friend bool operator==(const TrainLoopOptions&, const TrainLoopOptions&) = default;
 };
 
@@ -71,6 +74,14 @@ struct RunOptions {
   std::string resume = "auto";  // auto | auto-skip-damaged | none | PATH (trainer/checkpoint_resume.h)
   std::string overwrite = "refuse";  // refuse | archive: checkpoints in the way of a fresh start
   double timeout_s = 600;       // no progress for this long ends the job, naming the wait
+  std::string init_from;        // checkpoint or Hugging Face directory whose weights a fresh run starts from
+  std::string trace_steps;      // "A-B" (1-based, inclusive) or "none"; "": the first 20 steps the run executes
+  // trace_steps as a range: {0, 0} for "none"; {0, 20} for "" (the first 20 executed, wherever they start).
+  struct StepRange {
+    int first = 0, last = 0;  // 1-based inclusive; first == 0: relative to the run's first step
+    int count = 0;            // for the relative form
+  };
+  StepRange traced_steps() const;
   friend bool operator==(const RunOptions&, const RunOptions&) = default;
 };
 

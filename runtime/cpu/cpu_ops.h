@@ -71,6 +71,15 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
                           float* v_cache, int past, int n, int C, int NH);
 
+// Causal attention of n new positions against a KV cache (incremental decoding, chunked
+// prefill). Query row i (at q + i * q_stride, heads contiguous: head h in columns [h*hs, (h+1)*hs),
+// hs = C/NH) is position pos0 + i and attends to cache rows [0, pos0 + i]. kcache, vcache: [*, C]
+// row-major with rows [0, pos0 + n) filled. out[n, C] (=). scores: scratch of n * NH * (pos0 + n)
+// floats. Plain softmax with std::exp (not the training kernel's exp approximation), summed in
+// position order: the same bits for any thread count and any chunking of the positions.
+void attention_forward_kv(float* out, float* scores, const float* q, int q_stride, const float* kcache,
+                          const float* vcache, int n, int pos0, int C, int NH);
+
 // GeLU, tanh approximation.
 void gelu_forward(float* out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);  // dinp (=)

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
     --csv) csv=$2; shift 2 ;;
     --pp) pps=$2; shift 2 ;;
     --m) ms=$2; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "bubbles.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done

@@ -8,6 +8,7 @@
 # With a baseline build (e.g. of the commit before a change), every prepare-data row runs both,
 # interleaved, so that both see the same load.
 set -euo pipefail
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 build="${1:-build}"
 baseline="${2:-}"

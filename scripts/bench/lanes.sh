@@ -27,7 +27,7 @@ while [ $# -gt 0 ]; do
     --csv) csv=$2; shift 2 ;;
     --train-price) prices+=(--lanes.train_price_per_hour="$2"); shift 2 ;;
     --dedicated-price) prices+=(--lanes.dedicated_price_per_hour="$2"); shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "lanes.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done

@@ -33,7 +33,7 @@ inline void write_test_corpus(const std::string& path) {
   for (int r = 0; r < 4; ++r)
     for (unsigned char ch : text) valid.tokens.push_back(ch);
   valid.doc_offsets.push_back(valid.tokens.size());
-  write_token_store(path, {"byte", 256, {"test"}}, train, valid);
+  write_token_store(path, {"byte", 256, {"test"}, ""}, train, valid);
 }
 
 inline std::string tiny_parallel_config(const std::string& data) {

@@ -1,0 +1,120 @@
+// The numbers a run reports about itself: the straggler and its suggested split
+// (trainer/straggler.h), the ETA's format past a day, [run] trace_steps, and the two MFU peaks
+// (trainer/machine_peak.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/datasets/test_files.h"
+#include "trainer/machine_peak.h"
+#include "trainer/progress_line.h"
+#include "trainer/straggler.h"
+#include "trainer/train_options.h"
+
+namespace pipelane {
+namespace {
+
+TEST(Straggler, NamesTheBusiestStageAndSuggestsASplit) {
+  // Four stages of 3 layers; the last also holds the head (6 s more than the 10 s of three layers).
+  const std::vector<double> busy = {10, 10, 10, 16};
+  const std::vector<int> layers = {3, 3, 3, 3};
+  const auto r = find_straggler(busy, layers, 0.40, 0.20);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->stage, 3);
+  EXPECT_NEAR(r->excess, 0.6, 1e-12);
+  ASSERT_EQ(r->suggested.size(), 4u);
+  EXPECT_EQ(std::accumulate(r->suggested.begin(), r->suggested.end(), 0), 12);
+  EXPECT_LT(r->suggested[3], 3);  // fewer layers beside the head
+  // Under the model (10/3 s per layer, the head 6 s) the slowest stage drops from 16 s to 13.3 s.
+  const double c = 10.0 / 3;
+  double slowest = 0;
+  for (int p = 0; p < 4; ++p) slowest = std::max(slowest, r->suggested[p] * c + (p == 3 ? 6 : 0));
+  EXPECT_NEAR(slowest, 4 * c, 1e-9);
+  EXPECT_NE(r->message.find("stage 3 is the straggler"), std::string::npos) << r->message;
+  EXPECT_NE(r->message.find("layers_per_stage = "), std::string::npos) << r->message;
+}
+
+TEST(Straggler, SilentWithinFivePointsAndNamesNoneWhenStagesAreEven) {
+  EXPECT_FALSE(find_straggler({10, 16}, {2, 2}, 0.25, 0.21));
+  EXPECT_FALSE(find_straggler({10}, {4}, 0.9, 0.0));
+  const auto even = find_straggler({10, 10.2}, {2, 2}, 0.30, 0.10);
+  ASSERT_TRUE(even);
+  EXPECT_EQ(even->stage, -1);
+  EXPECT_TRUE(even->suggested.empty());
+  EXPECT_NE(even->message.find("no stage is a straggler"), std::string::npos) << even->message;
+  // Interleaved schedules (no per-stage layer counts): named, no split suggested.
+  const auto interleaved = find_straggler({10, 14}, {}, 0.30, 0.10);
+  ASSERT_TRUE(interleaved);
+  EXPECT_EQ(interleaved->stage, 1);
+  EXPECT_TRUE(interleaved->suggested.empty());
+}
+
+TEST(ProgressLine, DurationsPastADayShowDays) {
+  EXPECT_EQ(format_duration(65), "1:05");
+  EXPECT_EQ(format_duration(3 * 3600 + 62), "3:01:02");
+  EXPECT_EQ(format_duration(1787 * 3600.0), "74d 11:00:00");
+  EXPECT_EQ(format_duration(-1), "?");
+}
+
+TrainOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "train");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_train_options(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(TraceSteps, RangesAndTheirErrors) {
+  EXPECT_EQ(parse({}).run.traced_steps().count, 20);
+  EXPECT_EQ(parse({}).run.traced_steps().first, 0);
+  const auto r = parse({"--run.trace_steps=100-119"}).run.traced_steps();
+  EXPECT_EQ(r.first, 100);
+  EXPECT_EQ(r.last, 119);
+  EXPECT_EQ(parse({"--run.trace_steps=7"}).run.traced_steps().last, 7);
+  EXPECT_EQ(parse({"--run.trace_steps=none"}).run.traced_steps().count, 0);
+  for (const char* bad : {"--run.trace_steps=9-5", "--run.trace_steps=0-4", "--run.trace_steps=a-b"}) {
+    try {
+      parse({bad});
+      FAIL() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("[run] trace_steps"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(MachinePeak, HardwarePeakScalesWithCoresAndSaysHow) {
+  const CpuPeak one = cpu_hardware_peak(1), two = cpu_hardware_peak(2);
+  if (one.gflops == 0) GTEST_SKIP() << "no clock known on this machine: " << one.how;
+  EXPECT_DOUBLE_EQ(two.gflops, 2 * one.gflops);
+  EXPECT_NE(one.how.find("FLOP/cycle"), std::string::npos) << one.how;
+  // Repeatable: the same number every time (no timing involved).
+  EXPECT_EQ(cpu_hardware_peak(1).gflops, one.gflops);
+}
+
+TEST(MachinePeak, SgemmPeakComesFromTheCacheAndADamagedCacheIsIgnored) {
+  test_support::TempDir tmp;
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  setenv("XDG_CACHE_HOME", tmp.path().c_str(), 1);
+  EXPECT_FALSE(sgemm_peak(3, 1, nullptr));  // nothing cached, not allowed to measure
+  std::filesystem::create_directories(tmp.path() / "pipelane");
+  std::ofstream(sgemm_cache_path()) << nlohmann::json{{sgemm_cache_key(3, 1), {{"gflops", 123.5}, {"measured", "then"}}}};
+  const auto cached = sgemm_peak(3, 1, nullptr);
+  ASSERT_TRUE(cached);
+  EXPECT_EQ(cached->gflops, 123.5);
+  EXPECT_NE(cached->how.find("cached"), std::string::npos);
+  EXPECT_FALSE(sgemm_peak(2, 1, nullptr));  // another thread count is another entry
+  forget_sgemm_peak(3, 1);                // training outran it: the next run measures again
+  EXPECT_FALSE(sgemm_peak(3, 1, nullptr));
+  std::ofstream(sgemm_cache_path()) << "{garbage";
+  EXPECT_FALSE(sgemm_peak(3, 1, nullptr));
+  if (old) setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  else unsetenv("XDG_CACHE_HOME");
+}
+
+}  // namespace
+}  // namespace pipelane
