@@ -54,12 +54,17 @@ if [ ! -f "$data" ]; then
   echo "== preparing $data from the Jargon File ($tokenizer tokenizer)"
   build/pipelane prepare-data --tokenizer $tokenizer --input "$jargon" --output "$data"
 fi
+run_dir=runs/tiny-pp2-lanes
+[ "${PIPELANE_RUN_SINGLE:-0}" = 1 ] && run_dir=runs/tiny
+# Every run.sh trains afresh: the previous demo run (its checkpoints would stop a fresh start) goes.
+if [ -d "$run_dir" ]; then
+  echo "== replacing the previous run in $run_dir"
+  rm -rf "$run_dir"
+fi
 if [ "${PIPELANE_RUN_SINGLE:-0}" = 1 ]; then
-  run_dir=runs/tiny
   echo "== training configs/tiny.ini ($tokenizer tokenizer), one process"
   build/pipelane train --config configs/tiny.ini --run.dir=$run_dir "${overrides[@]}" "$@"
 else
-  run_dir=runs/tiny-pp2-lanes
   lanes=(--lanes.enabled=pagerank,imageproc
          --lane.pagerank.generate=rmat --lane.pagerank.scale=16
          --lane.imageproc.generate=100000)
