@@ -37,6 +37,7 @@ std::string cuda_library_path() {
 // The library's entry points, or a one-line reason why it cannot be had. The handle is kept for
 // the life of the process: backends made by it must never outlive their code.
 struct CudaLibrary {
+  CudaBackendAbiVersionFn abi_version = nullptr;
   CudaBackendCreateFn create = nullptr;
   CudaBackendDevicesFn devices = nullptr;
   std::string error;
@@ -55,9 +56,14 @@ CudaLibrary open_cuda_library() {
     lib.error = std::string("cannot load the CUDA backend: ") + dlerror();
     return lib;
   }
+  lib.abi_version = reinterpret_cast<CudaBackendAbiVersionFn>(dlsym(handle, kCudaBackendAbiVersionSymbol));
   lib.create = reinterpret_cast<CudaBackendCreateFn>(dlsym(handle, kCudaBackendCreateSymbol));
   lib.devices = reinterpret_cast<CudaBackendDevicesFn>(dlsym(handle, kCudaBackendDevicesSymbol));
-  if (!lib.create || !lib.devices) lib.error = path + " does not export the CUDA backend entry points";
+  if (!lib.abi_version || !lib.create || !lib.devices)
+    lib.error = path + " does not export the CUDA backend entry points";
+  else if (lib.abi_version() != kCudaBackendAbiVersion)
+    lib.error = path + " is from another build (ABI " + std::to_string(lib.abi_version()) + ", expected " +
+                std::to_string(kCudaBackendAbiVersion) + "): rebuild it with this pipelane";
   return lib;
 }
 
@@ -92,6 +98,7 @@ std::unique_ptr<Backend> create_cuda(const BackendOptions& options) {
   char error[1024] = {0};
   CudaBackendCreateOptions o;
   o.device_index = options.device_index;
+  o.lane_sm_partition = options.lane_sm_partition;
   Backend* backend = lib.create(&o, error, sizeof error);
   if (!backend)
     throw BackendUnavailable("backend cuda:" + std::to_string(options.device_index) + ": " +

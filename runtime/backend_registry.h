@@ -12,8 +12,9 @@
 namespace pipelane {
 
 struct BackendOptions {
-  int threads = 0;       // CPU worker threads (0: all cores)
-  int device_index = 0;  // "cuda:N"
+  int threads = 0;            // CPU worker threads (0: all cores)
+  int device_index = 0;       // "cuda:N"
+  int lane_sm_partition = 0;  // CUDA: [lanes] sm_partition (SMs of the lanes' green context)
 };
 
 // What one backend can see on this machine, for `pipelane devices`.

@@ -1,7 +1,8 @@
 // The entry points of the CUDA backend library (libpipelane_cuda_backend.so), which
 // runtime/backend_registry.cpp loads with dlopen on demand. C linkage, so the registry finds them
 // by name; the Backend they return is a C++ object built by the same compiler and headers (the
-// library is part of the same build, never a third-party plugin).
+// library is part of the same build, never a third-party plugin): the registry still checks
+// kCudaBackendAbiVersion, so a library left over from another build is refused with one line.
 #pragma once
 #include <cstddef>
 
@@ -9,14 +10,20 @@ namespace pipelane {
 
 class Backend;
 
+inline constexpr int kCudaBackendAbiVersion = 2;
+
 struct CudaBackendCreateOptions {
   int device_index = 0;
+  int lane_sm_partition = 0;  // [lanes] sm_partition: SMs of the lanes' green context; 0 = none
 };
 
 inline constexpr const char* kCudaBackendLibrary = "libpipelane_cuda_backend.so";
+inline constexpr const char* kCudaBackendAbiVersionSymbol = "pipelane_cuda_backend_abi_version";
 inline constexpr const char* kCudaBackendCreateSymbol = "pipelane_cuda_backend_create";
 inline constexpr const char* kCudaBackendDevicesSymbol = "pipelane_cuda_backend_devices";
 
+// The library's kCudaBackendAbiVersion.
+using CudaBackendAbiVersionFn = int (*)();
 // Returns a new Backend (the caller owns it), or null with a one-line reason in `error`.
 using CudaBackendCreateFn = Backend* (*)(const CudaBackendCreateOptions* options, char* error,
                                          std::size_t error_len);
