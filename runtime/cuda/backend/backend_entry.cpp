@@ -9,6 +9,7 @@
 #include <string>
 
 #include "runtime/cuda/backend/cublaslt_engine.h"
+#include "runtime/cuda/backend/nccl_comm.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda_backend_abi.h"
 
@@ -104,6 +105,44 @@ __attribute__((visibility("default"))) pipelane::Backend* pipelane_cuda_backend_
     write_text(error, error_len, "unknown error while creating the CUDA backend");
   }
   return nullptr;
+}
+
+__attribute__((visibility("default"))) int pipelane_cuda_comm_unique_id(char* id, std::size_t id_len, char* error,
+                                                                         std::size_t error_len) {
+  ncclUniqueId u;
+  const ncclResult_t r = ncclGetUniqueId(&u);
+  if (r != ncclSuccess) {
+    write_text(error, error_len, std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
+    return -1;
+  }
+  if (id_len < sizeof u.internal) {
+    write_text(error, error_len, "no room for an NCCL unique id");
+    return -1;
+  }
+  std::memcpy(id, u.internal, sizeof u.internal);
+  return static_cast<int>(sizeof u.internal);
+}
+
+__attribute__((visibility("default"))) int pipelane_cuda_comms_create(const pipelane::CudaCommSpec* specs, int count,
+                                                                       int device, pipelane::DeviceComm** out,
+                                                                       char* error, std::size_t error_len) {
+  try {
+    std::vector<pipelane::cuda::NcclCommSpec> nccl;
+    for (int i = 0; i < count; ++i) {
+      pipelane::cuda::NcclCommSpec s{};
+      if (specs[i].id_len != sizeof s.id.internal) throw std::invalid_argument("an NCCL unique id of the wrong size");
+      std::memcpy(s.id.internal, specs[i].id, sizeof s.id.internal);
+      s.size = specs[i].size;
+      s.rank = specs[i].rank;
+      nccl.push_back(s);
+    }
+    auto comms = pipelane::cuda::create_nccl_comms(nccl, device);
+    for (int i = 0; i < count; ++i) out[i] = comms[i].release();
+    return 0;
+  } catch (const std::exception& e) {
+    write_text(error, error_len, e.what());
+  }
+  return -1;
 }
 
 }  // extern "C"
