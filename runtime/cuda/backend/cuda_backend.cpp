@@ -237,11 +237,4 @@ double CudaBackendImpl::sum_squares(const float* x, std::size_t n, Stream& s) {
   return value;
 }
 
-void CudaBackendImpl::adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
-                                   const AdamWParams& hp, float grad_scale, Stream& s) {
-  const cudaStream_t h = enter(s);
-  expect_device("adamw_update", {param, grad, m, v});
-  cuda::adamw_update(param, grad, m, v, n, hp, grad_scale, h);
-}
-
 }  // namespace pipelane::cuda

@@ -29,6 +29,29 @@ class DeviceInts {
   const std::int32_t* ptr_;
 };
 
+class CudaBackendImpl;
+
+// The bf16 composed ops: the same templates as the fp32 ones, instantiated for bf16.
+class CudaBf16OpsImpl final : public CudaBf16Ops {
+ public:
+  explicit CudaBf16OpsImpl(CudaBackendImpl& backend) : b_(backend) {}
+  void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int C, int OC,
+                      Stream& s) override;
+  void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const bf16* weight,
+                       int N, int C, int OC, Stream& s) override;
+  void attention_forward(bf16* out, bf16* att, const bf16* qkv, int B, int T, int C, int NH, Stream& s) override;
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, int B, int T, int C, int NH,
+                          Stream& s) override;
+  double lm_head_cross_entropy(float* losses, bf16* dx, float* dwte, const bf16* x, const bf16* wte,
+                               const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
+                               bf16* scratch, Stream& s) override;
+  void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
+                    float grad_scale, bf16* param_copy, Stream& s) override;
+
+ private:
+  CudaBackendImpl& b_;
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm);
@@ -46,6 +69,26 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<Event> create_event() override;
   bool supports(OpKind op, DType dtype) const override;
   CudaBackendStats stats() const override;
+  CudaBf16Ops& bf16_ops() override { return bf16_; }
+
+  // The composed ops for storage type X (float or bf16); parameter gradients are fp32.
+  template <typename X>
+  void matmul_forward_t(X* out, const X* inp, const X* weight, const X* bias, int N, int C, int OC, Stream& s);
+  template <typename X>
+  void matmul_backward_t(X* dinp, float* dweight, float* dbias, const X* dout, const X* inp, const X* weight, int N,
+                         int C, int OC, Stream& s);
+  template <typename X>
+  void attention_forward_t(X* out, X* att, const X* qkv, int B, int T, int C, int NH, Stream& s);
+  template <typename X>
+  void attention_backward_t(X* dqkv, const X* dout, const X* qkv, const X* att, int B, int T, int C, int NH,
+                            Stream& s);
+  template <typename X>
+  double lm_head_cross_entropy_t(float* losses, X* dx, float* dwte, const X* x, const X* wte,
+                                 const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
+                                 X* scratch, Stream& s);
+  template <typename X>
+  void adamw_update_t(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
+                      float grad_scale, X* param_copy, Stream& s);
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                          int C, Stream& s) override;
@@ -116,6 +159,7 @@ class CudaBackendImpl final : public CudaBackend {
   PinnedMemory pinned_memory_;
   std::unique_ptr<ScratchPool> scratch_;
   std::unique_ptr<SmPartition> lane_partition_;
+  CudaBf16OpsImpl bf16_{*this};
   std::mutex pools_mu_;
   std::vector<std::unique_ptr<PoolMemory>> pools_;  // one per pool arena, kept for the backend's life
 };
