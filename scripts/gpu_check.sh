@@ -40,11 +40,11 @@ write_report() {
   } >"$report.tmp" && mv "$report.tmp" "$report"
 }
 
-# stage NAME STATUS SECONDS NOTE [DATA_JSON]: one record. DATA_JSON must be one JSON value
-# (the tools print one object per line); anything else is kept as a string.
+# stage NAME STATUS SECONDS NOTE [DATA]: one record. DATA is kept as JSON when it is one JSON
+# object (the tools print one per line); anything else is kept as a string.
 stage() {
   local name=$1 status=$2 seconds=$3 note=$4 data=${5:-null}
-  local json_start='^[[:space:]]*[[{]'
+  local json_start='^[[:space:]]*[{]'
   if [[ ! $data =~ $json_start ]] && [ "$data" != null ]; then data=$(json_string "$data"); fi
   case $status in fail|error) failed=1 ;; esac
   printf '{"name": %s, "status": %s, "seconds": %s, "note": %s, "data": %s}\n' "$(json_string "$name")" \
