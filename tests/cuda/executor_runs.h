@@ -14,15 +14,16 @@ struct TrainRun {
   std::vector<double> loss, grad_norm, step_s;
 };
 
-inline GptConfig tiny_gpt() {
+inline GptConfig gpt(int layers, int d_model, int heads, int seq_len, int vocab) {
   GptConfig c;
-  c.layers = 2;
-  c.d_model = 32;
-  c.heads = 4;
-  c.max_seq_len = 8;
-  c.vocab_size = 61;
+  c.layers = layers;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.max_seq_len = seq_len;
+  c.vocab_size = vocab;
   return c;
 }
+inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
 
 // `steps` optimizer steps of `microbatches` x `micro_batch` sequences of `seq` tokens.
 inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,

@@ -123,12 +123,7 @@ int train_parity() {
 int lanes(const std::string& mode, int steps) {
   const int partition = mode.rfind("partition:", 0) == 0 ? std::stoi(mode.substr(10)) : 0;
   const auto cuda = real_backend(partition);
-  GptConfig model;
-  model.layers = 8;
-  model.d_model = 1024;
-  model.heads = 16;
-  model.max_seq_len = 1024;
-  model.vocab_size = 50304;
+  const GptConfig model = gpt(8, 1024, 16, 1024, 50304);
   std::atomic<bool> stop{false};
   std::atomic<long> lane_steps{0};
   std::thread lane;

@@ -39,7 +39,7 @@ std::string describe_device(int index) {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
     cudaGetLastError();
-    return "cuda:" + std::to_string(index) + " (properties unavailable)";
+    return "(properties unavailable)";
   }
   int least = 0, greatest = 0, driver = 0, runtime = 0;
   cudaDeviceGetStreamPriorityRange(&least, &greatest);
@@ -47,9 +47,9 @@ std::string describe_device(int index) {
   cudaRuntimeGetVersion(&runtime);
   char line[512];
   std::snprintf(line, sizeof line,
-                "cuda:%d %s: %d SMs, %.1f GiB, sm_%d%d, stream priorities %d (greatest) .. %d (least); "
+                "%s: %d SMs, %.1f GiB, sm_%d%d, stream priorities %d (greatest) .. %d (least); "
                 "driver %s, runtime %s, cuBLASLt %zu, cuDNN %zu, NCCL %d",
-                index, prop.name, prop.multiProcessorCount, prop.totalGlobalMem / double(1u << 30), prop.major,
+                prop.name, prop.multiProcessorCount, prop.totalGlobalMem / double(1u << 30), prop.major,
                 prop.minor, greatest, least, version_text(driver).c_str(), version_text(runtime).c_str(),
                 cublasLtGetVersion(), cudnnGetVersion(), NCCL_VERSION_CODE);
   return line;
