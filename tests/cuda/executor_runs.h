@@ -56,9 +56,9 @@ inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& m
   return out;
 }
 
-// The tiny GPT of the tests: 3 steps of 2 microbatches of 2 x 8 tokens.
-inline TrainRun train_tiny(Topology& topo, Backend& backend, int pp = 1) {
-  return train_steps(topo, backend, tiny_gpt(), pp, 2, 8, 2, 3);
+// The tiny GPT of the tests: `steps` steps of 2 microbatches of 2 x 8 tokens.
+inline TrainRun train_tiny(Topology& topo, Backend& backend, int pp = 1, int steps = 3) {
+  return train_steps(topo, backend, tiny_gpt(), pp, 2, 8, 2, steps);
 }
 
 }  // namespace pipelane::cuda_test
