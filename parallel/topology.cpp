@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "parallel/device_planes.h"
 #include "parallel/mpi_communicator.h"
 
 namespace pipelane {
@@ -33,9 +34,9 @@ std::unique_ptr<DataPlane> data_plane(int color, int key) {
   MPI_Comm_free(&sub);
   return plane;
 }
-}  // namespace
 
-Topology Topology::from_mpi_world(ParallelDims dims) {
+// The grid, this rank's place in it and the world's control plane (MPI): no data planes yet.
+Topology mpi_world_without_data_planes(ParallelDims dims) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -47,8 +48,14 @@ Topology Topology::from_mpi_world(ParallelDims dims) {
   t.grid = RankGrid(dims);
   t.world_rank = rank;
   t.me = t.grid.coords(rank);
-  const RankCoords c = t.me;
   t.world = make_mpi_control_plane(MPI_COMM_WORLD);
+  return t;
+}
+}  // namespace
+
+Topology Topology::from_mpi_world(ParallelDims dims) {
+  Topology t = mpi_world_without_data_planes(dims);
+  const RankCoords c = t.me;
   // Every rank takes part in every split (MPI_Comm_split is collective), in the same order.
   t.tp = data_plane(c.dp + dims.dp * c.pp, c.tp);
   t.dp = data_plane(c.tp + dims.tp * c.pp, c.dp);
@@ -56,6 +63,19 @@ Topology Topology::from_mpi_world(ParallelDims dims) {
   t.pp_backward = data_plane(c.tp + dims.tp * c.dp, c.pp);
   const bool ends = dims.pp > 1 && (c.pp == 0 || c.pp == dims.pp - 1);
   t.embedding = data_plane(ends ? c.tp + dims.tp * c.dp : MPI_UNDEFINED, c.pp);
+  return t;
+}
+
+Topology Topology::single_process(Backend& backend) {
+  Topology t = single_process();
+  if (backend.kind() != DeviceKind::Cpu) install_device_self_planes(t, backend);
+  return t;
+}
+
+Topology Topology::from_mpi_world(ParallelDims dims, Backend& backend, int device) {
+  if (backend.kind() == DeviceKind::Cpu) return from_mpi_world(dims);
+  Topology t = mpi_world_without_data_planes(dims);
+  install_device_planes(t, backend, device);
   return t;
 }
 

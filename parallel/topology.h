@@ -6,6 +6,7 @@
 
 #include "parallel/communicator.h"
 #include "parallel/rank_grid.h"
+#include "runtime/backend.h"
 
 namespace pipelane {
 
@@ -31,6 +32,11 @@ struct Topology {
   static Topology single_process();
   // From MPI_COMM_WORLD; throws std::invalid_argument unless its size is tp * dp * pp.
   static Topology from_mpi_world(ParallelDims dims);
+  // The planes for `backend`'s memory: MPI's for the CPU backend; for a device backend (CUDA),
+  // NCCL communicators on GPU `device` (parallel/device_planes.h), which every rank of the world
+  // creates together. The control plane is MPI either way.
+  static Topology single_process(Backend& backend);
+  static Topology from_mpi_world(ParallelDims dims, Backend& backend, int device);
 };
 
 }  // namespace pipelane

@@ -37,8 +37,11 @@ std::string cuda_library_path() {
 // The library's entry points, or a one-line reason why it cannot be had. The handle is kept for
 // the life of the process: backends made by it must never outlive their code.
 struct CudaLibrary {
+  CudaBackendAbiVersionFn abi_version = nullptr;
   CudaBackendCreateFn create = nullptr;
   CudaBackendDevicesFn devices = nullptr;
+  CudaCommUniqueIdFn comm_unique_id = nullptr;
+  CudaCommsCreateFn comms_create = nullptr;
   std::string error;
 };
 
@@ -55,9 +58,16 @@ CudaLibrary open_cuda_library() {
     lib.error = std::string("cannot load the CUDA backend: ") + dlerror();
     return lib;
   }
+  lib.abi_version = reinterpret_cast<CudaBackendAbiVersionFn>(dlsym(handle, kCudaBackendAbiVersionSymbol));
   lib.create = reinterpret_cast<CudaBackendCreateFn>(dlsym(handle, kCudaBackendCreateSymbol));
   lib.devices = reinterpret_cast<CudaBackendDevicesFn>(dlsym(handle, kCudaBackendDevicesSymbol));
-  if (!lib.create || !lib.devices) lib.error = path + " does not export the CUDA backend entry points";
+  lib.comm_unique_id = reinterpret_cast<CudaCommUniqueIdFn>(dlsym(handle, kCudaCommUniqueIdSymbol));
+  lib.comms_create = reinterpret_cast<CudaCommsCreateFn>(dlsym(handle, kCudaCommsCreateSymbol));
+  if (!lib.abi_version || !lib.create || !lib.devices || !lib.comm_unique_id || !lib.comms_create)
+    lib.error = path + " does not export the CUDA backend entry points";
+  else if (lib.abi_version() != kCudaBackendAbiVersion)
+    lib.error = path + " is from another build (ABI " + std::to_string(lib.abi_version()) + ", expected " +
+                std::to_string(kCudaBackendAbiVersion) + "): rebuild it with this pipelane";
   return lib;
 }
 
@@ -92,6 +102,7 @@ std::unique_ptr<Backend> create_cuda(const BackendOptions& options) {
   char error[1024] = {0};
   CudaBackendCreateOptions o;
   o.device_index = options.device_index;
+  o.lane_sm_partition = options.lane_sm_partition;
   Backend* backend = lib.create(&o, error, sizeof error);
   if (!backend)
     throw BackendUnavailable("backend cuda:" + std::to_string(options.device_index) + ": " +
@@ -99,7 +110,34 @@ std::unique_ptr<Backend> create_cuda(const BackendOptions& options) {
   return std::unique_ptr<Backend>(backend);
 }
 
+CudaLibrary cuda_library_or_throw(const char* what) {
+  CudaLibrary lib = open_cuda_library();
+  if (!lib.error.empty()) throw BackendUnavailable(std::string(what) + ": " + lib.error);
+  return lib;
+}
+
 }  // namespace
+
+std::vector<char> cuda_comm_unique_id() {
+  const CudaLibrary lib = cuda_library_or_throw("NCCL unique id");
+  char id[512] = {0}, error[1024] = {0};
+  const int n = lib.comm_unique_id(id, sizeof id, error, sizeof error);
+  if (n < 0) throw std::runtime_error(std::string("NCCL unique id: ") + error);
+  return std::vector<char>(id, id + n);
+}
+
+std::vector<std::unique_ptr<DeviceComm>> create_cuda_comms(const std::vector<DeviceCommSpec>& specs, int device) {
+  const CudaLibrary lib = cuda_library_or_throw("NCCL communicators");
+  std::vector<CudaCommSpec> abi;
+  for (const DeviceCommSpec& s : specs) abi.push_back({s.id.data(), s.id.size(), s.size, s.rank});
+  std::vector<DeviceComm*> made(specs.size(), nullptr);
+  char error[1024] = {0};
+  if (lib.comms_create(abi.data(), static_cast<int>(abi.size()), device, made.data(), error, sizeof error) != 0)
+    throw std::runtime_error(std::string("NCCL communicators: ") + error);
+  std::vector<std::unique_ptr<DeviceComm>> out;
+  for (DeviceComm* c : made) out.emplace_back(c);
+  return out;
+}
 
 BackendRegistry BackendRegistry::with_builtins() {
   BackendRegistry r;

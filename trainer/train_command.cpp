@@ -18,6 +18,7 @@
 #include "datasets/data_error.h"
 #include "datasets/token_store.h"
 #include "datasets/unigram.h"
+#include "parallel/device_planes.h"
 #include "parallel/mpi_communicator.h"
 #include "runtime/backend.h"
 #include "runtime/backend_registry.h"
@@ -116,6 +117,35 @@ void maybe_inject_fault(int rank) {
   }
 }
 
+// The backend named by [runtime] backend, with this rank's share of the host: CPU threads, or the
+// GPU of its local rank when the config says `cuda` without an index (one process per GPU). Then
+// what it cannot run: bf16, lanes on a device backend. BackendUnavailable or ConfigError, one line.
+std::unique_ptr<Backend> make_training_backend(const TrainOptions& opts, int ranks_here, int local_rank,
+                                               int* device) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  BackendOptions o;
+  o.threads = opts.train.threads > 0 ? opts.train.threads : std::max(1, cores / ranks_here);
+  o.lane_sm_partition = opts.lanes.sm_partition;
+  std::string spec = opts.runtime.backend;
+  if (spec == "cuda") spec += ":" + std::to_string(local_rank);
+  std::unique_ptr<Backend> backend = BackendRegistry::with_builtins().create(spec, o);
+  *device = spec.rfind("cuda:", 0) == 0 ? std::stoi(spec.substr(5)) : 0;
+  if (opts.train.precision == "bf16") {
+    for (int k = 0; k < static_cast<int>(OpKind::Count); ++k)
+      if (!backend->supports(static_cast<OpKind>(k), DType::BF16))
+        throw ConfigError("[train] precision = bf16: backend " + backend->name() + " runs " +
+                          op_kind_name(static_cast<OpKind>(k)) + " in fp32 only" +
+                          (backend->kind() == DeviceKind::Cpu ? " (bf16 needs [runtime] backend = cuda)" : ""));
+    throw ConfigError("[train] precision = bf16: the model and the executor hand the backend fp32 buffers only; "
+                      "bf16 training is not wired in yet (see runtime/cuda/README.md); use fp32");
+  }
+  if (backend->kind() != DeviceKind::Cpu && !opts.lanes.enabled_lanes().empty())
+    throw ConfigError("[lanes] enabled = " + opts.lanes.enabled + " with [runtime] backend = " + opts.runtime.backend +
+                      ": lanes do not run on a GPU yet (their arenas would be device memory that their CPU code "
+                      "cannot touch; see runtime/cuda/README.md)");
+  return backend;
+}
+
 void print_summary(const TrainOptions& opts, const nlohmann::json& summary, double unigram) {
   std::printf("\nSummary\n");
   const int ran = summary["steps"].get<int>(), first = summary["first_step"].get<int>();
@@ -198,6 +228,9 @@ int train_command(int argc, char** argv) {
   const int rank = mpi ? mpi->world_rank() : 0;
   const int world = mpi ? mpi->world_size() : 1;
   const bool leader = rank == 0;
+  // Collectives: every rank runs them before anything can fail.
+  const int ranks_here = mpi ? ranks_on_this_host() : 1;
+  const int local_rank = mpi ? local_rank_on_this_host() : 0;
 
   // Set-up: every rank checks everything before the first collective, then all agree; a rank
   // that failed makes every rank stop with the lowest failing rank's message, printed once.
@@ -205,6 +238,8 @@ int train_command(int argc, char** argv) {
   std::optional<TrainingData> data;
   LaneValuation valuation;
   ParallelDims dims;
+  std::unique_ptr<Backend> backend;
+  int device = 0;
   std::string error;
   int code = 0;
   try {
@@ -214,6 +249,7 @@ int train_command(int argc, char** argv) {
       return 0;
     }
     dims = resolve_dims(opts, world);
+    backend = make_training_backend(opts, ranks_here, local_rank, &device);
     data.emplace(TrainingData::open(opts));
     if (opts.train.sample_every > 0) {
       try {
@@ -248,10 +284,8 @@ int train_command(int argc, char** argv) {
   }
 
   try {
-    Topology topo = mpi ? Topology::from_mpi_world(dims) : Topology::single_process();
+    Topology topo = mpi ? Topology::from_mpi_world(dims, *backend, device) : Topology::single_process(*backend);
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    const int ranks_here = mpi ? ranks_on_this_host() : 1;
-    const int threads = opts.train.threads > 0 ? opts.train.threads : std::max(1, cores / ranks_here);
     // A rank's wait is idle hardware only when it has cores of its own; sharing cores, lane work
     // in a wait takes them from the other ranks' compute (+16-30% at pp=4 on 2 cores).
     if (leader && ranks_here > cores && !opts.lanes.enabled_lanes().empty())
@@ -259,11 +293,9 @@ int train_command(int argc, char** argv) {
                    "pipelane train: warning: %d ranks share %d cores on this host, so their waits are not idle "
                    "cores and lane work there slows training\n",
                    ranks_here, cores);
-    BackendOptions backend_options;
-    backend_options.threads = threads;
-    const std::unique_ptr<Backend> backend =
-        BackendRegistry::with_builtins().create(opts.runtime.backend, backend_options);
     // MFU against the hardware's peak (or [train] peak_gflops), and a cached measured sgemm beside it.
+    // (On a GPU backend the CPU's peak says nothing: give [train] peak_gflops.)
+    const int threads = std::max(1, backend->threads());
     MfuPeaks peaks;
     const double rank_cores = std::min<double>(threads, static_cast<double>(cores) / ranks_here);
     if (opts.train.peak_gflops > 0) {

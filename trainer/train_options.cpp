@@ -201,7 +201,10 @@ std::vector<OptionKey> train_option_keys() {
       .integer("d_model", &ModelOptions::d_model, 1, "width of the residual stream")
       .integer("heads", &ModelOptions::heads, 1, "attention heads per block; must divide d_model")
       .integer("seq_len", &ModelOptions::seq_len, 1, "tokens per training sequence (context length)")
-      .integer("vocab_size", &ModelOptions::vocab_size, 2, "rows of the token embedding");
+      .integer("vocab_size", &ModelOptions::vocab_size, 2, "rows of the token embedding")
+      .text("attention", &ModelOptions::attention, {"cublas", "cudnn"},
+            "causal attention on the CUDA backend: cublas (strided-batched cuBLASLt GEMMs and own softmax "
+            "kernels) or cudnn (cuDNN's fused attention: not wired in yet, refused)");
   SectionKeys<TrainLoopOptions>(keys, "train", &TrainOptions::train)
       .integer("micro_batch", &TrainLoopOptions::micro_batch, 1, "sequences per forward/backward pass")
       .integer("global_batch", &TrainLoopOptions::global_batch, 1,
@@ -230,7 +233,10 @@ std::vector<OptionKey> train_option_keys() {
                "steps between text samples, printed and appended to <dir>/samples.jsonl; 0 turns them off")
       .integer("sample_tokens", &TrainLoopOptions::sample_tokens, 1, "tokens per sample")
       .text("sample_prompt", &TrainLoopOptions::sample_prompt, {},
-            "text the samples continue; empty: <|endoftext|> (gpt2) or a newline (byte)");
+            "text the samples continue; empty: <|endoftext|> (gpt2) or a newline (byte)")
+      .text("precision", &TrainLoopOptions::precision, {"fp32", "bf16"},
+            "arithmetic of weights and activations: fp32, or bf16 with fp32 master weights, optimizer "
+            "state, loss and norms (needs a backend that runs every op in bf16; refused otherwise)");
   SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
       .text("path", &DataOptions::path, {}, "training data: HDF5 token store, Megatron X.bin/X.idx or llm.c .bin shard")
       .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized")
@@ -290,6 +296,9 @@ std::vector<OptionKey> train_option_keys() {
             "reports the FreeRide-style cost saving")
       .text("plan", &LanesOptions::plan, {},
             "summary.json of a deterministic run of this config: run exactly its lane plan (implies deterministic)")
+      .integer("sm_partition", &LanesOptions::sm_partition, 0,
+               "CUDA: run lane streams in a green context of this many SMs (rounded up by the driver), "
+               "leaving the rest to training; 0: lanes share every SM at the lowest stream priority")
       .number("train_price_per_hour", &LanesOptions::train_price_per_hour, at_least(0),
               "price of one training device per hour, for the cost saving; 0: not given")
       .number("dedicated_price_per_hour", &LanesOptions::dedicated_price_per_hour, at_least(0),
@@ -596,6 +605,14 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
     throw ConfigError(location_of(settings, "train.min_lr", "train.lr") + ": [train] min_lr = " +
                       format_number(train.min_lr) + " is greater than lr = " + format_number(train.lr));
   }
+  if (model.attention == "cudnn")
+    throw ConfigError(location_of(settings, "model.attention", "model.attention") +
+                      ": [model] attention = cudnn: cuDNN's fused attention is not wired into the CUDA backend "
+                      "yet (its operation graphs are built and checked on the CPU only); use cublas");
+  if (options.lanes.sm_partition > 0 && options.runtime.backend.rfind("cuda", 0) != 0)
+    throw ConfigError(location_of(settings, "lanes.sm_partition", "runtime.backend") + ": [lanes] sm_partition = " +
+                      std::to_string(options.lanes.sm_partition) + " partitions a GPU's SMs: it needs [runtime] "
+                      "backend = cuda (backend is " + options.runtime.backend + ")");
   const ParallelOptions& par = options.parallel;
   if (model.heads % par.tp != 0) {
     throw ConfigError(location_of(settings, "parallel.tp", "model.heads") + ": [parallel] tp = " +

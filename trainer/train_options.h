@@ -20,6 +20,7 @@ struct ModelOptions {
   int heads = 4;
   int seq_len = 128;
   int vocab_size = 256;
+  std::string attention = "cublas";  // CUDA: cublas (batched GEMMs + own softmax) | cudnn (refused for now)
   friend bool operator==(const ModelOptions&, const ModelOptions&) = default;
 };
 
@@ -45,6 +46,7 @@ struct TrainLoopOptions {
   int sample_every = 0;           // steps between text samples (samples.jsonl); 0: off
   int sample_tokens = 64;         // tokens per sample
   std::string sample_prompt;      // "" starts from <|endoftext|> (gpt2) or a newline (bytes)
+  std::string precision = "fp32";  // fp32 | bf16 (needs a backend whose ops all support bf16)
   friend bool operator==(const TrainLoopOptions&, const TrainLoopOptions&) = default;
 };
 
@@ -103,6 +105,7 @@ struct LanesOptions {
   std::string baseline;   // summary.json of a lanes-off run: the overhead in summary.json
   std::string dedicated;  // JSON lines of `pipelane lane-bench NAME --json`: the cost saving
   std::string plan;       // summary.json of a deterministic run: replay its lane plan exactly
+  int sm_partition = 0;   // CUDA: SMs of a green context for lane streams; 0 = none
   // Prices per hour (any currency) of one training device and of the dedicated device lane work
   // is valued on; 0: not given, lane work is priced like the training device.
   double train_price_per_hour = 0;
@@ -119,6 +122,7 @@ struct LanesOptions {
            a.margin == b.margin && a.deterministic == b.deterministic &&
            a.profile_iterations == b.profile_iterations && a.stages == b.stages && a.plugins == b.plugins &&
            a.baseline == b.baseline && a.dedicated == b.dedicated && a.plan == b.plan &&
+           a.sm_partition == b.sm_partition &&
            a.train_price_per_hour == b.train_price_per_hour &&
            a.dedicated_price_per_hour == b.dedicated_price_per_hour && a.isolation == b.isolation &&
            a.output_mb == b.output_mb && a.lane_sections == b.lane_sections;

@@ -81,10 +81,12 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
   const int valid = std::max(0, std::min(Vl, V - vocab_begin));
   const int R = lm_head_chunk_rows(N, Vl);
   float* rowmax = scratch + static_cast<std::size_t>(R) * Vl;  // [R]
-  float* rowsum = rowmax + R;                                  // [R] then target logits [R]
-  float* rowtgt = rowsum + R;
+  float* rowsum = rowmax + R;                                  // [rows], then target logits [rows]
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
+    // Right after this chunk's row sums, so that one all-reduce of 2 * rows floats covers both
+    // also when the last chunk is shorter than R.
+    float* rowtgt = rowsum + rows;
     const float* xc = x + static_cast<std::size_t>(r0) * C;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Vl, C, 1.0f, xc, C, wte, C, 0.0f,
                 scratch, Vl);

@@ -45,6 +45,7 @@ namespace pipelane::cuda {
   template void attention_softmax_forward<X>(X*, const X*, float, int, int, cudaStream_t);        \
   template void attention_softmax_backward<X>(X*, const X*, const X*, float, int, int,            \
                                               cudaStream_t);                                     \
+  template void attention_causal_fixup<X>(X*, const X*, const X*, bool, int, int, int, cudaStream_t);          \
   template void attention_kv_cache_forward<X>(X*, const X*, int, const X*, const X*, int, int,    \
                                               int, int, int, cudaStream_t);                      \
   template void cross_entropy_chunk<X>(float*, X*, const std::int32_t*, int, int, int, float,     \

@@ -126,6 +126,14 @@ template <typename floatX>
 void attention_softmax_backward(floatX* dpreatt, const floatX* datt, const floatX* att, float scale,
                                 int BNH, int T, cudaStream_t stream);
 
+// After a GEMM out[r] = P[r] X[r] (or P[r]^T X[r] when `transposed`) over causal P[BNH,T,T]
+// ([r,i,j] = 0 for j > i) and X, out[BNH,T,hs]: every column of X[r] with a NaN or Inf is
+// recomputed over the causal terms only, so a non-finite value reaches exactly the outputs it
+// reaches in the CPU op (the GEMM multiplies the masked zeros, and 0 * NaN = NaN). hs <= 1024.
+template <typename floatX>
+void attention_causal_fixup(floatX* out, const floatX* P, const floatX* X, bool transposed, int BNH, int T, int hs,
+                            cudaStream_t stream);
+
 // ---- KV-cache attention for inference (kernels/kv_attention.cuh) ----
 // Queries at absolute positions p0 .. p0+n-1 attend causally over cache rows [0, position]:
 // out[i, h*hs:(h+1)*hs] = softmax(q_i,h . K[0..p0+i],h / sqrt(hs)) V[0..p0+i],h.

@@ -14,12 +14,17 @@
 #include "runtime/cuda/plans/attention_graph.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "tests/cuda/compare.h"
-#include "tests/cuda/gemm_interpreter.h"
+#include "runtime/cuda/emu/gemm_interpreter.h"
 
 namespace pipelane::cuda_test {
 namespace {
 
 using cuda::Graph;
+using cuda_emu::bf16_bits_to_float;
+using cuda_emu::float_to_bf16_bits;
+using cuda_emu::run_gemm;
+using cuda_emu::load;
+using cuda_emu::store;
 using cuda::GraphBuffer;
 using cuda::GraphOpKind;
 using cuda::GraphTensor;

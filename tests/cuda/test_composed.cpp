@@ -1,5 +1,5 @@
 // The ops the CUDA backend composes from own kernels and cuBLASLt GEMMs, run here with the
-// kernels emulated and the GEMMs interpreted (tests/cuda/gemm_interpreter.h), against the CPU ops
+// kernels emulated and the GEMMs interpreted (runtime/cuda/emu/gemm_interpreter.h), against the CPU ops
 // they must replace: causal attention forward and backward (permute, QK^T, softmax, AV,
 // unpermute) and the fused LM head with cross-entropy, chunk by chunk. This checks the wiring:
 // which buffer goes where, in which layout, with which scale.
@@ -15,12 +15,14 @@
 #include "runtime/cuda/kernels/cross_entropy.cuh"
 #include "runtime/cuda/plans/gemm_plan.h"
 #include "runtime/cpu/cpu_ops.h"
-#include "tests/cuda/gemm_interpreter.h"
+#include "runtime/cuda/emu/gemm_interpreter.h"
 #include "tests/cuda/kernel_check.h"
 
 // A namespace of its own: the emulated test executables are unity builds.
 namespace pipelane::cuda_test::composed_test {
 namespace {
+
+using cuda_emu::run_gemm;
 
 constexpr double kComposedNmse = 1e-10;
 

@@ -10,13 +10,18 @@
 #include "runtime/cuda/plans/gemm_plan.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "tests/cuda/compare.h"
-#include "tests/cuda/gemm_interpreter.h"
+#include "runtime/cuda/emu/gemm_interpreter.h"
 #include "tests/runtime/reference_ops.h"
 
 namespace pipelane::cuda_test {
 namespace {
 
 using cuda::DataType;
+using cuda_emu::bf16_bits_to_float;
+using cuda_emu::float_to_bf16_bits;
+using cuda_emu::run_gemm;
+using cuda_emu::gelu;
+using cuda_emu::gelu_derivative;
 using cuda::Epilogue;
 using cuda::Trans;
 

@@ -6,12 +6,16 @@
 // `pipelane devices` lists it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
 
 #include "runtime/backend_registry.h"
 #include "tests/runtime/backend_op_cases.h"
+#if PIPELANE_TEST_CUDA_EMULATED
+#include "runtime/cuda/emu/emulated_backend.h"
+#endif
 
 namespace pipelane {
 namespace {
@@ -40,10 +44,30 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// The built-in backends, plus (where the CUDA toolkit's headers are) the CUDA backend built for
+// the CPU: its own source with the kernels emulated, the CUDA runtime faked and the GEMMs
+// interpreted (runtime/cuda/emu/emulated_backend.h), registered for the tests only.
+BackendRegistry test_registry() {
+  BackendRegistry registry = BackendRegistry::with_builtins();
+#if PIPELANE_TEST_CUDA_EMULATED
+  registry.add(
+      "cuda-emulated",
+      [](const BackendOptions&) -> std::unique_ptr<Backend> { return cuda_emu::make_emulated_cuda_backend(); },
+      [] {
+        BackendDevices d;
+        d.backend = "cuda-emulated";
+        d.available = true;
+        d.devices.push_back("the CUDA backend on the CPU emulator");
+        return d;
+      });
+#endif
+  return registry;
+}
+
 // Backends to test: every registered one this machine can run, by name.
 std::vector<std::string> available_backends() {
   std::vector<std::string> names;
-  for (const BackendDevices& d : BackendRegistry::with_builtins().devices())
+  for (const BackendDevices& d : test_registry().devices())
     if (d.available) names.push_back(d.backend);
   return names;
 }
@@ -51,7 +75,7 @@ std::vector<std::string> available_backends() {
 class BackendOps : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const BackendRegistry registry = BackendRegistry::with_builtins();
+    const BackendRegistry registry = test_registry();
     BackendOptions one;
     one.threads = 2;
     backend_ = registry.create(GetParam(), one);
@@ -96,7 +120,11 @@ TEST_P(BackendOps, EveryOpMatchesTheReferenceAndTheCpuBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, BackendOps, ::testing::ValuesIn(available_backends()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');  // gtest: alphanumerics and _
+                           return name;
+                         });
 
 // The harness itself must be able to fail: a sentinel overwrite and a wrong op are caught.
 TEST(BackendOpsHarness, DetectsWritesPastTheEndAndWrongResults) {

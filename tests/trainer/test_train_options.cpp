@@ -296,6 +296,21 @@ TEST_F(TrainOptionsTest, CombinationFromCommandLineSaysCommandLine) {
             "command line: [train] warmup_steps = 101 is greater than steps = 100");
 }
 
+// The GPU keys (runtime/cuda/README.md): what cannot run is refused at parse time, in one line.
+TEST_F(TrainOptionsTest, GpuKeysRefuseWhatCannotRun) {
+  EXPECT_EQ(parse_error({"--model.attention=flash"}),
+            "command line: --model.attention=flash: expected one of cublas cudnn");
+  EXPECT_NE(parse_error({"--model.attention=cudnn"}).find("command line: [model] attention = cudnn: cuDNN's fused"),
+            std::string::npos);
+  EXPECT_EQ(parse_error({"--train.precision=fp16"}),
+            "command line: --train.precision=fp16: expected one of fp32 bf16");
+  EXPECT_EQ(parse_error({"--lanes.sm_partition=8"}),
+            "command line: [lanes] sm_partition = 8 partitions a GPU's SMs: it needs [runtime] backend = cuda "
+            "(backend is cpu)");
+  EXPECT_EQ(parse({"--runtime.backend=cuda:1", "--lanes.sm_partition=8"}).lanes.sm_partition, 8);
+  EXPECT_EQ(parse({"--train.precision=bf16"}).train.precision, "bf16");  // refused later, by the backend
+}
+
 TEST_F(TrainOptionsTest, ToIniRoundTrips) {
   const TrainOptions original = parse({"--model.layers=3", "--model.d_model=96", "--model.heads=3",
                                        "--train.lr=0.00030000000000000003", "--train.eps=1e-300",
@@ -318,7 +333,8 @@ TEST_F(TrainOptionsTest, ToIniRoundTrips) {
 const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWithDefault = {
     {"runtime", "backend", "cpu"},
     {"model", "layers", "4"},          {"model", "d_model", "128"},       {"model", "heads", "4"},
-    {"model", "seq_len", "128"},       {"model", "vocab_size", "256"},    {"train", "micro_batch", "8"},
+    {"model", "seq_len", "128"},       {"model", "vocab_size", "256"},    {"model", "attention", "cublas"},
+    {"train", "micro_batch", "8"},
     {"train", "global_batch", "8"},    {"train", "steps", "200"},         {"train", "lr", "0.001"},
     {"train", "min_lr", "1e-04"},      {"train", "warmup_steps", "20"},   {"train", "weight_decay", "0.1"},
     {"train", "grad_clip", "1"},       {"train", "beta1", "0.9"},         {"train", "beta2", "0.95"},
@@ -326,6 +342,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"train", "eval_batches", "8"},    {"train", "threads", "0"},         {"train", "peak_gflops", "0"},
     {"train", "max_bad_steps", "5"},   {"train", "loss_spike_zscore", "0"},
     {"train", "sample_every", "0"},    {"train", "sample_tokens", "64"},  {"train", "sample_prompt", ""},
+    {"train", "precision", "fp32"},
     {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},
     {"data", "sample_mode", "cross-documents"}, {"data", "blend", ""},
     {"parallel", "tp", "1"},           {"parallel", "pp", "1"},           {"parallel", "dp", "0"},
@@ -341,6 +358,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "isolation", "auto"},
     {"lanes", "output_mb", "1024"},    {"lanes", "baseline", ""},     {"lanes", "dedicated", ""},
     {"lanes", "plan", ""},
+    {"lanes", "sm_partition", "0"},
     {"lanes", "train_price_per_hour", "0"}, {"lanes", "dedicated_price_per_hour", "0"},
 };
 

@@ -31,8 +31,9 @@
 // std::runtime_error with a message naming the kernel, the block and the barrier; the other
 // threads are woken and unwound, so a test can assert on it.
 //
-// Not emulated: memory spaces (device pointers are host pointers, there is no cudaMemcpy),
-// streams (launches are synchronous), warp-synchronous code without __syncwarp (lanes are
+// Not emulated here: memory spaces (device pointers are host pointers) and streams (run_grid runs
+// the grid before returning; launch.cuh hands a launch on an emulated stream to that stream, see
+// emulated_stream.h and the fake runtime), warp-synchronous code without __syncwarp (lanes are
 // independent threads, as on Volta and later), partial-mask warp built-ins, clocks, inline PTX,
 // tensor cores. Math functions are the host's (glibc's expf is not CUDA's: results differ in the
 // last bits; tests compare with tolerances).

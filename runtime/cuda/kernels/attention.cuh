@@ -108,6 +108,42 @@ __global__ void attention_softmax_backward_kernel(floatX* dpreatt, const floatX*
   }
 }
 
+// A GEMM over a causal matrix multiplies its masked zeros too, and 0 * NaN is NaN: a non-finite
+// value in X would reach outputs the causal sum never touches. For every column d of X[r] holding
+// a non-finite value, this recomputes that column of out[r] = P[r] X[r] (P^T X when transposed)
+// over the causal terms only, as the CPU op sums them; finite columns (every column in training)
+// cost one coalesced read of X. One thread per column d: no barrier.
+template <typename floatX>
+__global__ void attention_causal_fixup_kernel(floatX* out, const floatX* P, const floatX* X, bool transposed, int T,
+                                              int hs) {
+  const int r = blockIdx.x, d = threadIdx.x;
+  if (d >= hs) return;
+  const std::size_t base = static_cast<std::size_t>(r) * T * hs;
+  const floatX* x = X + base + d;
+  bool finite = true;
+  for (int t = 0; t < T; ++t) finite = finite && is_finite(to_float(x[static_cast<std::size_t>(t) * hs]));
+  if (finite) return;
+  const floatX* p = P + static_cast<std::size_t>(r) * T * T;
+  for (int o = 0; o < T; ++o) {
+    float acc = 0.f;
+    if (transposed)
+      for (int i = o; i < T; ++i)
+        acc += to_float(p[static_cast<std::size_t>(i) * T + o]) * to_float(x[static_cast<std::size_t>(i) * hs]);
+    else
+      for (int j = 0; j <= o; ++j)
+        acc += to_float(p[static_cast<std::size_t>(o) * T + j]) * to_float(x[static_cast<std::size_t>(j) * hs]);
+    out[base + static_cast<std::size_t>(o) * hs + d] = from_float<floatX>(acc);
+  }
+}
+
+template <typename floatX>
+void attention_causal_fixup(floatX* out, const floatX* P, const floatX* X, bool transposed, int BNH, int T, int hs,
+                            cudaStream_t stream) {
+  if (BNH <= 0 || T <= 0) return;
+  PIPELANE_LAUNCH(attention_causal_fixup_kernel<floatX>, dim3(BNH), dim3(32 * ceil_div(hs, 32)), 0, stream, out, P,
+                  X, transposed, T, hs);
+}
+
 template <typename floatX>
 void attention_permute_qkv(floatX* q, floatX* k, floatX* v, const floatX* qkv, int B, int T, int C,
                            int NH, cudaStream_t stream) {

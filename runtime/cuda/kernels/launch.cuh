@@ -15,6 +15,7 @@
 #define PIPELANE_EMULATED 0
 #else
 #include "runtime/cuda/emu/cuda_emulator.h"
+#include "runtime/cuda/emu/emulated_stream.h"
 #define PIPELANE_EMULATED 1
 #endif
 
@@ -38,7 +39,8 @@
 // Launches `kernel` (any __global__ function, template instances included) with the given
 // configuration; arguments convert to the kernel's parameter types as with <<<>>>. Throws
 // std::runtime_error naming the kernel when the launch is refused. Under nvcc this is
-// kernel<<<grid, block, smem, stream>>>(args...); emulated, it runs the grid before returning.
+// kernel<<<grid, block, smem, stream>>>(args...); emulated, the grid runs in the stream's order
+// (emu/emulated_stream.h), before returning when the stream is null.
 #define PIPELANE_LAUNCH(kernel, grid, block, smem, stream, ...) \
   ::pipelane::cuda::launch(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
 
@@ -49,10 +51,16 @@ void launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, 
             cudaStream_t stream, Args&&... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "wrong number of kernel arguments");
 #if PIPELANE_EMULATED
-  (void)stream;
-  // Converted once, as the launch would copy them into the parameter buffer.
+  // Converted once, as the launch would copy them into the parameter buffer; the grid runs in
+  // the stream's order (a null stream: now, on this thread).
   std::tuple<std::decay_t<Params>...> params(static_cast<std::decay_t<Params>>(args)...);
-  cuda_emu::run_grid(name, grid, block, smem, [&] { std::apply(kernel, params); });
+  auto run = [name, kernel, grid, block, smem, params] {
+    cuda_emu::run_grid(name, grid, block, smem, [&] { std::apply(kernel, params); });
+  };
+  if (stream)
+    stream->submit(run);
+  else
+    run();
 #else
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(std::forward<Args>(args))...);
   const cudaError_t err = cudaGetLastError();
@@ -90,6 +98,14 @@ __device__ __forceinline__ float from_float<float>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ bool is_finite(float x) {
+#if PIPELANE_EMULATED
+  return std::isfinite(x);
+#else
+  return isfinite(x);
+#endif
 }
 
 // Butterfly reductions: every lane ends with the same value, summed in the same order on every

@@ -1,5 +1,6 @@
 // A small interpreter of cuBLASLt's column-major GEMM semantics (runtime/cuda/plans/gemm_plan.h),
-// in double, for checking on the CPU that a GemmCall computes what the row-major op means.
+// in double, for checking on the CPU that a GemmCall computes what the row-major op means; the
+// emulated CUDA backend's GEMM engine (interpreted_gemm.h) runs its GEMMs with it.
 // Storage: fp32, or bf16 as its 16 bits (the layout of __nv_bfloat16), rounded to nearest even.
 #pragma once
 #include <cmath>
@@ -9,7 +10,7 @@
 
 #include "runtime/cuda/plans/gemm_plan.h"
 
-namespace pipelane::cuda_test {
+namespace pipelane::cuda_emu {
 
 inline float bf16_bits_to_float(std::uint16_t b) {
   const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
@@ -91,4 +92,4 @@ inline void run_gemm(const cuda::GemmCall& g) {
   }
 }
 
-}  // namespace pipelane::cuda_test
+}  // namespace pipelane::cuda_emu

@@ -1,0 +1,240 @@
+// The CUDA backend: construction, memory, streams and events, and the ops that are one kernel.
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/cuda/backend/cuda_backend_impl.h"
+#include "runtime/cuda/backend/cuda_check.h"
+#include "runtime/cuda/cuda_ops.h"
+
+namespace pipelane::cuda {
+
+DeviceInts::DeviceInts(ScratchPool& pool, const std::int32_t* ids, std::size_t n, cudaStream_t stream)
+    : ptr_(ids) {
+  cudaPointerAttributes attr{};
+  if (!ids || (cudaPointerGetAttributes(&attr, ids) == cudaSuccess && attr.type == cudaMemoryTypeDevice)) return;
+  cudaGetLastError();
+  staged_ = std::make_unique<Temp<std::int32_t>>(pool, n, stream);
+  check_cuda(cudaMemcpyAsync(staged_->get(), ids, n * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream),
+             "cudaMemcpyAsync (token ids to the device)");
+  ptr_ = staged_->get();
+}
+
+CudaBackendImpl::CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm)
+    : config_(config), gemm_(std::move(gemm)) {
+  const std::string which = "cuda:" + std::to_string(config_.device);
+  check_cuda(cudaSetDevice(config_.device), ("cudaSetDevice(" + std::to_string(config_.device) + ")").c_str());
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, config_.device), "cudaGetDeviceProperties");
+  name_ = which + " (" + prop.name + ")";
+  check_cuda(cudaDeviceGetStreamPriorityRange(&priority_least_, &priority_greatest_),
+             "cudaDeviceGetStreamPriorityRange");
+  priorities_ = stream_priorities(priority_least_, priority_greatest_);
+  device_memory_ = std::make_unique<DeviceMemory>(config_.device);
+  scratch_ = std::make_unique<ScratchPool>(config_.device);
+  if (config_.lane_sm_partition > 0) lane_partition_ = SmPartition::create(config_.device, config_.lane_sm_partition);
+}
+
+CudaBackendImpl::~CudaBackendImpl() = default;
+
+cudaStream_t CudaBackendImpl::enter(Stream& s) const {
+  check_cuda(cudaSetDevice(config_.device), "cudaSetDevice");
+  return cuda_stream(s).handle();
+}
+
+void CudaBackendImpl::expect_device(const char* op, std::initializer_list<const void*> buffers) const {
+  if (!config_.check_pointers) return;
+  int index = 0;
+  for (const void* p : buffers) {
+    cudaPointerAttributes attr{};
+    if (p && (cudaPointerGetAttributes(&attr, p) != cudaSuccess || attr.type != cudaMemoryTypeDevice))
+      throw std::logic_error(std::string("CUDA backend: ") + op + ": buffer argument " + std::to_string(index) +
+                             " is not device memory");
+    ++index;
+  }
+}
+
+double CudaBackendImpl::host_sum(const float* device, std::size_t n, cudaStream_t stream) const {
+  std::vector<float> host(n);
+  if (n > 0)
+    check_cuda(cudaMemcpyAsync(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync (losses to the host)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  double total = 0.0;
+  for (float v : host) total += v;
+  return total;
+}
+
+// ---- memory, streams, events ----
+
+std::unique_ptr<Arena> CudaBackendImpl::create_arena(std::string name, std::size_t bytes, MemoryKind kind) {
+  check_cuda(cudaSetDevice(config_.device), "cudaSetDevice");
+  switch (kind) {
+    case MemoryKind::Host: return std::make_unique<Arena>(std::move(name), bytes);
+    case MemoryKind::PinnedHost: return std::make_unique<Arena>(std::move(name), bytes, pinned_memory_);
+    case MemoryKind::Device: return std::make_unique<Arena>(std::move(name), bytes, *device_memory_);
+  }
+  throw std::invalid_argument("CUDA backend: unknown memory kind");
+}
+
+std::unique_ptr<Arena> CudaBackendImpl::create_pool_arena(std::string name, std::size_t quota_bytes) {
+  check_cuda(cudaSetDevice(config_.device), "cudaSetDevice");
+  std::lock_guard lock(pools_mu_);
+  pools_.push_back(std::make_unique<PoolMemory>(config_.device, quota_bytes));
+  return std::make_unique<Arena>(std::move(name), quota_bytes, *pools_.back());
+}
+
+void CudaBackendImpl::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
+  const cudaStream_t h = enter(stream);
+  if (dst == src || bytes == 0) return;
+  check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, h), "cudaMemcpyAsync");
+}
+
+void CudaBackendImpl::memset_zero(void* dst, std::size_t bytes, Stream& stream) {
+  const cudaStream_t h = enter(stream);
+  if (bytes == 0) return;
+  check_cuda(cudaMemsetAsync(dst, 0, bytes, h), "cudaMemsetAsync");
+}
+
+std::unique_ptr<Stream> CudaBackendImpl::create_stream(StreamPriority priority) {
+  check_cuda(cudaSetDevice(config_.device), "cudaSetDevice");
+  const int value = priority == StreamPriority::High     ? priorities_.high
+                    : priority == StreamPriority::Normal ? priorities_.normal
+                                                         : priorities_.low;
+  cudaStream_t handle = nullptr;
+  if (priority == StreamPriority::Low && lane_partition_)
+    handle = lane_partition_->create_stream(value);
+  else
+    check_cuda(cudaStreamCreateWithPriority(&handle, cudaStreamNonBlocking, value), "cudaStreamCreateWithPriority");
+  return std::make_unique<CudaStream>(handle, priority, config_.gemm_workspace_bytes);
+}
+
+std::unique_ptr<Event> CudaBackendImpl::create_event() {
+  check_cuda(cudaSetDevice(config_.device), "cudaSetDevice");
+  return std::make_unique<CudaEvent>();
+}
+
+bool CudaBackendImpl::supports(OpKind op, DType dtype) const { return op != OpKind::Count && dtype == DType::F32; }
+
+CudaBackendStats CudaBackendImpl::stats() const {
+  CudaBackendStats s;
+  s.scratch_high_water = scratch_->used_high();
+  s.lane_partition_sms = lane_partition_ ? lane_partition_->sm_count() : 0;
+  s.priority_least = priority_least_;
+  s.priority_greatest = priority_greatest_;
+  return s;
+}
+
+// ---- embedding ----
+
+void CudaBackendImpl::embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                                        int B, int T, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("embedding_forward", {out, wte, wpe});
+  const DeviceInts ids(*scratch_, tokens, static_cast<std::size_t>(B) * T, h);
+  cuda::embedding_forward<float>(out, ids.get(), wte, wpe, B, T, C, h);
+}
+void CudaBackendImpl::embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                         int B, int T, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("embedding_backward", {dwte, dwpe, dout});
+  const DeviceInts ids(*scratch_, tokens, static_cast<std::size_t>(B) * T, h);
+  cuda::embedding_backward<float>(dwte, dwpe, dout, ids.get(), B, T, C, h);
+}
+void CudaBackendImpl::embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
+                                             int v0, int vcount, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("embedding_lookup_local", {out, wte});
+  const DeviceInts ids(*scratch_, tokens, static_cast<std::size_t>(N), h);
+  cuda::embedding_lookup_local<float>(out, ids.get(), wte, N, C, v0, vcount, h);
+}
+void CudaBackendImpl::add_positions(float* out, const float* wpe, int B, int T, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("add_positions", {out, wpe});
+  cuda::add_positions<float>(out, wpe, B, T, C, h);
+}
+void CudaBackendImpl::embedding_backward_local(float* dwte, float* dwpe, const float* dout,
+                                               const std::int32_t* tokens, int B, int T, int C, int v0, int vcount,
+                                               Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("embedding_backward_local", {dwte, dwpe, dout});
+  const DeviceInts ids(*scratch_, tokens, static_cast<std::size_t>(B) * T, h);
+  cuda::embedding_backward_local<float>(dwte, dwpe, dout, ids.get(), B, T, C, v0, vcount, h);
+}
+
+// ---- layernorm ----
+
+void CudaBackendImpl::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                        const float* bias, int N, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("layernorm_forward", {out, mean, rstd, inp, weight, bias});
+  cuda::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, N, C, h);
+}
+void CudaBackendImpl::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                         const float* inp, const float* weight, const float* mean, const float* rstd,
+                                         int N, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("layernorm_backward", {dinp, dweight, dbias, dout, inp, weight, mean, rstd});
+  const Temp<float> scratch(*scratch_, layernorm_backward_scratch_floats(N, C), h);
+  cuda::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch.get(), h);
+}
+void CudaBackendImpl::layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                                               const float* mean, const float* rstd, int N, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("layernorm_backward_input", {dinp, dout, inp, weight, mean, rstd});
+  cuda::layernorm_backward_input<float>(dinp, dout, inp, weight, mean, rstd, N, C, h);
+}
+void CudaBackendImpl::layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+                                                const float* mean, const float* rstd, int N, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("layernorm_backward_params", {dweight, dbias, dout, inp, mean, rstd});
+  const Temp<float> scratch(*scratch_, layernorm_backward_scratch_floats(N, C), h);
+  cuda::layernorm_backward_params<float>(dweight, dbias, dout, inp, mean, rstd, N, C, scratch.get(), h);
+}
+
+// ---- elementwise ----
+
+void CudaBackendImpl::gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("gelu_forward", {out, inp});
+  cuda::gelu_forward<float>(out, inp, n, h);
+}
+void CudaBackendImpl::gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("gelu_backward", {dinp, inp, dout});
+  cuda::gelu_backward<float>(dinp, inp, dout, n, h);
+}
+void CudaBackendImpl::add(float* out, const float* a, const float* b, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("add", {out, a, b});
+  cuda::add_forward<float>(out, a, b, n, h);
+}
+void CudaBackendImpl::add_inplace(float* acc, const float* x, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("add_inplace", {acc, x});
+  cuda::add_inplace<float>(acc, x, n, h);
+}
+void CudaBackendImpl::add_bias(float* out, const float* bias, int N, int C, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("add_bias", {out, bias});
+  cuda::add_bias<float>(out, bias, N, C, h);
+}
+void CudaBackendImpl::scale(float* x, float factor, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("scale", {x});
+  cuda::scale_inplace<float>(x, factor, n, h);
+}
+double CudaBackendImpl::sum_squares(const float* x, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("sum_squares", {x});
+  const Temp<double> partial(*scratch_, sum_squares_scratch_doubles(n), h), result(*scratch_, 1, h);
+  cuda::sum_squares<float>(result.get(), x, n, partial.get(), h);
+  double value = 0.0;
+  check_cuda(cudaMemcpyAsync(&value, result.get(), sizeof value, cudaMemcpyDeviceToHost, h),
+             "cudaMemcpyAsync (sum of squares to the host)");
+  check_cuda(cudaStreamSynchronize(h), "cudaStreamSynchronize");
+  return value;
+}
+
+}  // namespace pipelane::cuda

@@ -1,0 +1,167 @@
+// The CudaBackend class (private to runtime/cuda/): construction, memory, streams and the simple
+// ops in cuda_backend.cpp; matmuls, attention and the LM head in cuda_backend_ops.cpp.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/cuda/backend/cuda_memory.h"
+#include "runtime/cuda/backend/cuda_streams.h"
+#include "runtime/cuda/backend/gemm_engine.h"
+#include "runtime/cuda/backend/sm_partition.h"
+#include "runtime/cuda/cuda_backend.h"
+
+namespace pipelane::cuda {
+
+// Token ids an op reads: used in place when they are device memory, else copied to a temporary
+// in the op's stream order (the model hands host arrays of ids; a copy from pageable memory takes
+// the source at the call, so the caller may reuse it at once).
+class DeviceInts {
+ public:
+  DeviceInts(ScratchPool& pool, const std::int32_t* ids, std::size_t n, cudaStream_t stream);
+  const std::int32_t* get() const { return ptr_; }
+
+ private:
+  std::unique_ptr<Temp<std::int32_t>> staged_;
+  const std::int32_t* ptr_;
+};
+
+class CudaBackendImpl;
+
+// The bf16 composed ops: the same templates as the fp32 ones, instantiated for bf16.
+class CudaBf16OpsImpl final : public CudaBf16Ops {
+ public:
+  explicit CudaBf16OpsImpl(CudaBackendImpl& backend) : b_(backend) {}
+  void matmul_forward(bf16* out, const bf16* inp, const bf16* weight, const bf16* bias, int N, int C, int OC,
+                      Stream& s) override;
+  void matmul_backward(bf16* dinp, float* dweight, float* dbias, const bf16* dout, const bf16* inp, const bf16* weight,
+                       int N, int C, int OC, Stream& s) override;
+  void attention_forward(bf16* out, bf16* att, const bf16* qkv, int B, int T, int C, int NH, Stream& s) override;
+  void attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* att, int B, int T, int C, int NH,
+                          Stream& s) override;
+  double lm_head_cross_entropy(float* losses, bf16* dx, float* dwte, const bf16* x, const bf16* wte,
+                               const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
+                               bf16* scratch, Stream& s) override;
+  void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
+                    float grad_scale, bf16* param_copy, Stream& s) override;
+
+ private:
+  CudaBackendImpl& b_;
+};
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm);
+  ~CudaBackendImpl() override;
+
+  DeviceKind kind() const override { return DeviceKind::Cuda; }
+  std::string name() const override { return name_; }
+  int threads() const override { return 0; }
+
+  std::unique_ptr<Arena> create_arena(std::string name, std::size_t bytes, MemoryKind kind) override;
+  std::unique_ptr<Arena> create_pool_arena(std::string name, std::size_t quota_bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) override;
+  void memset_zero(void* dst, std::size_t bytes, Stream& stream) override;
+  std::unique_ptr<Stream> create_stream(StreamPriority priority) override;
+  std::unique_ptr<Event> create_event() override;
+  bool supports(OpKind op, DType dtype) const override;
+  CudaBackendStats stats() const override;
+  CudaBf16Ops& bf16_ops() override { return bf16_; }
+
+  // The composed ops for storage type X (float or bf16); parameter gradients are fp32.
+  template <typename X>
+  void matmul_forward_t(X* out, const X* inp, const X* weight, const X* bias, int N, int C, int OC, Stream& s);
+  template <typename X>
+  void matmul_backward_t(X* dinp, float* dweight, float* dbias, const X* dout, const X* inp, const X* weight, int N,
+                         int C, int OC, Stream& s);
+  template <typename X>
+  void attention_forward_t(X* out, X* att, const X* qkv, int B, int T, int C, int NH, Stream& s);
+  template <typename X>
+  void attention_backward_t(X* dqkv, const X* dout, const X* qkv, const X* att, int B, int T, int C, int NH,
+                            Stream& s);
+  template <typename X>
+  double lm_head_cross_entropy_t(float* losses, X* dx, float* dwte, const X* x, const X* wte,
+                                 const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
+                                 X* scratch, Stream& s);
+  template <typename X>
+  void adamw_update_t(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
+                      float grad_scale, X* param_copy, Stream& s);
+
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                         int C, Stream& s) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,
+                          int C, Stream& s) override;
+  void embedding_lookup_local(float* out, const std::int32_t* tokens, const float* wte, int N, int C, int v0,
+                              int vcount, Stream& s) override;
+  void add_positions(float* out, const float* wpe, int B, int T, int C, Stream& s) override;
+  void embedding_backward_local(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B,
+                                int T, int C, int v0, int vcount, Stream& s) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C, Stream& s) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int N, int C,
+                          Stream& s) override;
+  void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                                const float* mean, const float* rstd, int N, int C, Stream& s) override;
+  void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* mean, const float* rstd, int N, int C, Stream& s) override;
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                      Stream& s) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC, Stream& s) override;
+  void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
+                             Stream& s) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
+                          int NH, Stream& s) override;
+  void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache, float* v_cache, int past,
+                            int n, int C, int NH, Stream& s) override;
+  void gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, Stream& s) override;
+  void add(float* out, const float* a, const float* b, std::size_t n, Stream& s) override;
+  void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) override;
+  void add_bias(float* out, const float* bias, int N, int C, Stream& s) override;
+  void scale(float* x, float factor, std::size_t n, Stream& s) override;
+  double sum_squares(const float* x, std::size_t n, Stream& s) override;
+  void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp, Stream& s) override;
+  std::size_t lm_head_scratch_floats(int N, int Vp) const override;
+  double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                               const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
+                               float* scratch, Stream& s) override;
+  std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const override;
+  double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                              const float* wte, const std::int32_t* targets, int N, int C, int V,
+                                              int vocab_begin, int vocab_count, float grad_scale, float* scratch,
+                                              const GroupReduce& reduce, Stream& s) override;
+  void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
+                    float grad_scale, Stream& s) override;
+  double measure_matmul_gflops(int n, int reps) override;
+
+ private:
+  // Makes this backend's device current on the calling thread and returns the op's stream.
+  cudaStream_t enter(Stream& s) const;
+  // With config.check_pointers: std::logic_error unless every non-null pointer is device memory.
+  void expect_device(const char* op, std::initializer_list<const void*> buffers) const;
+  void gemm(const GemmCall& g, Stream& s);
+  // The sum of n device floats in double, in index order (as the CPU ops sum their losses);
+  // waits for the stream.
+  double host_sum(const float* device, std::size_t n, cudaStream_t stream) const;
+
+  CudaBackendConfig config_;
+  std::unique_ptr<GemmEngine> gemm_;
+  std::string name_;
+  StreamPriorities priorities_{};
+  int priority_least_ = 0, priority_greatest_ = 0;
+  std::unique_ptr<DeviceMemory> device_memory_;
+  PinnedMemory pinned_memory_;
+  std::unique_ptr<ScratchPool> scratch_;
+  std::unique_ptr<SmPartition> lane_partition_;
+  CudaBf16OpsImpl bf16_{*this};
+  std::mutex pools_mu_;
+  std::vector<std::unique_ptr<PoolMemory>> pools_;  // one per pool arena, kept for the backend's life
+};
+
+}  // namespace pipelane::cuda

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# The GPU check (L3 of runtime/cuda/README.md): what only a GPU can show, in one run of about five
+# minutes on one H200. Builds from this tree (nvcc, CMake, Ninja and the Debian packages of
+# scripts/setup.sh must be there), then runs one stage after another and rewrites
+# $OUT/report.json after each, so a run cut short still leaves what it measured.
+#   scripts/gpu_check.sh            OUT defaults to ./gpu_check_out; the build goes to build-gpu/
+#   GPU_CHECK_ARCH=90               CUDA architectures to build (default: 90 on a GPU run, 80;90 otherwise)
+#   GPU_CHECK_EMULATED=1            also run the emulated stages on a GPU machine (always without one)
+# Without a GPU (e.g. in CI) it still builds, runs the emulated stages, and marks every GPU stage
+# "skipped: no GPU". Exit code: 0 when no stage failed or errored, 1 otherwise.
+# The report format is documented in runtime/cuda/README.md ("gpu_check.sh").
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+OUT=${OUT:-$root/gpu_check_out}
+mkdir -p "$OUT"
+build=${GPU_CHECK_BUILD_DIR:-$root/build-gpu}
+report=$OUT/report.json
+stages=$OUT/stages.jsonl
+: >"$stages"
+started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+failed=0
+
+json_string() {  # a JSON string literal of $1
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\n'/\\n}
+  s=${s//$'\r'/}
+  s=${s//$'\t'/\\t}
+  printf '"%s"' "$(printf '%s' "$s" | tr -d '\000-\010\013\014\016-\037')"
+}
+
+write_report() {
+  {
+    printf '{"schema": 1, "started": %s, "updated": %s, "host": %s, "gpu": %s, "stages": [' \
+      "$(json_string "$started")" "$(json_string "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" \
+      "$(json_string "$(hostname)")" "$have_gpu"
+    paste -sd, "$stages"
+    printf ']}\n'
+  } >"$report.tmp" && mv "$report.tmp" "$report"
+}
+
+# stage NAME STATUS SECONDS NOTE [DATA]: one record. DATA is kept as JSON when it is one JSON
+# object (the tools print one per line); anything else is kept as a string.
+stage() {
+  local name=$1 status=$2 seconds=$3 note=$4 data=${5:-null}
+  local json_start='^[[:space:]]*[{]'
+  if [[ ! $data =~ $json_start ]] && [ "$data" != null ]; then data=$(json_string "$data"); fi
+  case $status in fail|error) failed=1 ;; esac
+  printf '{"name": %s, "status": %s, "seconds": %s, "note": %s, "data": %s}\n' "$(json_string "$name")" \
+    "$(json_string "$status")" "$seconds" "$(json_string "$note")" "$data" >>"$stages"
+  write_report
+  echo "gpu_check: $name: $status ${note:+($note)}" >&2
+}
+
+# run_timed SECONDS CMD...: runs CMD with a time limit; sets $elapsed, $output (stdout+stderr), $rc.
+run_timed() {
+  local limit=$1
+  shift
+  local t0=$SECONDS
+  output=$(timeout --kill-after=10 "$limit" "$@" 2>&1)
+  rc=$?
+  elapsed=$((SECONDS - t0))
+}
+
+last_json_line() { printf '%s\n' "$1" | grep -E '^\{.*\}$' | tail -n 1; }
+status_of() {  # the "status" of a tool's JSON line; error when there is none
+  local s
+  s=$(sed -n 's/.*"status":"\([a-z ]*\)".*/\1/p' <<<"$1" | head -n 1)
+  echo "${s:-error}"
+}
+tail_text() { printf '%s\n' "$1" | tail -n "${2:-15}"; }
+
+# ---- environment ----
+have_gpu=false
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then have_gpu=true; fi
+env_note="nvcc: $( (/usr/local/cuda/bin/nvcc --version 2>/dev/null || nvcc --version 2>/dev/null) | tail -n 1)"
+env_note+="; cmake: $(cmake --version 2>/dev/null | head -n 1); ninja: $(ninja --version 2>/dev/null); cores: $(nproc)"
+if $have_gpu; then
+  env_note+="; $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | head -n 1)"
+fi
+stage environment ok 0 "$env_note"
+
+# ---- build ----
+arch=${GPU_CHECK_ARCH:-$($have_gpu && echo 90 || echo "80;90")}
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+targets=(pipelane test_backend_ops test_cuda_backend)
+$have_gpu || targets+=(test_cuda_plans)
+run_timed 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPIPELANE_CUDA=ON \
+  "-DCMAKE_CUDA_ARCHITECTURES=$arch"
+if [ $rc -ne 0 ]; then
+  stage build error "$elapsed" "cmake configure failed (rc $rc)" "$(tail_text "$output")"
+  exit 1
+fi
+configure_s=$elapsed
+run_timed 900 cmake --build "$build" --parallel "$(nproc)" --target "${targets[@]}" pipelane_cuda gpu_check_tool test_cuda_gpu
+if [ $rc -ne 0 ]; then
+  stage build error "$((configure_s + elapsed))" "build failed (rc $rc)" "$(tail_text "$output" 25)"
+  exit 1
+fi
+stage build ok "$((configure_s + elapsed))" "CUDA architectures $arch; targets ${targets[*]} pipelane_cuda gpu_check_tool test_cuda_gpu"
+tool=$build/tests/cuda/gpu_check_tool
+export PIPELANE_BACKEND_DIR=$build PIPELANE_BUILD_DIR=$build OMP_WAIT_POLICY=passive
+
+run_timed 60 "$build/pipelane" devices
+stage devices "$([ $rc -eq 0 ] && echo ok || echo error)" "$elapsed" "pipelane devices" "$output"
+
+# ---- emulated stages (the CUDA backend's source on the CPU emulator) ----
+if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
+  run_timed 600 "$build/tests/runtime/test_backend_ops" --gtest_filter='*cuda_emulated*'
+  stage emulated_op_parity "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+    "every op of the op table on the emulated CUDA backend vs the reference and the CPU backend" "$(tail_text "$output" 3)"
+  run_timed 600 "$build/tests/cuda/test_cuda_backend"
+  stage emulated_backend "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+    "streams, events, memory, bf16 ops, tiny GPT vs CPU (1e-5), lane load bit-identical" "$(tail_text "$output" 3)"
+  if [ -x "$build/tests/cuda/test_cuda_plans" ]; then
+    run_timed 300 "$build/tests/cuda/test_cuda_plans"
+    stage plans "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+      "GEMM/attention/NCCL plans; NCCL refuses cleanly without a GPU" "$(tail_text "$output" 3)"
+  fi
+fi
+
+if ! $have_gpu; then
+  for s in device op_parity_fp32 op_parity_bf16 train_parity gemm_peak mfu_350m mfu_1p3b lanes pool_quota; do
+    stage "$s" skipped 0 "no GPU"
+  done
+  echo "gpu_check: report in $report" >&2
+  exit $failed
+fi
+
+# ---- on the GPU ----
+run_timed 60 "$tool" env
+stage device "$([ $rc -eq 0 ] && echo ok || echo error)" "$elapsed" "device, priorities, versions" "$(last_json_line "$output")"
+
+run_timed 300 "$build/tests/runtime/test_backend_ops" --gtest_filter='*/cuda'
+stage op_parity_fp32 "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+  "every op of the op table on the CUDA backend (cuBLASLt) vs the double reference and the CPU backend" \
+  "$(tail_text "$output" 8)"
+
+run_timed 120 "$build/tests/cuda/test_cuda_gpu"
+stage op_parity_bf16 "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+  "bf16 matmul, attention, LM head, AdamW copy vs the CPU fp32 ops (llm.c tolerance)" "$(tail_text "$output" 8)"
+
+run_timed 120 "$tool" train-parity
+line=$(last_json_line "$output")
+stage train_parity "$(status_of "$line")" "$elapsed" \
+  "tiny GPT, 5 steps through the executor: CUDA vs CPU losses and grad norms within 1e-5 relative" "${line:-$(tail_text "$output")}"
+
+run_timed 120 "$tool" gemm-peak 8192
+peak_line=$(last_json_line "$output")
+stage gemm_peak "$([ $rc -eq 0 ] && echo ok || echo error)" "$elapsed" "cuBLASLt 8192^3 fp32 and bf16, best of 5" \
+  "${peak_line:-$(tail_text "$output")}"
+bf16_peak=$(sed -n 's/.*"bf16_tflops":\([0-9.e+-]*\).*/\1/p' <<<"$peak_line")
+fp32_peak=$(sed -n 's/.*"fp32_tflops":\([0-9.e+-]*\).*/\1/p' <<<"$peak_line")
+
+# MFU of `pipelane train` (fp32: the precision the model can run today) on a synthetic gpt2 corpus,
+# 3 warm-up + 10 steps, against the dense bf16 peak of the GPU's datasheet (H100/H200 SXM: 989
+# TFLOP/s) and against the measured cuBLASLt GEMMs.
+dense_bf16_tflops=${GPU_CHECK_DENSE_BF16_TFLOPS:-989}
+data=$OUT/synthetic.h5
+[ -f "$data" ] || "$tool" make-data "$data" 400000 50257 >/dev/null
+mfu_stage() {  # NAME LAYERS D_MODEL HEADS
+  local name=$1 dir=$OUT/run_$1
+  rm -rf "$dir"
+  cat >"$OUT/$name.ini" <<EOF
+[runtime]
+backend = cuda
+[model]
+layers = $2
+d_model = $3
+heads = $4
+seq_len = 1024
+vocab_size = 50304
+[train]
+micro_batch = 8
+global_batch = 8
+steps = 13
+warmup_steps = 1
+eval_every = 0
+threads = 4
+peak_gflops = $((dense_bf16_tflops * 1000))
+[data]
+path = $data
+tokenizer = gpt2
+[run]
+dir = $dir
+log_every = 1
+resume = none
+EOF
+  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini"
+  if [ $rc -ne 0 ] || [ ! -f "$dir/summary.json" ]; then
+    stage "$name" error "$elapsed" "pipelane train failed (rc $rc)" "$(tail_text "$output")"
+    return
+  fi
+  local summary tps fpt
+  summary=$(tr -d '\n' <"$dir/summary.json")
+  tps=$(sed -n 's/.*"tokens_per_s": *\([0-9.e+-]*\).*/\1/p' <<<"$summary" | head -n 1)
+  fpt=$(sed -n 's/.*"flops_per_token": *\([0-9.e+-]*\).*/\1/p' <<<"$summary" | head -n 1)
+  local mfu
+  mfu=$(awk -v t="$tps" -v f="$fpt" -v d="$dense_bf16_tflops" -v b="${bf16_peak:-0}" -v s="${fp32_peak:-0}" 'BEGIN {
+    a = t * f / 1e12;
+    printf "{\"tokens_per_s\": %s, \"flops_per_token\": %s, \"achieved_tflops\": %.2f, \"mfu_vs_dense_bf16_peak\": %.4f, \"mfu_vs_measured_bf16_gemm\": %.4f, \"mfu_vs_measured_fp32_gemm\": %.4f}",
+      t, f, a, a / d, (b > 0 ? a / b : 0), (s > 0 ? a / s : 0) }')
+  stage "$name" ok "$elapsed" "fp32 training; 3 warm-up + 10 steps of 8 x 1024 tokens" "$mfu"
+}
+mfu_stage mfu_350m 24 1024 16
+mfu_stage mfu_1p3b 24 2048 16
+
+# Lanes: training alone, then with a lane load at equal priority, at the lowest priority, and in
+# an SM partition (green context); losses must not change by one bit.
+lanes_data="{"
+off_losses=""
+for mode in off equal low partition:16; do
+  run_timed 180 "$tool" lanes "$mode" 8
+  line=$(last_json_line "$output")
+  [ -n "$line" ] || line=$(json_string "$(tail_text "$output")")
+  losses=$(sed -n 's/.*"loss":\(\[[^]]*\]\).*/\1/p' <<<"$line" | head -n 1)
+  [ "$mode" = off ] && off_losses=$losses
+  lanes_data+="$( [ "$lanes_data" = "{" ] || echo ,)\"$mode\": $line, \"${mode}_bit_identical\": $([ -n "$losses" ] && [ "$losses" = "$off_losses" ] && echo true || echo false)"
+done
+lanes_data+="}"
+lanes_status=pass
+grep -q '_bit_identical": false' <<<"$lanes_data" && lanes_status=fail
+stage lanes "$lanes_status" 0 "median step time per mode (overhead = mode / off - 1); losses bit-identical to lanes off" "$lanes_data"
+
+run_timed 60 "$tool" pool-quota
+line=$(last_json_line "$output")
+stage pool_quota "$(status_of "$line")" "$elapsed" \
+  "a lane arena past its quota and a pool past its maxSize are refused (ArenaQuotaError)" "${line:-$(tail_text "$output")}"
+
+echo "gpu_check: report in $report" >&2
+exit $failed

@@ -1,0 +1,64 @@
+// A GPT trained for a few steps through the real PipelineExecutor on one rank's Topology, with
+// deterministic tokens: shared by the emulated training tests and the GPU check tool, which
+// compare backends (and lanes on/off) on the losses and gradient norms it returns.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "parallel/pipeline_executor.h"
+
+namespace pipelane::cuda_test {
+
+struct TrainRun {
+  std::vector<double> loss, grad_norm, step_s;
+};
+
+inline GptConfig gpt(int layers, int d_model, int heads, int seq_len, int vocab) {
+  GptConfig c;
+  c.layers = layers;
+  c.d_model = d_model;
+  c.heads = heads;
+  c.max_seq_len = seq_len;
+  c.vocab_size = vocab;
+  return c;
+}
+inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
+
+// `steps` optimizer steps of `microbatches` x `micro_batch` sequences of `seq` tokens.
+inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,
+                            int seq, int microbatches, int steps) {
+  ExecutorOptions o;
+  o.model = model;
+  o.schedule = {ScheduleKind::OneFOneB, pp, 1, microbatches};
+  o.micro_batch = micro_batch;
+  o.seq_len = seq;
+  o.seed = 5;
+  PipelineExecutor exec(o, topo, backend);
+  const float loss_scale = 1.0f / (static_cast<float>(microbatches) * micro_batch * seq);
+  const auto token = [&](int step, int mb, std::size_t i, int shift) {
+    return static_cast<std::int32_t>((step * 131 + mb * 31 + static_cast<int>(i) * 7 + shift) % model.vocab_size);
+  };
+  TrainRun out;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::int32_t> tok, tgt;
+    for (int k = 0; k < microbatches; ++k)
+      for (std::size_t i = 0; i < static_cast<std::size_t>(micro_batch) * seq; ++i) {
+        tok.push_back(token(step, k, i, 0));
+        tgt.push_back(token(step, k, i, 1));
+      }
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepStats st = exec.step(tok.data(), tgt.data(), loss_scale, 1e-2f, step + 1);
+    out.step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    out.loss.push_back(st.loss_sum * loss_scale);
+    out.grad_norm.push_back(st.grad_norm);
+  }
+  return out;
+}
+
+// The tiny GPT of the tests: `steps` steps of 2 microbatches of 2 x 8 tokens.
+inline TrainRun train_tiny(Topology& topo, Backend& backend, int pp = 1, int steps = 3) {
+  return train_steps(topo, backend, tiny_gpt(), pp, 2, 8, 2, steps);
+}
+
+}  // namespace pipelane::cuda_test

@@ -1,0 +1,219 @@
+// The measurements of scripts/gpu_check.sh that need the real CUDA backend on a GPU, one
+// subcommand each, one JSON object on stdout (the script puts them into its report). Linked
+// against the CUDA backend library itself (not loaded through the registry), so it can use the
+// backend's own interface: bf16 ops, pool arenas, lane SM partitions. Without a GPU every
+// subcommand prints {"status": "no device", ...} and exits 3.
+//
+//   gpu_check_tool env
+//   gpu_check_tool gemm-peak N                      fp32 and bf16 cuBLASLt GEMMs of N x N x N
+//   gpu_check_tool train-parity                     tiny GPT, 5 steps: CUDA vs CPU backend
+//   gpu_check_tool lanes MODE STEPS                 MODE: off | equal | low | partition:SMS
+//   gpu_check_tool pool-quota                       a pool arena past its maxSize is refused
+//   gpu_check_tool make-data PATH TOKENS VOCAB      a synthetic gpt2-tokenized token store
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/token_store.h"
+#include "runtime/cpu/cpu_backend.h"
+#include "runtime/cuda/backend/cublaslt_engine.h"
+#include "runtime/cuda/backend/cuda_memory.h"
+#include "runtime/cuda/cuda_backend.h"
+#include "tests/cuda/executor_runs.h"
+
+namespace pipelane::cuda_test {
+namespace {
+
+using json = nlohmann::json;
+
+int emit(const json& j, int code = 0) {
+  std::cout << j.dump() << std::endl;
+  return code;
+}
+
+std::unique_ptr<cuda::CudaBackend> real_backend(int sm_partition = 0) {
+  cuda::CudaBackendConfig config;
+  config.lane_sm_partition = sm_partition;
+  return cuda::make_cuda_backend(config, cuda::make_cublaslt_engine());
+}
+
+int env() {
+  int count = 0, driver = 0, runtime = 0;
+  cudaGetDeviceCount(&count);
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  int least = 0, greatest = 0, clock_khz = 0;
+  cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
+  std::size_t free_bytes = 0, total = 0;
+  cudaMemGetInfo(&free_bytes, &total);
+  const auto backend = real_backend();
+  return emit({{"status", "ok"}, {"devices", count}, {"name", prop.name}, {"sms", prop.multiProcessorCount},
+               {"compute_capability", std::to_string(prop.major) + "." + std::to_string(prop.minor)},
+               {"memory_gib", total / double(1u << 30)}, {"sm_clock_mhz", clock_khz / 1000.0},
+               {"driver", driver}, {"runtime", runtime}, {"priority_greatest", greatest}, {"priority_least", least},
+               {"backend", backend->name()}});
+}
+
+// Best of `reps` timed GEMMs after a warm-up, in TFLOP/s.
+template <typename Run>
+double best_tflops(Backend& backend, Stream& s, double flops, int reps, Run run) {
+  run();
+  auto start = backend.create_event(), end = backend.create_event();
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    start->record(s);
+    run();
+    end->record(s);
+    end->synchronize();
+    best = std::max(best, flops / (end->elapsed_ms_since(*start) * 1e-3) / 1e12);
+  }
+  return best;
+}
+
+int gemm_peak(int n) {
+  const auto backend = real_backend();
+  auto s = backend->create_stream(StreamPriority::High);
+  const std::size_t nn = static_cast<std::size_t>(n) * n;
+  auto arena = backend->create_arena("gemm", 3 * nn * sizeof(float) + (1 << 20));
+  float *a = arena->allocate_n<float>(nn), *b = arena->allocate_n<float>(nn), *c = arena->allocate_n<float>(nn);
+  const double flops = 2.0 * n * nn;
+  const double fp32 = best_tflops(*backend, *s, flops, 5, [&] { backend->matmul_forward(c, a, b, nullptr, n, n, n, *s); });
+  auto* ha = reinterpret_cast<__nv_bfloat16*>(a);
+  auto* hb = reinterpret_cast<__nv_bfloat16*>(b);
+  auto* hc = reinterpret_cast<__nv_bfloat16*>(c);
+  const double bf16 = best_tflops(*backend, *s, flops, 5, [&] {
+    backend->bf16_ops().matmul_forward(hc, ha, hb, nullptr, n, n, n, *s);
+  });
+  return emit({{"status", "ok"}, {"n", n}, {"fp32_tflops", fp32}, {"bf16_tflops", bf16}});
+}
+
+json runs_json(const TrainRun& r) { return {{"loss", r.loss}, {"grad_norm", r.grad_norm}, {"step_s", r.step_s}}; }
+
+int train_parity() {
+  const auto cpu = make_cpu_backend(0);
+  const auto cuda = real_backend();
+  Topology cpu_topo = Topology::single_process(*cpu), cuda_topo = Topology::single_process(*cuda);
+  const TrainRun want = train_steps(cpu_topo, *cpu, tiny_gpt(), 1, 2, 8, 2, 5);
+  const TrainRun got = train_steps(cuda_topo, *cuda, tiny_gpt(), 1, 2, 8, 2, 5);
+  double worst = 0;
+  for (std::size_t i = 0; i < want.loss.size(); ++i) {
+    worst = std::max(worst, std::abs(got.loss[i] - want.loss[i]) / want.loss[i]);
+    worst = std::max(worst, std::abs(got.grad_norm[i] - want.grad_norm[i]) / want.grad_norm[i]);
+  }
+  return emit({{"status", worst <= 1e-5 ? "pass" : "fail"}, {"max_relative_difference", worst}, {"limit", 1e-5},
+               {"cpu", runs_json(want)}, {"cuda", runs_json(got)}});
+}
+
+// A GPT that keeps an H200 busy for ~100 ms a step, trained while a lane thread runs bounded
+// steps (one 2048^3 fp32 GEMM and one wait each, as the gap scheduler's steps) on a stream of the
+// mode's priority; off: no lane.
+int lanes(const std::string& mode, int steps) {
+  const int partition = mode.rfind("partition:", 0) == 0 ? std::stoi(mode.substr(10)) : 0;
+  const auto cuda = real_backend(partition);
+  const GptConfig model = gpt(8, 1024, 16, 1024, 50304);
+  std::atomic<bool> stop{false};
+  std::atomic<long> lane_steps{0};
+  std::thread lane;
+  if (mode != "off")
+    lane = std::thread([&] {
+      auto stream = cuda->create_stream(mode == "equal" ? StreamPriority::High : StreamPriority::Low);
+      const int n = 2048;
+      const std::size_t nn = static_cast<std::size_t>(n) * n;
+      auto arena = cuda->create_pool_arena("lane", 3 * nn * sizeof(float) + (4 << 20));
+      float *a = arena->allocate_n<float>(nn), *b = arena->allocate_n<float>(nn), *c = arena->allocate_n<float>(nn);
+      auto done = cuda->create_event();
+      while (!stop.load()) {
+        cuda->matmul_forward(c, a, b, nullptr, n, n, n, *stream);
+        done->record(*stream);
+        done->synchronize();
+        lane_steps.fetch_add(1);
+      }
+    });
+  Topology topo = Topology::single_process(*cuda);
+  const TrainRun run = train_steps(topo, *cuda, model, 1, 4, 1024, 2, steps);
+  stop.store(true);
+  if (lane.joinable()) lane.join();
+  std::vector<double> tail(run.step_s.begin() + std::min<std::size_t>(2, run.step_s.size()), run.step_s.end());
+  std::sort(tail.begin(), tail.end());
+  const double median = tail.empty() ? 0 : tail[tail.size() / 2];
+  return emit({{"status", "ok"}, {"mode", mode}, {"lane_steps", lane_steps.load()},
+               {"partition_sms", cuda->stats().lane_partition_sms}, {"median_step_s", median},
+               {"run", runs_json(run)}});
+}
+
+int pool_quota() {
+  const auto cuda = real_backend();
+  json out = {{"status", "fail"}};
+  auto lane = cuda->create_pool_arena("lane", 64 << 20);
+  lane->allocate(64 << 20);
+  try {
+    lane->allocate(1);
+    out["arena_quota"] = "not refused";
+  } catch (const ArenaQuotaError& e) {
+    out["arena_quota"] = e.what();
+  }
+  cuda::PoolMemory pool(0, 64 << 20);  // maxSize 64 MiB
+  try {
+    Arena over("over the pool", std::size_t{128} << 20, pool);
+    out["pool_max_size"] = "not refused";
+  } catch (const ArenaQuotaError& e) {
+    out["pool_max_size"] = e.what();
+    if (out["arena_quota"] != "not refused") out["status"] = "pass";
+  }
+  return emit(out);
+}
+
+int make_data(const std::string& path, std::size_t tokens, int vocab) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  TokenSplit train, valid;
+  train.doc_offsets = {0};
+  for (std::size_t i = 0; i < tokens; ++i) train.tokens.push_back(static_cast<std::uint16_t>(d(rng)));
+  train.doc_offsets.push_back(train.tokens.size());
+  valid.doc_offsets = {0};
+  for (std::size_t i = 0; i < tokens / 10 + 2048; ++i) valid.tokens.push_back(static_cast<std::uint16_t>(d(rng)));
+  valid.doc_offsets.push_back(valid.tokens.size());
+  write_token_store(path, {"gpt2", static_cast<std::uint32_t>(vocab), {"synthetic"}}, train, valid);
+  return emit({{"status", "ok"}, {"path", path}, {"tokens", tokens}});
+}
+
+int run(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "make-data" && argc == 5) return make_data(argv[2], std::stoull(argv[3]), std::stoi(argv[4]));
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0)
+    return emit({{"status", "no device"}, {"reason", status != cudaSuccess ? cudaGetErrorString(status) : "none"}}, 3);
+  if (cmd == "env") return env();
+  if (cmd == "gemm-peak" && argc == 3) return gemm_peak(std::stoi(argv[2]));
+  if (cmd == "train-parity") return train_parity();
+  if (cmd == "lanes" && argc == 4) return lanes(argv[2], std::stoi(argv[3]));
+  if (cmd == "pool-quota") return pool_quota();
+  std::cerr << "usage: gpu_check_tool env | gemm-peak N | train-parity | lanes off|equal|low|partition:SMS STEPS | "
+               "pool-quota | make-data PATH TOKENS VOCAB\n";
+  return 2;
+}
+
+}  // namespace
+}  // namespace pipelane::cuda_test
+
+int main(int argc, char** argv) {
+  try {
+    return pipelane::cuda_test::run(argc, argv);
+  } catch (const std::exception& e) {
+    return pipelane::cuda_test::emit({{"status", "error"}, {"error", e.what()}}, 1);
+  }
+}

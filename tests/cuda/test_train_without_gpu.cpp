@@ -1,0 +1,90 @@
+// `pipelane train --runtime.backend=cuda` on a machine without a usable GPU (this CI machine: no
+// driver; or a build without nvcc: no library): one line on stderr naming the reason, a non-zero
+// exit code, and no run directory at all. Runs the real executable, which finds the CUDA backend
+// library beside itself.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "datasets/token_store.h"
+#include "tests/datasets/test_files.h"
+
+namespace pipelane::cuda_test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_code;
+  std::string out, err;
+};
+
+Outcome run(const std::string& args, const test_support::TempDir& dir) {
+  const char* build = std::getenv("PIPELANE_BUILD_DIR");
+  const std::string exe = std::string(build ? build : "build") + "/pipelane";
+  const std::string out = dir.file("stdout"), err = dir.file("stderr");
+  const int status = std::system((exe + " " + args + " >" + out + " 2>" + err).c_str());
+  const auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+void write_data(const std::string& path) {
+  TokenSplit train, valid;
+  train.doc_offsets.push_back(0);
+  for (int i = 0; i < 4000; ++i) train.tokens.push_back(static_cast<std::uint16_t>(i % 97));
+  train.doc_offsets.push_back(train.tokens.size());
+  valid.doc_offsets.push_back(0);
+  for (int i = 0; i < 400; ++i) valid.tokens.push_back(static_cast<std::uint16_t>(i % 89));
+  valid.doc_offsets.push_back(valid.tokens.size());
+  write_token_store(path, {"byte", 256, {"test"}}, train, valid);
+}
+
+const std::string kTinyRun =
+    " --model.layers=2 --model.d_model=32 --model.heads=2 --model.seq_len=16 --train.steps=2 --train.warmup_steps=1";
+
+TEST(TrainWithoutGpu, CudaBackendStopsWithOneLineAndNoRunDirectory) {
+  test_support::TempDir dir;
+  if (run("devices", dir).out.find("\ncuda:0: ") != std::string::npos) GTEST_SKIP() << "this machine has a GPU";
+  write_data(dir.file("data.h5"));
+  const std::string run_dir = dir.file("run");
+  const Outcome o = run("train --runtime.backend=cuda --data.path=" + dir.file("data.h5") + " --run.dir=" + run_dir +
+                            kTinyRun,
+                        dir);
+  EXPECT_NE(o.exit_code, 0) << o.out << o.err;
+  ASSERT_FALSE(o.err.empty());
+  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << "more than one line:\n" << o.err;
+  EXPECT_EQ(o.err.rfind("pipelane train: backend cuda:0: ", 0), 0u) << o.err;
+  // The reason: no device (the library is there, the driver is not) or no library (no nvcc).
+  EXPECT_TRUE(o.err.find("no device") != std::string::npos || o.err.find("has no CUDA backend") != std::string::npos)
+      << o.err;
+  EXPECT_FALSE(fs::exists(run_dir)) << "a run directory was created";
+}
+
+TEST(TrainWithoutGpu, Bf16OnTheCpuBackendIsRefusedInOneLine) {
+  test_support::TempDir dir;
+  write_data(dir.file("data.h5"));
+  const std::string run_dir = dir.file("run");
+  const Outcome o = run("train --train.precision=bf16 --data.path=" + dir.file("data.h5") + " --run.dir=" + run_dir +
+                            kTinyRun,
+                        dir);
+  EXPECT_NE(o.exit_code, 0);
+  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << o.err;
+  EXPECT_NE(o.err.find("[train] precision = bf16: backend cpu"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("in fp32 only (bf16 needs [runtime] backend = cuda)"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(run_dir));
+}
+
+}  // namespace
+}  // namespace pipelane::cuda_test
