@@ -234,6 +234,11 @@ struct PipelineExecutor::Impl {
   // Receives into `buffer` and makes the compute stream wait for it.
   double receive(DataPlane& plane, void* buffer, int peer, int iteration, int gap_id,
                  WaitKind kind) {
+    // The buffer belongs to a slot the compute stream may still be reading (an earlier
+    // microbatch's input): the receive waits for the compute issued so far.
+    std::unique_ptr<Event> free_to_write = backend.create_event();
+    free_to_write->record(*compute);
+    free_to_write->wait_on(*comm);
     std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), peer, *comm);
     const double waited = wait_for(*arrived, iteration, gap_id, kind);
     arrived->wait_on(*compute);

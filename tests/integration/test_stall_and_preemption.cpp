@@ -128,32 +128,34 @@ TEST_F(StallAndPreemption, AStoppedRankEndsTheJobWithinTheTimeoutNamingIt) {
 }
 
 // SIGTERM to mpirun: Open MPI forwards it to the ranks after odls_base_sigkill_timeout seconds and
-// kills them that long after; the ranks need a moment to finish a step and save.
+// kills them that long after; the ranks need a moment to finish a step and save. The interrupted
+// run is open-ended (the signal must find it running however loaded the machine is), with a
+// constant learning rate so that its schedule does not depend on `steps`: resumed to step k + 10,
+// it must give the losses of a run of k + 10 steps that was never stopped, bit for bit.
 TEST_F(StallAndPreemption, SigtermToMpirunLeavesACheckpointThatResumesBitIdentically) {
-  const std::string full = dir_.file("full"), cut = dir_.file("cut");
-  // Long enough that the signal arrives mid-run (Open MPI forwards SIGTERM only after the
-  // timeout below), short enough for CI: a few seconds a run on 2 cores.
-  const int steps = 150;
-  ASSERT_EQ(run_job(2, args(full, steps), full + ".log").exit_code, 0);
+  const std::string constant_lr = " --train.lr=1e-3 --train.min_lr=1e-3 --train.warmup_steps=0";
   for (const int signal : {SIGTERM, SIGUSR1}) {
     SCOPED_TRACE(signal == SIGTERM ? "SIGTERM" : "SIGUSR1");
-    std::filesystem::remove_all(cut);
-    const pid_t job = start_job("--mca odls_base_sigkill_timeout 2", args(cut, steps), cut + ".log");
+    const std::string tag = signal == SIGTERM ? "term" : "usr1";
+    const std::string full = dir_.file("full-" + tag), cut = dir_.file("cut-" + tag);
+    const pid_t job = start_job("--mca odls_base_sigkill_timeout 2", args(cut, 1000000) + constant_lr, cut + ".log");
     ASSERT_TRUE(wait_for_rows(cut, 3, 120));
     ASSERT_EQ(kill(job, signal), 0);
     double seconds = 0;
     const int code = wait_for_exit(job, 60, &seconds);
-    ASSERT_NE(code, -1);
+    ASSERT_NE(code, -1) << "still running 60 s after the signal";
     std::ifstream in(cut + ".log");
     const std::string log((std::istreambuf_iterator<char>(in)), {});
     ASSERT_NE(log.find("checkpoint"), std::string::npos) << log;
-    const std::size_t saved_rows = metric_rows(cut);
-    ASSERT_LT(saved_rows, static_cast<std::size_t>(steps)) << "the job finished before the signal";
+    const int stopped_at = static_cast<int>(metric_rows(cut));
     ASSERT_TRUE(std::filesystem::exists(cut + "/checkpoints")) << log;
-    // Resume (resume = auto) to the end: the same losses, bit for bit, as the uninterrupted run.
-    const JobResult resumed = run_job(2, args(cut, steps), cut + "-resume.log");
+    // Resume (resume = auto) for ten more steps; the same losses as a run that never stopped.
+    const int steps = stopped_at + 10;
+    const JobResult resumed = run_job(2, args(cut, steps) + constant_lr, cut + "-resume.log");
     ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    ASSERT_EQ(run_job(2, args(full, steps) + constant_lr, full + ".log").exit_code, 0);
     const StepMetrics a = read_metrics(full), b = read_metrics(cut);
+    ASSERT_EQ(a.loss.size(), static_cast<std::size_t>(steps));
     ASSERT_EQ(a.loss.size(), b.loss.size());
     for (std::size_t i = 0; i < a.loss.size(); ++i) EXPECT_EQ(a.loss[i], b.loss[i]) << "step " << i + 1;
   }
