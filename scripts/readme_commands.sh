@@ -5,7 +5,8 @@
 # fresh), so nothing lands in the checkout. Training is cut short: every `pipelane train` runs 6
 # steps (--train.steps=6, warmup 1, evaluation every 3; a command that checkpoints stops after
 # step 4, as a preempted job would, so the next one resumes) and the export reads step 4. Skipped:
-# scripts/run.sh and scripts/test.sh themselves, and the multi-host launches (hostfile, srun).
+# scripts/run.sh and scripts/test.sh themselves, the multi-host launches (hostfile, srun), and
+# the GPU examples when `pipelane devices` lists no GPU.
 #   scripts/readme_commands.sh [--keep]   (--keep leaves the scratch directory for a look)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,6 +61,10 @@ ran=0 skipped=0
 for c in "${commands[@]}"; do
   case "$c" in
     scripts/run.sh*|scripts/test.sh*|*--hostfile*|srun*) echo "-- skipped: $c"; skipped=$((skipped + 1)); continue ;;
+    *--runtime.backend=cuda*)
+      if ! build/pipelane devices | grep -q '^cuda:[0-9]'; then
+        echo "-- skipped (needs a GPU): $c"; skipped=$((skipped + 1)); continue
+      fi ;;
   esac
   c=$(shorten "$c" | sed 's/step_00000500/step_00000004/g')
   echo "== $c"
@@ -71,4 +76,4 @@ for c in "${commands[@]}"; do
   tail -n 3 cmd.log | sed 's/^/   /'
   ran=$((ran + 1))
 done
-echo "readme_commands.sh: all $ran commands worked ($skipped skipped: run.sh, test.sh, multi-host)"
+echo "readme_commands.sh: all $ran commands worked ($skipped skipped: run.sh, test.sh, multi-host, GPU-only)"
