@@ -1,5 +1,6 @@
 #include "trainer/progress_line.h"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -26,12 +27,24 @@ std::string format_duration(double seconds) {
 void ProgressLine::update(int step, double loss, double lr, double tokens_per_s, double eta_s) {
   const int shown = step + 1;
   if (!live_ && shown % log_every_ != 0 && shown != total_ && shown != 1) return;
+  // A console that stopped reading (mpirun after a SIGTERM stops forwarding output; a paused
+  // terminal) must not stall training: a step line that would block is skipped and counted.
+  // A line is far below PIPE_BUF, and POLLOUT on a pipe means a free page, so a write never blocks.
+  pollfd ready{fileno(out_), POLLOUT, 0};
+  if (poll(&ready, 1, 0) != 1 || (ready.revents & POLLOUT) == 0) {
+    ++skipped_;
+    return;
+  }
   char rate[32], line[192];
   if (tokens_per_s >= 1000) std::snprintf(rate, sizeof rate, "%.1fk", tokens_per_s / 1e3);
   else std::snprintf(rate, sizeof rate, "%.0f", tokens_per_s);  // a slow run is not "0.0k"
   std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s",
                 static_cast<int>(std::to_string(total_).size()), shown, total_, loss, lr, rate,
                 format_duration(eta_s).c_str());
+  if (skipped_ > 0 && !live_) {
+    std::fprintf(out_, "(%ld step lines skipped: the console was not reading)\n", skipped_);
+    skipped_ = 0;
+  }
   if (live_) {
     std::fprintf(out_, "\r\033[2K%s", line);
     dirty_ = true;

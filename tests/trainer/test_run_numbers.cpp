@@ -1,7 +1,9 @@
 // The numbers a run reports about itself: the straggler and its suggested split
 // (trainer/straggler.h), the ETA's format past a day, [run] trace_steps, and the two MFU peaks
 // (trainer/machine_peak.h).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -59,6 +61,37 @@ TEST(ProgressLine, DurationsPastADayShowDays) {
   EXPECT_EQ(format_duration(3 * 3600 + 62), "3:01:02");
   EXPECT_EQ(format_duration(1787 * 3600.0), "74d 11:00:00");
   EXPECT_EQ(format_duration(-1), "?");
+}
+
+// mpirun stops reading its ranks' output once it is told to terminate; a rank that blocked on a
+// full pipe could never finish its step and save. The step line is skipped instead, and counted.
+TEST(ProgressLine, AConsoleThatStopsReadingNeverBlocksAStep) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::FILE* out = fdopen(fds[1], "w");
+  ASSERT_NE(out, nullptr);
+  // Fill the pipe: a non-blocking descriptor of our own on the same pipe, so `out` stays blocking.
+  const int filler = fcntl(fds[1], F_DUPFD_CLOEXEC, 0);
+  std::string page(4096, 'x');
+  ASSERT_EQ(fcntl(filler, F_SETFL, fcntl(filler, F_GETFL) | O_NONBLOCK), 0);
+  while (write(filler, page.data(), page.size()) > 0) {
+  }
+  ProgressLine progress(out, 10, 1, /*allow_live=*/false);
+  for (int step = 0; step < 3; ++step) progress.update(step, 1.0, 1e-3, 100, 5);  // would block
+  // Drain, then the next line arrives with the count of those skipped.
+  ASSERT_EQ(fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK), 0);
+  std::string buf(65536, 0);
+  while (read(fds[0], buf.data(), buf.size()) > 0) {
+  }
+  progress.update(3, 0.5, 1e-3, 100, 5);
+  const ssize_t n = read(fds[0], buf.data(), buf.size());
+  ASSERT_GT(n, 0);
+  const std::string text = buf.substr(0, static_cast<std::size_t>(n));
+  EXPECT_EQ(text, "(3 step lines skipped: the console was not reading)\n"
+                  "step  4/10 | loss 0.5000 | lr 1.00e-03 | 100 tok/s | ETA 0:05\n");
+  std::fclose(out);
+  close(filler);
+  close(fds[0]);
 }
 
 TrainOptions parse(std::vector<std::string> args) {
