@@ -67,7 +67,10 @@ if [ "${PIPELANE_RUN_SINGLE:-0}" = 1 ]; then
 else
   lanes=(--lanes.enabled=pagerank,imageproc
          --lane.pagerank.generate=rmat --lane.pagerank.scale=16
-         --lane.imageproc.generate=100000)
+         --lane.imageproc.generate=100000
+         # Small outputs: the lane keeps going for the whole run (its work is the 640x480
+         # source), and its thousands of PNGs (about 16 KiB each) stay far below the 1 GiB output quota.
+         --lane.imageproc.out_width=128 --lane.imageproc.out_height=96 --lane.imageproc.png_compression=6)
   mpi=(mpirun -np 2)
   [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
   echo "== training configs/tiny.ini ($tokenizer tokenizer): 2 pipeline stages, lanes pagerank + imageproc"
