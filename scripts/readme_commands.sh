@@ -30,6 +30,8 @@ cp "$repo/README.md" README.md
 mkdir data runs
 for f in "$repo"/data/*; do ln -s "$f" data/; done
 ln -s "$repo/runs/tiny-pp2-lanes" runs/tiny-pp2-lanes
+# The rest of the checkout as it is (scripts find their files next to them: datasets/'s sums, ...).
+for f in "$repo"/*; do [ -e "$(basename "$f")" ] || ln -s "$f" .; done
 # "Your own corpus" of the README's first example.
 { zcat /usr/share/doc/jargon-text/jargon.txt.gz || true; } | head -c 400000 > my_corpus.txt
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
