@@ -33,4 +33,15 @@ class DataPlane {
   virtual void all_gather(const float* in, float* out, std::size_t n, Stream& stream) = 0;
 };
 
+// The Event of a host transfer that finished before it was returned (a group of one, a copy
+// into an in-process mailbox).
+class CompletedEvent final : public Event {
+ public:
+  void record(Stream&) override {}
+  bool query() const override { return true; }
+  void synchronize() override {}
+  void wait_on(Stream&) override {}
+  double elapsed_ms_since(const Event&) const override { return 0.0; }
+};
+
 }  // namespace pipelane

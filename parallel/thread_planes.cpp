@@ -130,15 +130,6 @@ class Group {
   std::vector<long> polled_;
 };
 
-class DoneEvent final : public Event {
- public:
-  void record(Stream&) override {}
-  bool query() const override { return true; }
-  void synchronize() override {}
-  void wait_on(Stream&) override {}
-  double elapsed_ms_since(const Event&) const override { return 0.0; }
-};
-
 // A receive completes when its message is taken from the mailbox.
 class ReceiveEvent final : public Event {
  public:
@@ -173,7 +164,7 @@ class ThreadDataPlane final : public DataPlane {
   int size() const override { return g_.size(); }
   std::unique_ptr<Event> send(const void* data, std::size_t bytes, int peer, Stream&) override {
     g_.post(rank_, peer, 0, data, bytes);
-    return std::make_unique<DoneEvent>();
+    return std::make_unique<CompletedEvent>();
   }
   std::unique_ptr<Event> recv(void* data, std::size_t bytes, int peer, Stream&) override {
     return std::make_unique<ReceiveEvent>(g_, peer, rank_, 0, data, bytes);
@@ -188,7 +179,7 @@ class ThreadDataPlane final : public DataPlane {
   // schedule, so doing them at once cannot deadlock.
   std::unique_ptr<Event> all_reduce_sum_async(float* data, std::size_t n, Stream& s) override {
     all_reduce_sum(data, n, s);
-    return std::make_unique<DoneEvent>();
+    return std::make_unique<CompletedEvent>();
   }
   void all_gather(const float* in, float* out, std::size_t n, Stream&) override {
     g_.all_gather(rank_, in, out, n);

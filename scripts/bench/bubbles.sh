@@ -21,13 +21,7 @@ while [ $# -gt 0 ]; do
     *) echo "bubbles.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-scripts/setup.sh
-scripts/build.sh >/dev/null
-[ -f data/jargon.h5 ] || build/pipelane prepare-data --input /usr/share/doc/jargon-text/jargon.txt.gz \
-  --output data/jargon.h5 >/dev/null
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source scripts/bench/common.sh
 mkdir -p "$(dirname "$csv")"
 echo "pp,oversubscribed,schedule,microbatches,theoretical,measured,difference_pp,tokens_per_s" >"$csv"
 for pp in $pps; do

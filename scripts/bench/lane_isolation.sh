@@ -20,13 +20,7 @@ while [ $# -gt 0 ]; do
     *) echo "lane_isolation.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-scripts/setup.sh
-scripts/build.sh >/dev/null
-[ -f data/jargon.h5 ] || build/pipelane prepare-data --input /usr/share/doc/jargon-text/jargon.txt.gz \
-  --output data/jargon.h5 >/dev/null
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source scripts/bench/common.sh
 hostile=build/tests/lanes/libpipelane_hostile_lane.so
 
 lane_args() {  # the flags that run lane $1 alone

@@ -15,12 +15,7 @@ while [ $# -gt 0 ]; do
     *) echo "mfu_repeat.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-scripts/setup.sh
-scripts/build.sh >/dev/null
-[ -f data/jargon.h5 ] || build/pipelane prepare-data --input /usr/share/doc/jargon-text/jargon.txt.gz \
-  --output data/jargon.h5 >/dev/null
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+source scripts/bench/common.sh
 for run in 1 2; do
   build/pipelane train --config "$config" --parallel.pp=1 --train.steps="$steps" --train.warmup_steps=1 \
     --train.eval_every=0 --run.dir="$out/run$run" --run.resume=none >"$out/run$run.log" 2>&1 ||

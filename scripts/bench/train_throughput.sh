@@ -31,13 +31,8 @@ case "$shape" in
               torch_model=(--layers 12 --d-model 768 --heads 12 --seq-len 256 --batch 4) ;;
   *) echo "train_throughput.sh: --shape is bench or gpt2-small, not '$shape'" >&2; exit 2 ;;
 esac
-scripts/setup.sh --reference
-scripts/build.sh >/dev/null
-[ -f data/jargon.h5 ] || build/pipelane prepare-data --input /usr/share/doc/jargon-text/jargon.txt.gz \
-  --output data/jargon.h5 >/dev/null
-
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+setup_flags=--reference
+source scripts/bench/common.sh
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: pipelane, pytorch (idiomatic), pytorch (golden reference model)..."
   build/pipelane train --config configs/bench-throughput.ini "${model[@]}" --train.steps=$((steps + 2)) \
