@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "parallel/tensor_parallel_adapter.h"
+#include "parallel/wan_turns.h"
 
 namespace pipelane {
 
@@ -101,6 +102,7 @@ struct PipelineExecutor::Impl {
   Clock::time_point origin;
   UpdateGate update_gate;
   ProgressWatchdog* watchdog = nullptr;
+  std::unique_ptr<WanTurns> turns;  // temporal WAN sharing; null when no send has a turn
 
   // World ranks of this rank's group along one grid dimension, others than itself: "1, 3".
   std::string peers(int RankCoords::*dim, int count) const {
@@ -141,6 +143,11 @@ struct PipelineExecutor::Impl {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     instrs = build_schedule(o.schedule, stage);
+    if (o.wan) {
+      instrs = lower_for_wan(std::move(instrs), *o.wan);
+      auto wan_turns = std::make_unique<WanTurns>(*t.world, *o.wan, instrs);
+      if (wan_turns->active()) turns = std::move(wan_turns);
+    }
     const auto ranges = split_layers(o.model.layers, pp, v, o.layers_per_stage);
     const int B = o.micro_batch, T = o.seq_len;
     act_floats = static_cast<std::size_t>(B) * T * o.model.d_model;
@@ -201,7 +208,7 @@ struct PipelineExecutor::Impl {
     if (it != ch.slot_of.end()) return ch.slots[it->second];
     for (std::size_t i = 0; i < ch.slots.size(); ++i) {
       if (ch.slots[i].busy) continue;
-      ch.slots[i].settle();
+      settle(ch.slots[i]);
       ch.slots[i].busy = true;
       ch.slot_of[mb] = static_cast<int>(i);
       return ch.slots[i];
@@ -214,14 +221,31 @@ struct PipelineExecutor::Impl {
     ch.slot_of.erase(it);
   }
 
+  // A slot's sends must be done before it is reused. Under WAN turns, completed sends hand their
+  // turns on while this rank waits (another pipeline may be waiting for one of them).
+  void settle(Slot& slot) {
+    if (turns)
+      for (auto& e : slot.pending)
+        while (!e->query()) turns->service();
+    slot.settle();
+  }
+
   // Waits for a transfer, handing the wait to the gap filler (lanes) when there is one: every
   // wait reaches it, also when the transfer has already arrived (a deterministic lane plan runs
   // in full whatever the timing). Returns the seconds from the first poll to completion.
   template <typename Done, typename Finish>
-  double wait_for(Done&& done, Finish&& finish, int iteration, int gap_id, WaitKind kind) {
+  double wait_for(Done&& arrived, Finish&& finish, int iteration, int gap_id, WaitKind kind) {
     const auto t0 = Clock::now();
+    // Under WAN turns every wait also hands on the turns of completed sends.
+    const std::function<bool()> done = [&] {
+      if (turns) turns->service();
+      return arrived();
+    };
     if (filler) filler->fill(iteration, gap_id, kind, done);
     else if (done()) return 0.0;
+    if (turns)
+      while (!done()) {
+      }
     finish();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -231,10 +255,13 @@ struct PipelineExecutor::Impl {
   double wait_for(CommRequest& r, int iteration, int gap_id, WaitKind kind) {
     return wait_for([&r] { return r.test(); }, [&r] { r.wait(); }, iteration, gap_id, kind);
   }
-  // Receives into `buffer` and makes the compute stream wait for it.
-  double receive(DataPlane& plane, void* buffer, int peer, int iteration, int gap_id,
-                 WaitKind kind) {
-    std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), peer, *comm);
+  // Receives into `buffer` and makes the compute stream wait for it; a cross-site message comes
+  // in the stripes it was sent in.
+  double receive(DataPlane& plane, void* buffer, const Instr& in, int iteration, int gap_id, WaitKind kind) {
+    const std::size_t bytes = act_floats * sizeof(float);
+    std::unique_ptr<Event> arrived = in.wan.crosses()
+                                         ? plane.recv_striped(buffer, bytes, in.peer_stage, in.wan.stripes, *comm)
+                                         : plane.recv(buffer, bytes, in.peer_stage, *comm);
     const double waited = wait_for(*arrived, iteration, gap_id, kind);
     arrived->wait_on(*compute);
     return waited;
@@ -246,6 +273,21 @@ struct PipelineExecutor::Impl {
     produced->wait_on(*comm);
     return plane.send(buffer, act_floats * sizeof(float), peer, *comm);
   }
+  // A send of the list: a cross-site one is striped and, with a turn, waits for it (a wait the
+  // gap filler gets, at the send's position) and hands it on once complete.
+  std::unique_ptr<Event> send(DataPlane& plane, const void* buffer, const Instr& in, int iteration, int gap_id,
+                              double& waited) {
+    if (!in.wan.crosses()) return send(plane, buffer, in.peer_stage);
+    if (turns && in.wan.has_turn())
+      waited = wait_for([&] { return turns->turn_has_come(in); }, [] {}, iteration, gap_id, WaitKind::P2PWait);
+    std::unique_ptr<Event> produced = backend.create_event();
+    produced->record(*compute);
+    produced->wait_on(*comm);
+    std::shared_ptr<Event> sent =
+        plane.send_striped(buffer, act_floats * sizeof(float), in.peer_stage, in.wan.stripes, *comm);
+    if (turns) turns->posted(in, sent);
+    return std::make_unique<SharedEvent>(std::move(sent));
+  }
 
   const std::int32_t* rows(const std::int32_t* base, int mb) const {
     return base ? base + static_cast<std::size_t>(mb) * opts.micro_batch * opts.seq_len : nullptr;
@@ -254,7 +296,7 @@ struct PipelineExecutor::Impl {
   double sync_gradients() {
     const auto t0 = Clock::now();
     for (Chunk& ch : chunks)
-      for (Slot& s : ch.slots) s.settle();
+      for (Slot& s : ch.slots) settle(s);
     // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
     if (!dp_pending.empty()) note("data-parallel gradient all-reduce with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
     for (auto& e : dp_pending) e->wait_on(*compute);
@@ -348,7 +390,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::RecvFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in.peer_stage, step_number, gap, in.wait);
+        rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in, step_number, gap, in.wait);
         break;
       }
       case Op::Fwd: {
@@ -363,13 +405,13 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in.peer_stage));
+        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in, step_number, gap, rec.wait_s));
         break;
       }
       case Op::RecvBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in.peer_stage, step_number, gap, in.wait);
+        rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in, step_number, gap, in.wait);
         break;
       }
       case Op::Bwd: {
@@ -397,7 +439,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in.peer_stage));
+        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in, step_number, gap, rec.wait_s));
         // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
         if (!s.split_backward) s.release(ch, in.microbatch);
         break;
@@ -448,6 +490,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
     rec.end_s = s.now();
     stats.records.push_back(rec);
   }
+  if (s.turns) s.turns->finish_iteration();
   // Every tensor-parallel rank computes the same loss: count tp rank 0's only.
   if (s.topo.me.tp != 0) loss_sum = 0.0;
   s.topo.world->all_reduce_sum(&loss_sum, 1);

@@ -25,6 +25,7 @@
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/parallel_trainer.h"
 #include "trainer/train_options.h"
+#include "trainer/wan_setup.h"
 #include "trainer/lane_plan.h"
 #include "trainer/lane_valuation.h"
 #include "trainer/training_data.h"
@@ -157,6 +158,7 @@ int train_command(int argc, char** argv) {
   std::optional<TrainingData> data;
   LaneValuation valuation;
   ParallelDims dims;
+  WanSetup wan;
   std::string error;
   int code = 0;
   try {
@@ -166,6 +168,7 @@ int train_command(int argc, char** argv) {
       return 0;
     }
     dims = resolve_dims(opts, world);
+    wan = wan_setup(opts, dims);
     data.emplace(TrainingData::open(opts));
     valuation = LaneValuation::load(opts, dims.world());
     if (!opts.lanes.plan.empty()) (void)load_lane_plans(opts, dims);  // refused here, before training
@@ -191,7 +194,7 @@ int train_command(int argc, char** argv) {
   }
 
   try {
-    Topology topo = mpi ? Topology::from_mpi_world(dims) : Topology::single_process();
+    Topology topo = mpi ? Topology::from_mpi_world(dims, wan.pipeline_channels()) : Topology::single_process();
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     const int ranks_here = mpi ? ranks_on_this_host() : 1;
     const int threads = opts.train.threads > 0 ? opts.train.threads : std::max(1, cores / ranks_here);
@@ -253,6 +256,13 @@ int train_command(int argc, char** argv) {
                   world, dims.tp, dims.dp, dims.pp, backend->name().c_str(), peak,
                   opts.train.peak_gflops > 0 ? " (from config)" : " (measured)",
                   human_bytes(static_cast<double>(trainer.arena_bytes())).c_str());
+      if (wan.cluster)
+        std::printf("  sites: %s; cross-site transfers: %s\n", wan.placement.describe(wan.sites).c_str(),
+                    wan.settings ? (std::string(wan_sharing_name(wan.settings->sharing)) + ", " +
+                                    std::to_string(wan.settings->connections) + " connection(s) each")
+                                       .c_str()
+                                 : "as any other ([wan] sharing = off)");
+      for (const std::string& w : wan.warnings) std::fprintf(stderr, "pipelane train: warning: %s\n", w.c_str());
       std::fflush(stdout);
     }
     std::unique_ptr<RunDirectory> run;
