@@ -221,8 +221,8 @@ struct PipelineExecutor::Impl {
     ch.slot_of.erase(it);
   }
 
-  // A slot's sends must be done before it is reused. Under WAN turns, completed sends hand their
-  // turns on while this rank waits (another pipeline may be waiting for one of them).
+  // A slot's sends must be done before it is reused. Under WAN turns, this rank's queued sends
+  // are posted and completed ones hand their turns on while it waits.
   void settle(Slot& slot) {
     if (turns)
       for (auto& e : slot.pending)
@@ -236,7 +236,7 @@ struct PipelineExecutor::Impl {
   template <typename Done, typename Finish>
   double wait_for(Done&& arrived, Finish&& finish, int iteration, int gap_id, WaitKind kind) {
     const auto t0 = Clock::now();
-    // Under WAN turns every wait also hands on the turns of completed sends.
+    // Under WAN turns every wait also posts queued sends and hands on turns.
     const std::function<bool()> done = [&] {
       if (turns) turns->service();
       return arrived();
@@ -273,20 +273,16 @@ struct PipelineExecutor::Impl {
     produced->wait_on(*comm);
     return plane.send(buffer, act_floats * sizeof(float), peer, *comm);
   }
-  // A send of the list: a cross-site one is striped and, with a turn, waits for it (a wait the
-  // gap filler gets, at the send's position) and hands it on once complete.
-  std::unique_ptr<Event> send(DataPlane& plane, const void* buffer, const Instr& in, int iteration, int gap_id,
-                              double& waited) {
+  // A send of the list: a cross-site one is striped and, with a turn, posted when its turn comes
+  // (now or later: the stage goes on either way).
+  std::unique_ptr<Event> send(DataPlane& plane, const void* buffer, const Instr& in) {
     if (!in.wan.crosses()) return send(plane, buffer, in.peer_stage);
-    if (turns && in.wan.has_turn())
-      waited = wait_for([&] { return turns->turn_has_come(in); }, [] {}, iteration, gap_id, WaitKind::P2PWait);
     std::unique_ptr<Event> produced = backend.create_event();
     produced->record(*compute);
     produced->wait_on(*comm);
-    std::shared_ptr<Event> sent =
-        plane.send_striped(buffer, act_floats * sizeof(float), in.peer_stage, in.wan.stripes, *comm);
-    if (turns) turns->posted(in, sent);
-    return std::make_unique<SharedEvent>(std::move(sent));
+    const std::size_t bytes = act_floats * sizeof(float);
+    if (turns && in.wan.has_turn()) return turns->send(plane, buffer, bytes, in, *comm);
+    return plane.send_striped(buffer, bytes, in.peer_stage, in.wan.stripes, *comm);
   }
 
   const std::int32_t* rows(const std::int32_t* base, int mb) const {
@@ -385,6 +381,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
     const Instr& in = s.instrs[index];
     const int gap = static_cast<int>(index);
     s.report(step_number, in);
+    if (s.turns) s.turns->service();
     InstrRecord rec{in, s.now(), 0, 0};
     switch (in.op) {
       case Op::RecvFwd: {
@@ -405,7 +402,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in, step_number, gap, rec.wait_s));
+        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in));
         break;
       }
       case Op::RecvBwd: {
@@ -439,7 +436,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in, step_number, gap, rec.wait_s));
+        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in));
         // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
         if (!s.split_backward) s.release(ch, in.microbatch);
         break;

@@ -66,7 +66,6 @@ int max_in_flight(const std::vector<Instr>& list) {
 }
 
 double SimCostModel::arrival_s(int, int, const Instr&, double send_s) { return send_s; }
-double SimCostModel::send_turn_s(int, int, const Instr&, double ready_s) { return ready_s; }
 double SimCostModel::grad_reduce_done_s(int, int, double ready_s) { return ready_s; }
 
 namespace {
@@ -161,16 +160,12 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
           delivered.insert(tag);
         } else if (instr.op == Op::SendFwd || instr.op == Op::SendBwd) {
           const Tag tag = send_tag(spec, s, instr);
-          // A send with a turn on a shared link waits for it first (a wait like a receive's).
-          const double turn = model.send_turn_s(s, std::get<1>(tag), instr, clock[s]);
-          const double start = turn > clock[s] ? wait_until(s, index, WaitKind::P2PWait, clock[s], turn) : clock[s];
-          add_idle(s, clock[s], start, index, WaitKind::P2PWait);
-          const double posted = start + model.compute_s(s, instr);  // the host's work of posting it
+          const double posted = clock[s] + model.compute_s(s, instr);  // the host's work of posting it
           const double arrival = model.arrival_s(s, std::get<1>(tag), instr, posted);
           if (!mailbox.emplace(tag, arrival).second || delivered.count(tag))
             throw std::invalid_argument("stage " + std::to_string(s) + " sends twice: " +
                                         instr_to_string(instr));
-          add_idle(s, start, posted, index, WaitKind::None);
+          add_idle(s, clock[s], posted, index, WaitKind::None);
           tl.events.push_back({clock[s], posted, index, instr});
           clock[s] = posted;
         } else if (instr.op == Op::GradSync) {

@@ -71,11 +71,6 @@ class SimCostModel {
   // When a message sent by `from_stage` at `send_s` (a SendFwd/SendBwd) arrives at `to_stage`.
   // Called in each sender's program order, so a model may queue messages on a link.
   virtual double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s);
-  // When a send reached at `ready_s` may be posted: a send with a turn on a shared WAN link
-  // (wan.has_turn(), parallel/wan_schedule.h) waits for it, and that wait is the stage's idle time
-  // (P2PWait, handed to the gap filler at the send's position). Called once per send, before
-  // arrival_s. Default: ready_s.
-  virtual double send_turn_s(int from_stage, int to_stage, const Instr& send, double ready_s);
   // A chunk's gradients are final at `ready_s` (after its last gradient-writing instruction): when
   // their data-parallel all-reduce, started then in the background, has finished. Called in
   // program order per stage. Default: no data parallelism (ready_s).

@@ -7,9 +7,11 @@
 // turn and a slot: the sharers send in a fixed rotation - slot k of turn r goes once turn r - 1 has
 // sent its slot k (turn 0 once the last turn has sent slot k - 1) - so each message has the link to
 // itself, and the pipelines run offset by one message's wire time, one's transfer overlapping the
-// others' compute. A turn is passed on as a token between the sharers' ranks (same stage, same
-// site) once the send has completed. Under concurrent sharing (the naive baseline) the sharers send
-// at once and split the link's bandwidth.
+// others' compute. The sender does not wait for its turn: its message does (queued per link, in
+// slot order), so the lists stay as deadlock-free as they are. A turn is handed on as a token
+// between the sharers' ranks (same stage, same site) once the send has completed
+// (parallel/wan_turns.h). Under concurrent sharing (the naive baseline) the sharers send at once
+// and split the link's bandwidth.
 //
 // With one site nothing crosses and the list comes back unchanged.
 #pragma once

@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 namespace pipelane {
 
@@ -11,13 +10,46 @@ namespace {
 constexpr int kTurnTagBase = 7300;
 }  // namespace
 
-// A completed-or-not send whose turn goes to `to` once `done` completes.
+struct WanTurns::Pending {
+  DataPlane* plane;
+  const void* data;
+  std::size_t bytes;
+  Instr send;
+  Stream* stream;
+  std::shared_ptr<Event> posted;  // null while queued
+};
+
 struct WanTurns::Pass {
   std::shared_ptr<Event> done;
   TurnHolder to{};
   int tag = 0;
-  int payload = 0;  // the slot the receiver's send may now take
+  int payload = 0;  // the slot the next sender may now take
   std::unique_ptr<CommRequest> sent;
+};
+
+// Completes when the queued-then-posted send has; polling it services the turns, so a rank
+// waiting for its own send to finish still posts and hands on the others.
+class WanTurns::SendEvent final : public Event {
+ public:
+  SendEvent(WanTurns& turns, std::shared_ptr<Pending> pending) : turns_(turns), pending_(std::move(pending)) {}
+  void record(Stream&) override { throw std::logic_error("a WAN send's event cannot be re-recorded"); }
+  bool query() const override {
+    turns_.service();
+    return pending_->posted && pending_->posted->query();
+  }
+  void synchronize() override {
+    while (!query()) {
+    }
+    pending_->posted->synchronize();
+  }
+  void wait_on(Stream&) override { synchronize(); }
+  double elapsed_ms_since(const Event&) const override {
+    throw std::logic_error("a WAN send's event carries no timestamp");
+  }
+
+ private:
+  WanTurns& turns_;
+  std::shared_ptr<Pending> pending_;
 };
 
 WanTurns::WanTurns(ControlPlane& world, WanRoute route, const std::vector<Instr>& list)
@@ -32,15 +64,22 @@ WanTurns::~WanTurns() = default;
 
 int WanTurns::tag_of(int peer_stage) const { return kTurnTagBase + peer_stage; }
 
+std::unique_ptr<Event> WanTurns::send(DataPlane& plane, const void* data, std::size_t bytes, const Instr& send,
+                                      Stream& stream) {
+  if (!send.wan.has_turn()) throw std::logic_error("WanTurns::send: " + instr_to_string(send) + " has no turn");
+  auto pending = std::make_shared<Pending>(Pending{&plane, data, bytes, send, &stream, nullptr});
+  queued_[send.peer_stage].push_back(pending);
+  service();
+  return std::make_unique<SendEvent>(*this, std::move(pending));
+}
+
 bool WanTurns::turn_has_come(const Instr& send) {
-  if (!send.wan.has_turn()) return true;
   const WanLink* link = route_.link_to(send.peer_stage);
   if (!link) throw std::logic_error("WanTurns: a send with a turn on a link the route does not have");
   const std::optional<TurnHolder> before = turn_before(*link, send.wan);
   if (!before) return true;
   Waiting& w = waiting_[send.peer_stage];
-  if (w.slot != send.wan.slot) {
-    // A new send on this link: the previous token was consumed (its send is posted).
+  if (w.slot != send.wan.slot) {  // the first time this send is asked about: post the token's receive
     w = Waiting{};
     w.slot = send.wan.slot;
     w.request = world_.irecv(&w.payload, sizeof w.payload, before->rank, tag_of(send.peer_stage));
@@ -55,21 +94,25 @@ bool WanTurns::turn_has_come(const Instr& send) {
   return w.arrived;
 }
 
-void WanTurns::posted(const Instr& send, std::shared_ptr<Event> done) {
-  if (!send.wan.has_turn()) return;
-  const WanLink* link = route_.link_to(send.peer_stage);
-  const std::optional<TurnHolder> after = turn_after(*link, send.wan, slots_.at(send.peer_stage));
+void WanTurns::post(Pending& p) {
+  p.posted = p.plane->send_striped(p.data, p.bytes, p.send.peer_stage, p.send.wan.stripes, *p.stream);
+  const WanLink* link = route_.link_to(p.send.peer_stage);
+  const std::optional<TurnHolder> after = turn_after(*link, p.send.wan, slots_.at(p.send.peer_stage));
   if (!after) return;
   auto pass = std::make_unique<Pass>();
-  pass->done = std::move(done);
+  pass->done = p.posted;
   pass->to = *after;
-  pass->tag = tag_of(send.peer_stage);
+  pass->tag = tag_of(p.send.peer_stage);
   pass->payload = after->slot;
   passes_.push_back(std::move(pass));
-  service();
 }
 
 void WanTurns::service() {
+  for (auto& [peer, queue] : queued_)
+    while (!queue.empty() && turn_has_come(queue.front()->send)) {
+      post(*queue.front());
+      queue.pop_front();
+    }
   for (auto it = passes_.begin(); it != passes_.end();) {
     Pass& p = **it;
     if (!p.sent && p.done->query()) p.sent = world_.isend(&p.payload, sizeof p.payload, p.to.rank, p.tag);
@@ -79,13 +122,12 @@ void WanTurns::service() {
 }
 
 void WanTurns::finish_iteration() {
-  for (auto& p : passes_) {
-    if (p->sent) continue;
-    p->done->synchronize();
-    p->sent = world_.isend(&p->payload, sizeof p->payload, p->to.rank, p->tag);
-  }
-  for (auto& p : passes_) p->sent->wait();
-  passes_.clear();
+  const auto anything_queued = [&] {
+    for (const auto& [peer, queue] : queued_)
+      if (!queue.empty()) return true;
+    return false;
+  };
+  while (anything_queued() || !passes_.empty()) service();
   waiting_.clear();
 }
 

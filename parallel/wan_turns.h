@@ -1,18 +1,22 @@
-// The executor's side of temporal WAN sharing (parallel/wan_schedule.h): before a cross-site send
-// with a turn, wait until the pipeline before it in the rotation has sent its message; once the
-// send has completed, hand the turn to the next one. Turns travel as small tokens on the control
-// plane between the ranks of one stage (one site), tagged per link. Nothing here is timed: the
-// order comes from the lowered list alone.
+// The executor's side of temporal WAN sharing (parallel/wan_schedule.h). A cross-site send with a
+// turn is posted once the pipeline before it in the rotation has sent its message; until then it
+// waits in a queue per link (in slot order) and the stage goes on computing - sends never block,
+// so the schedules stay deadlock-free (tests/parallel/test_wan_schedule.cpp runs every schedule
+// with every pipeline at once). Once a send has completed, its turn is handed to the next
+// pipeline as a small token on the control plane, between ranks of one stage (one site), tagged
+// per link. Nothing here is timed: the order comes from the lowered list alone.
 //
-// Every wait of the executor must call service() while it waits, so completed sends hand their
-// turns on even while this rank is blocked elsewhere (otherwise two pipelines could wait on each
-// other). finish_iteration() hands on what is left at the end of a step.
+// service() posts the sends whose turn has come and hands on the turns of completed ones; the
+// executor calls it before every instruction and while it waits. finish_iteration() drains what
+// is left at the end of a step.
 #pragma once
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "parallel/control_plane.h"
+#include "parallel/data_plane.h"
 #include "parallel/wan_schedule.h"
 #include "runtime/backend.h"
 
@@ -20,32 +24,38 @@ namespace pipelane {
 
 class WanTurns {
  public:
-  // `list` is this rank's lowered list; `world` the control plane over every rank (ranks of a
-  // route's rings are its ranks).
+  // `list` is this rank's lowered list; `world` the control plane over every rank (a route's
+  // rings hold its ranks).
   WanTurns(ControlPlane& world, WanRoute route, const std::vector<Instr>& list);
   ~WanTurns();
   WanTurns(const WanTurns&) = delete;
   WanTurns& operator=(const WanTurns&) = delete;
 
-  // Whether any send of the list has a turn (otherwise nothing here ever waits).
+  // Whether any send of the list has a turn (otherwise there is nothing to do here).
   bool active() const { return !slots_.empty(); }
-  // True once `send`'s turn has come (at once when it has no turn, or is the iteration's first).
-  // Polls; posts the token's receive the first time it is asked.
-  bool turn_has_come(const Instr& send);
-  // `send` was posted; its completion `done` hands the turn on (see service()).
-  void posted(const Instr& send, std::shared_ptr<Event> done);
-  // Hands on the turns of the sends that have completed since the last call.
+  // Sends `bytes` at `data` for the list's cross-site send `send` (wan.has_turn()) on `plane`,
+  // striped, as soon as its turn comes - now, or from a later service(). The event completes when
+  // the send has; `data` must stay untouched until then.
+  std::unique_ptr<Event> send(DataPlane& plane, const void* data, std::size_t bytes, const Instr& send,
+                              Stream& stream);
+  // Posts queued sends whose turn has come; hands on the turns of completed sends.
   void service();
-  // Blocks until every posted send has completed and handed its turn on (end of a step).
+  // Blocks until every send of the step is posted and complete and every turn handed on.
   void finish_iteration();
 
  private:
-  struct Pass;
+  struct Pending;  // a send of the list, queued or posted
+  struct Pass;     // a posted send whose turn goes on once it completes
+  class SendEvent;
+  bool turn_has_come(const Instr& send);
+  void post(Pending& pending);
   int tag_of(int peer_stage) const;
+
   ControlPlane& world_;
   WanRoute route_;
   std::map<int, int> slots_;  // peer stage -> sends with a turn per iteration
-  // The token this rank waits for, per peer stage: its receive, once posted.
+  std::map<int, std::deque<std::shared_ptr<Pending>>> queued_;  // peer stage -> not yet posted
+  // The token this rank waits for on each link (peer stage): its receive, once posted.
   struct Waiting {
     int slot = -1;
     int payload = -1;
@@ -54,20 +64,6 @@ class WanTurns {
   };
   std::map<int, Waiting> waiting_;
   std::vector<std::unique_ptr<Pass>> passes_;
-};
-
-// An Event that shares another: the slot's pending list and the turns both hold the send's.
-class SharedEvent final : public Event {
- public:
-  explicit SharedEvent(std::shared_ptr<Event> event) : event_(std::move(event)) {}
-  void record(Stream& stream) override { event_->record(stream); }
-  bool query() const override { return event_->query(); }
-  void synchronize() override { event_->synchronize(); }
-  void wait_on(Stream& stream) override { event_->wait_on(stream); }
-  double elapsed_ms_since(const Event& earlier) const override { return event_->elapsed_ms_since(earlier); }
-
- private:
-  std::shared_ptr<Event> event_;
 };
 
 }  // namespace pipelane

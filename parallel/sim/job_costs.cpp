@@ -275,12 +275,6 @@ void JobCostModel::plan_wan(const std::vector<std::vector<Instr>>& lists) {
                                               wan_wire_s(p2p_link(static_cast<int>(s), in.peer_stage), in.wan));
 }
 
-double JobCostModel::send_turn_s(int from_stage, int to_stage, const Instr& send, double ready_s) {
-  if (!send.wan.has_turn()) return ready_s;
-  const auto it = link_free_.find({from_stage, to_stage});
-  return it == link_free_.end() ? ready_s : std::max(ready_s, it->second);
-}
-
 double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) {
   if (from_stage == to_stage) return send_s;  // pp = 1 with chunks: a local hand-over
   const LinkSpec& link = p2p_link(from_stage, to_stage);

@@ -82,15 +82,14 @@ class JobCostModel final : public SimCostModel {
 
   double compute_s(int stage, const Instr& instr) const override;
   double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) override;
-  double send_turn_s(int from_stage, int to_stage, const Instr& send, double ready_s) override;
   // Cross-site transfers of lists lowered by parallel/wan_schedule (wan.stripes > 0) take the
   // link between the two sites striped over wan.stripes connections (each the link's per-connection
   // bandwidth, together at most its capacity). Concurrent sharing: the wan.sharers pipelines send
-  // their copies at once and split the capacity. Temporal: each copy has the link alone, in turns,
-  // so this pipeline's next message on the link waits for the others' (sharers x wire time), and
-  // pipeline r runs r wire times behind pipeline 0 - the simulated one, whose turn is first - which
-  // the gradient all-reduces and the GradSync wait for: the lists' largest (sharers - 1) x wire.
-  // Exact when both directions' messages take equal wire times (otherwise an approximation).
+  // their copies at once and split the capacity. Temporal: each copy has the link alone, in turns
+  // (the sender goes on; its message waits for its turn), so this pipeline's next message on the
+  // link goes after the others' (sharers x wire time), and pipeline r's messages arrive r wire
+  // times after pipeline 0's - the simulated one, whose turn is first. The gradient all-reduces and
+  // the GradSync wait for the last pipeline: the lists' largest (sharers - 1) x wire later.
   // Call with the simulated lists before simulating.
   void plan_wan(const std::vector<std::vector<Instr>>& lists);
   // Seconds one cross-site message takes on the wire (no latency) under its WAN slot.
