@@ -22,19 +22,6 @@ class DataPlane {
                                       Stream& stream) = 0;
   virtual std::unique_ptr<Event> recv(void* data, std::size_t bytes, int peer,
                                       Stream& stream) = 0;
-  // The same, with the message split into `stripes` pieces that travel at once over parallel
-  // channels (a transfer across a WAN striped over several connections); the receiver splits it
-  // the same way. Default: one piece, as send/recv.
-  virtual std::unique_ptr<Event> send_striped(const void* data, std::size_t bytes, int peer, int stripes,
-                                              Stream& stream) {
-    (void)stripes;
-    return send(data, bytes, peer, stream);
-  }
-  virtual std::unique_ptr<Event> recv_striped(void* data, std::size_t bytes, int peer, int stripes,
-                                              Stream& stream) {
-    (void)stripes;
-    return recv(data, bytes, peer, stream);
-  }
   // In place, element-wise over the plane, in `stream`'s order. Deterministic: every rank gets
   // bit-identical results (the model relies on it to keep replicated tensors identical).
   virtual void all_reduce_sum(float* data, std::size_t n, Stream& stream) = 0;

@@ -9,11 +9,9 @@
 
 namespace pipelane {
 
-// Each owns a duplicate of `comm` (freed on destruction). A data plane with `channels` > 1 also
-// owns that many more duplicates, over which send_striped/recv_striped spread their pieces
-// (collective over `comm`, like the duplicate itself).
+// Each owns a duplicate of `comm` (freed on destruction).
 std::unique_ptr<ControlPlane> make_mpi_control_plane(MPI_Comm comm);
-std::unique_ptr<DataPlane> make_mpi_data_plane(MPI_Comm comm, int channels = 1);
+std::unique_ptr<DataPlane> make_mpi_data_plane(MPI_Comm comm);
 
 // True when this process was started by mpirun/srun (so MPI must be initialised even for one
 // rank); a plain `pipelane train` never touches MPI.

@@ -199,40 +199,11 @@ class MpiControlPlane final : public ControlPlane {
   MpiComm comm_;
 };
 
-// Completes when every piece of a striped transfer has.
-class StripedEvent final : public Event {
- public:
-  explicit StripedEvent(std::vector<std::unique_ptr<Event>> pieces) : pieces_(std::move(pieces)) {}
-  void record(Stream&) override { throw std::logic_error("a striped transfer's event cannot be re-recorded"); }
-  bool query() const override {
-    for (const auto& p : pieces_)
-      if (!p->query()) return false;
-    return true;
-  }
-  void synchronize() override {
-    for (auto& p : pieces_) p->synchronize();
-  }
-  void wait_on(Stream& stream) override {
-    for (auto& p : pieces_) p->wait_on(stream);
-  }
-  double elapsed_ms_since(const Event&) const override {
-    throw std::logic_error("a striped transfer's event carries no timestamp");
-  }
-
- private:
-  std::vector<std::unique_ptr<Event>> pieces_;
-};
-
 // Point-to-point without tags: MPI matches messages of one (communicator, source, tag) in the
-// order they were posted, which is exactly the data plane's contract. Striped transfers put
-// piece i on channel i mod channels, each channel a communicator of its own, so the pieces of
-// one message are matched independently and travel at once (whether they take separate TCP
-// connections is the transport's business: Open MPI's btl_tcp_links; see scripts/wan/README.md).
+// order they were posted, which is exactly the data plane's contract.
 class MpiDataPlane final : public DataPlane {
  public:
-  MpiDataPlane(MPI_Comm comm, int channels) : comm_(comm) {
-    for (int c = 0; c < channels && channels > 1; ++c) channels_.push_back(std::make_unique<MpiComm>(comm));
-  }
+  explicit MpiDataPlane(MPI_Comm comm) : comm_(comm) {}
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   std::unique_ptr<Event> send(const void* data, std::size_t bytes, int peer, Stream&) override {
@@ -244,14 +215,6 @@ class MpiDataPlane final : public DataPlane {
     auto e = std::make_unique<MpiTransferEvent>();
     check(MPI_Irecv(data, count_of(bytes), MPI_BYTE, peer, 0, comm_.get(), e->handle()), "MPI_Irecv");
     return e;
-  }
-  std::unique_ptr<Event> send_striped(const void* data, std::size_t bytes, int peer, int stripes,
-                                      Stream& stream) override {
-    return striped(data, bytes, peer, stripes, stream, true);
-  }
-  std::unique_ptr<Event> recv_striped(void* data, std::size_t bytes, int peer, int stripes,
-                                      Stream& stream) override {
-    return striped(data, bytes, peer, stripes, stream, false);
   }
   void all_reduce_sum(float* data, std::size_t n, Stream&) override {
     if (size() > 1) reduce_in_pieces(comm_.get(), data, n, MPI_FLOAT, MPI_SUM);
@@ -273,33 +236,7 @@ class MpiDataPlane final : public DataPlane {
   }
 
  private:
-  // Pieces of nearly equal size (the first ones one byte longer), piece i on channel i mod
-  // channels; without channels, one piece on the plane's own communicator.
-  std::unique_ptr<Event> striped(const void* data, std::size_t bytes, int peer, int stripes, Stream& stream,
-                                 bool sending) {
-    if (stripes < 1) throw std::invalid_argument("MPI plane: stripes must be >= 1");
-    if (stripes == 1 || channels_.empty())
-      return sending ? send(data, bytes, peer, stream) : recv(const_cast<void*>(data), bytes, peer, stream);
-    std::vector<std::unique_ptr<Event>> pieces;
-    const std::size_t base = bytes / stripes, longer = bytes % stripes;
-    std::size_t offset = 0;
-    for (int i = 0; i < stripes; ++i) {
-      const std::size_t length = base + (static_cast<std::size_t>(i) < longer ? 1 : 0);
-      char* at = static_cast<char*>(const_cast<void*>(data)) + offset;
-      MPI_Comm channel = channels_[i % channels_.size()]->get();
-      auto e = std::make_unique<MpiTransferEvent>();
-      if (sending)
-        check(MPI_Isend(at, count_of(length), MPI_BYTE, peer, 0, channel, e->handle()), "MPI_Isend");
-      else
-        check(MPI_Irecv(at, count_of(length), MPI_BYTE, peer, 0, channel, e->handle()), "MPI_Irecv");
-      pieces.push_back(std::move(e));
-      offset += length;
-    }
-    return std::make_unique<StripedEvent>(std::move(pieces));
-  }
-
   MpiComm comm_;
-  std::vector<std::unique_ptr<MpiComm>> channels_;
 };
 
 }  // namespace
@@ -307,8 +244,8 @@ class MpiDataPlane final : public DataPlane {
 std::unique_ptr<ControlPlane> make_mpi_control_plane(MPI_Comm comm) {
   return std::make_unique<MpiControlPlane>(comm);
 }
-std::unique_ptr<DataPlane> make_mpi_data_plane(MPI_Comm comm, int channels) {
-  return std::make_unique<MpiDataPlane>(comm, channels);
+std::unique_ptr<DataPlane> make_mpi_data_plane(MPI_Comm comm) {
+  return std::make_unique<MpiDataPlane>(comm);
 }
 
 bool launched_by_mpi_launcher() {

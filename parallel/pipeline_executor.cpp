@@ -255,13 +255,9 @@ struct PipelineExecutor::Impl {
   double wait_for(CommRequest& r, int iteration, int gap_id, WaitKind kind) {
     return wait_for([&r] { return r.test(); }, [&r] { r.wait(); }, iteration, gap_id, kind);
   }
-  // Receives into `buffer` and makes the compute stream wait for it; a cross-site message comes
-  // in the stripes it was sent in.
+  // Receives into `buffer` and makes the compute stream wait for it.
   double receive(DataPlane& plane, void* buffer, const Instr& in, int iteration, int gap_id, WaitKind kind) {
-    const std::size_t bytes = act_floats * sizeof(float);
-    std::unique_ptr<Event> arrived = in.wan.crosses()
-                                         ? plane.recv_striped(buffer, bytes, in.peer_stage, in.wan.stripes, *comm)
-                                         : plane.recv(buffer, bytes, in.peer_stage, *comm);
+    std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), in.peer_stage, *comm);
     const double waited = wait_for(*arrived, iteration, gap_id, kind);
     arrived->wait_on(*compute);
     return waited;
@@ -273,16 +269,15 @@ struct PipelineExecutor::Impl {
     produced->wait_on(*comm);
     return plane.send(buffer, act_floats * sizeof(float), peer, *comm);
   }
-  // A send of the list: a cross-site one is striped and, with a turn, posted when its turn comes
-  // (now or later: the stage goes on either way).
+  // A send of the list: one with a WAN turn is posted when its turn comes (now or later: the
+  // stage goes on either way). Striping a cross-site message over several connections is the
+  // transport's (Open MPI's btl_tcp_links; scripts/wan/README.md).
   std::unique_ptr<Event> send(DataPlane& plane, const void* buffer, const Instr& in) {
-    if (!in.wan.crosses()) return send(plane, buffer, in.peer_stage);
+    if (!turns || !in.wan.has_turn()) return send(plane, buffer, in.peer_stage);
     std::unique_ptr<Event> produced = backend.create_event();
     produced->record(*compute);
     produced->wait_on(*comm);
-    const std::size_t bytes = act_floats * sizeof(float);
-    if (turns && in.wan.has_turn()) return turns->send(plane, buffer, bytes, in, *comm);
-    return plane.send_striped(buffer, bytes, in.peer_stage, in.wan.stripes, *comm);
+    return turns->send(plane, buffer, act_floats * sizeof(float), in, *comm);
   }
 
   const std::int32_t* rows(const std::int32_t* base, int mb) const {

@@ -26,16 +26,16 @@ MPI_Comm split(int color, int key) {
   MPI_Comm_split(MPI_COMM_WORLD, color, key, &sub);
   return sub;
 }
-std::unique_ptr<DataPlane> data_plane(int color, int key, int channels = 1) {
+std::unique_ptr<DataPlane> data_plane(int color, int key) {
   MPI_Comm sub = split(color, key);
   if (sub == MPI_COMM_NULL) return nullptr;
-  auto plane = make_mpi_data_plane(sub, channels);  // duplicates
+  auto plane = make_mpi_data_plane(sub);  // duplicates
   MPI_Comm_free(&sub);
   return plane;
 }
 }  // namespace
 
-Topology Topology::from_mpi_world(ParallelDims dims, int pipeline_channels) {
+Topology Topology::from_mpi_world(ParallelDims dims) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -52,8 +52,8 @@ Topology Topology::from_mpi_world(ParallelDims dims, int pipeline_channels) {
   // Every rank takes part in every split (MPI_Comm_split is collective), in the same order.
   t.tp = data_plane(c.dp + dims.dp * c.pp, c.tp);
   t.dp = data_plane(c.tp + dims.tp * c.pp, c.dp);
-  t.pp_forward = data_plane(c.tp + dims.tp * c.dp, c.pp, pipeline_channels);
-  t.pp_backward = data_plane(c.tp + dims.tp * c.dp, c.pp, pipeline_channels);
+  t.pp_forward = data_plane(c.tp + dims.tp * c.dp, c.pp);
+  t.pp_backward = data_plane(c.tp + dims.tp * c.dp, c.pp);
   const bool ends = dims.pp > 1 && (c.pp == 0 || c.pp == dims.pp - 1);
   t.embedding = data_plane(ends ? c.tp + dims.tp * c.dp : MPI_UNDEFINED, c.pp);
   return t;

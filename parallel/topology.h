@@ -30,9 +30,7 @@ struct Topology {
   // One process, every group of size one.
   static Topology single_process();
   // From MPI_COMM_WORLD; throws std::invalid_argument unless its size is tp * dp * pp.
-  // `pipeline_channels` > 1 gives the two pipeline planes that many channels for striped
-  // transfers (cross-site messages over several connections, parallel/wan_schedule.h).
-  static Topology from_mpi_world(ParallelDims dims, int pipeline_channels = 1);
+  static Topology from_mpi_world(ParallelDims dims);
 };
 
 }  // namespace pipelane

@@ -95,7 +95,7 @@ bool WanTurns::turn_has_come(const Instr& send) {
 }
 
 void WanTurns::post(Pending& p) {
-  p.posted = p.plane->send_striped(p.data, p.bytes, p.send.peer_stage, p.send.wan.stripes, *p.stream);
+  p.posted = p.plane->send(p.data, p.bytes, p.send.peer_stage, *p.stream);
   const WanLink* link = route_.link_to(p.send.peer_stage);
   const std::optional<TurnHolder> after = turn_after(*link, p.send.wan, slots_.at(p.send.peer_stage));
   if (!after) return;

@@ -33,9 +33,9 @@ class WanTurns {
 
   // Whether any send of the list has a turn (otherwise there is nothing to do here).
   bool active() const { return !slots_.empty(); }
-  // Sends `bytes` at `data` for the list's cross-site send `send` (wan.has_turn()) on `plane`,
-  // striped, as soon as its turn comes - now, or from a later service(). The event completes when
-  // the send has; `data` must stay untouched until then.
+  // Sends `bytes` at `data` for the list's cross-site send `send` (wan.has_turn()) on `plane` as
+  // soon as its turn comes - now, or from a later service(). The event completes when the send
+  // has; `data` must stay untouched until then.
   std::unique_ptr<Event> send(DataPlane& plane, const void* data, std::size_t bytes, const Instr& send,
                               Stream& stream);
   // Posts queued sends whose turn has come; hands on the turns of completed sends.

@@ -15,6 +15,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # multi-rank training (mpirun)
   jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz
   gnuplot-nox              # the plots of scripts/repro/*.sh (PNG)
+  iproute2                 # ip netns, tc: the emulated WAN of scripts/wan/emulate.sh
 )
 for arg in "$@"; do
   case "$arg" in

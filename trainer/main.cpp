@@ -11,6 +11,7 @@
 #include "trainer/schedule_command.h"
 #include "trainer/plan_command.h"
 #include "trainer/simulate_command.h"
+#include "trainer/sites_command.h"
 #include "trainer/train_command.h"
 #include "runtime/backend_registry.h"
 
@@ -25,6 +26,7 @@ void print_usage(std::FILE* out) {
                "  schedule       print a pipeline schedule and its bubbles (pipelane schedule --help)\n"
                "  simulate       replay a job's schedules under a cost model on a cluster (pipelane simulate --help)\n"
                "  plan           search pp/tp/dp/schedule for a model on a cluster, with lane value (pipelane plan --help)\n"
+               "  sites          a cluster's sites, their links, where a config's stages go (pipelane sites --help)\n"
                "  export         a checkpoint as a Hugging Face GPT-2 model (pipelane export --help)\n"
                "  lane-bench     one lane alone on one core: its dedicated throughput (pipelane lane-bench --help)\n"
                "  devices        list the compute devices this build can use\n"
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   if (cmd == "schedule") return pipelane::schedule_command(argc - 1, argv + 1);
   if (cmd == "simulate") return pipelane::simulate_command(argc - 1, argv + 1);
   if (cmd == "plan") return pipelane::plan_command(argc - 1, argv + 1);
+  if (cmd == "sites") return pipelane::sites_command(argc - 1, argv + 1);
   if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
   if (cmd == "devices") return devices_command(argc - 1, argv + 1);
   if (cmd == "lane-bench") return pipelane::lane_bench_command(argc - 1, argv + 1);

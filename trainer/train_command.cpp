@@ -194,7 +194,7 @@ int train_command(int argc, char** argv) {
   }
 
   try {
-    Topology topo = mpi ? Topology::from_mpi_world(dims, wan.pipeline_channels()) : Topology::single_process();
+    Topology topo = mpi ? Topology::from_mpi_world(dims) : Topology::single_process();
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     const int ranks_here = mpi ? ranks_on_this_host() : 1;
     const int threads = opts.train.threads > 0 ? opts.train.threads : std::max(1, cores / ranks_here);
@@ -263,6 +263,8 @@ int train_command(int argc, char** argv) {
                                        .c_str()
                                  : "as any other ([wan] sharing = off)");
       for (const std::string& w : wan.warnings) std::fprintf(stderr, "pipelane train: warning: %s\n", w.c_str());
+      const std::string transport = wan_transport_mismatch(wan);
+      if (!transport.empty()) std::fprintf(stderr, "pipelane train: warning: %s\n", transport.c_str());
       std::fflush(stdout);
     }
     std::unique_ptr<RunDirectory> run;

@@ -1,6 +1,7 @@
 #include "trainer/wan_setup.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace pipelane {
 
@@ -55,6 +56,17 @@ WanSetup wan_setup(const TrainOptions& opts, ParallelDims dims) {
 std::optional<WanRoute> wan_route_for(const WanSetup& setup, int world_rank) {
   if (!setup.settings) return std::nullopt;
   return wan_route(setup.placement, world_rank, *setup.settings);
+}
+
+std::string wan_transport_mismatch(const WanSetup& setup) {
+  if (!setup.settings) return "";
+  const char* given = std::getenv("PIPELANE_WAN_CONNECTIONS");
+  if (!given) return "";  // the launcher did not say: nothing to compare
+  const int have = std::atoi(given);
+  if (have == setup.settings->connections) return "";
+  return "[wan] connections = " + std::to_string(setup.settings->connections) + " but the launcher gives " +
+         std::to_string(have) + " TCP connection(s) per pair of ranks across sites (PIPELANE_WAN_CONNECTIONS; "
+         "scripts/wan/emulate.sh --nics): cross-site messages take " + std::to_string(have);
 }
 
 }  // namespace pipelane

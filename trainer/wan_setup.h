@@ -24,7 +24,6 @@ struct WanSetup {
   SitePlacement placement;
   std::optional<WanSettings> settings;
   std::vector<std::string> warnings;
-  int pipeline_channels() const { return settings ? settings->connections : 1; }
 };
 
 // For a training run of `dims` ranks: reads [wan] cluster, places the grid, checks it.
@@ -33,5 +32,11 @@ struct WanSetup {
 WanSetup wan_setup(const TrainOptions& opts, ParallelDims dims);
 // This rank's route for its executor (nullopt without WAN settings).
 std::optional<WanRoute> wan_route_for(const WanSetup& setup, int world_rank);
+
+// The connections a cross-site message takes are the transport's (Open MPI stripes a large message
+// over a TCP connection per interface pair). A launcher that knows says so in
+// PIPELANE_WAN_CONNECTIONS (scripts/wan/emulate.sh does): a line to warn with when that differs
+// from the WAN settings' connections, else "".
+std::string wan_transport_mismatch(const WanSetup& setup);
 
 }  // namespace pipelane
