@@ -77,9 +77,11 @@ void apply_link_key(LinkSpec& l, const std::string& where, const std::string& ke
   else if (key == "bandwidth_gbs") l.bandwidth = to_number(where, key, value, 0, true) * 1e9;
   else if (key == "connections") l.connections = to_count(where, key, value);
   else if (key == "capacity_gbs") l.capacity = to_number(where, key, value, 0, false) * 1e9;
+  else if (key == "rendezvous_above_bytes") l.rendezvous_above_bytes = to_number(where, key, value, 0, false);
   else
     throw SimInputError(where + ": unknown key '" + key +
-                        "' (expected description, latency_us, bandwidth_gbs, connections, capacity_gbs)");
+                        "' (expected description, latency_us, bandwidth_gbs, connections, capacity_gbs, "
+                        "rendezvous_above_bytes)");
 }
 
 const sim::DeviceSpec& find_device(const ClusterFile& file, const std::string& name, const std::string& where) {

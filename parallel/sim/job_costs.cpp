@@ -287,6 +287,15 @@ double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr& send, 
   return start + wire + link.latency_s;
 }
 
+double JobCostModel::delivered_s(int from_stage, int to_stage, const Instr& send, double arrival,
+                                 double recv_posted_s) {
+  if (from_stage == to_stage || !send.wan.crosses()) return arrival;
+  const LinkSpec& link = p2p_link(from_stage, to_stage);
+  if (link.rendezvous_above_bytes <= 0 || message_bytes_ <= link.rendezvous_above_bytes) return arrival;
+  const double round_trip = 2 * link.latency_s;
+  return std::max(arrival, recv_posted_s + wan_wire_s(link, send.wan)) + round_trip;
+}
+
 double JobCostModel::grad_reduce_done_s(int stage, int chunk, double ready_s) {
   ready_s += wan_lag_s_;  // the all-reduce starts when the last pipeline's gradients are final
   const double cost = dp_reduce_s_[stage][chunk];

@@ -82,6 +82,10 @@ class JobCostModel final : public SimCostModel {
 
   double compute_s(int stage, const Instr& instr) const override;
   double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) override;
+  // A cross-site message above its link's rendezvous_above_bytes: its bytes leave once the
+  // receive is posted and the clear-to-send is back (one latency), and the request and the answer
+  // add a round trip to a message whose receive was already waiting.
+  double delivered_s(int from_stage, int to_stage, const Instr& send, double arrival, double recv_posted_s) override;
   // Cross-site transfers of lists lowered by parallel/wan_schedule (wan.stripes > 0) take the
   // link between the two sites striped over wan.stripes connections (each the link's per-connection
   // bandwidth, together at most its capacity). Concurrent sharing: the wan.sharers pipelines send

@@ -214,9 +214,13 @@ export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=10.213.
 # Open MPI's settings as environment, so that --mpi "--mca NAME VALUE" overrides any of them:
 # TCP only, over the sites' interfaces; a progress thread (transfers move while a rank computes);
 # the send protocol with equal weights per interface (its rendezvous stripes a large message over
-# the interfaces' connections; the default RDMA-put path and zero weights keep it on the first).
+# the interfaces' connections; the default RDMA-put path and zero weights keep it on the first);
+# fragments of up to 4 MiB, so that once the receiver has answered, the rest of a message goes to
+# the sockets at once (with the default 128 KiB, each next fragment waits for the rank's next MPI
+# call, which a computing rank does not make: measured, scripts/wan/README.md).
 export OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=10.213.0.0/16 OMPI_MCA_oob_tcp_if_include=10.213.0.0/16
 export OMPI_MCA_btl_tcp_progress_thread=1 OMPI_MCA_btl_tcp_flags=send OMPI_MCA_btl_tcp_bandwidth=100
+export OMPI_MCA_btl_tcp_max_send_size=4194304
 export PIPELANE_WAN_CONNECTIONS=$nics
 # In the background, so that a signal reaches the traps at once (bash runs them only between
 # foreground commands) and the cleanup stops mpirun first.
