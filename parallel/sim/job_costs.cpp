@@ -266,13 +266,17 @@ double JobCostModel::wan_wire_s(const LinkSpec& link, const WanSlot& slot) const
   return message_bytes_ / bandwidth;
 }
 
+double JobCostModel::wan_turn_s(const LinkSpec& link, const WanSlot& slot) const {
+  return wan_wire_s(link, slot) + (rendezvous(link) ? 2 * link.latency_s : 0.0);
+}
+
 void JobCostModel::plan_wan(const std::vector<std::vector<Instr>>& lists) {
   wan_lag_s_ = 0;
   for (std::size_t s = 0; s < lists.size(); ++s)
     for (const Instr& in : lists[s])
       if ((in.op == Op::SendFwd || in.op == Op::SendBwd) && in.wan.has_turn())
         wan_lag_s_ = std::max(wan_lag_s_, (in.wan.sharers - 1) *
-                                              wan_wire_s(p2p_link(static_cast<int>(s), in.peer_stage), in.wan));
+                                              wan_turn_s(p2p_link(static_cast<int>(s), in.peer_stage), in.wan));
 }
 
 double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) {
@@ -283,7 +287,7 @@ double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr& send, 
   const double start = std::max(send_s, free);
   const double wire = send.wan.crosses() ? wan_wire_s(link, send.wan) : message_bytes_ / link.effective_bandwidth();
   // Under turns the other pipelines' copies follow this one before its next message.
-  free = start + wire * (send.wan.has_turn() ? send.wan.sharers : 1);
+  free = start + (send.wan.has_turn() ? wan_turn_s(link, send.wan) * send.wan.sharers : wire);
   return start + wire + link.latency_s;
 }
 
@@ -291,7 +295,7 @@ double JobCostModel::delivered_s(int from_stage, int to_stage, const Instr& send
                                  double recv_posted_s) {
   if (from_stage == to_stage || !send.wan.crosses()) return arrival;
   const LinkSpec& link = p2p_link(from_stage, to_stage);
-  if (link.rendezvous_above_bytes <= 0 || message_bytes_ <= link.rendezvous_above_bytes) return arrival;
+  if (!rendezvous(link)) return arrival;
   const double round_trip = 2 * link.latency_s;
   return std::max(arrival, recv_posted_s + wan_wire_s(link, send.wan)) + round_trip;
 }

@@ -93,11 +93,18 @@ class JobCostModel final : public SimCostModel {
   // (the sender goes on; its message waits for its turn), so this pipeline's next message on the
   // link goes after the others' (sharers x wire time), and pipeline r's messages arrive r wire
   // times after pipeline 0's - the simulated one, whose turn is first. The gradient all-reduces and
-  // the GradSync wait for the last pipeline: the lists' largest (sharers - 1) x wire later.
+  // the GradSync wait for the last pipeline: the lists' largest (sharers - 1) x turn time later.
   // Call with the simulated lists before simulating.
   void plan_wan(const std::vector<std::vector<Instr>>& lists);
   // Seconds one cross-site message takes on the wire (no latency) under its WAN slot.
   double wan_wire_s(const LinkSpec& link, const WanSlot& slot) const;
+  // How long one turn of temporal sharing holds the link: the turn passes when the send has
+  // completed, which a rendezvous send does only after the receiver's answer - its round trip is
+  // part of the turn.
+  double wan_turn_s(const LinkSpec& link, const WanSlot& slot) const;
+  bool rendezvous(const LinkSpec& link) const {
+    return link.rendezvous_above_bytes > 0 && message_bytes_ > link.rendezvous_above_bytes;
+  }
   double wan_lag_s() const { return wan_lag_s_; }
   double grad_reduce_done_s(int stage, int chunk, double ready_s) override;
   double sync_s() const override;
