@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --m) m=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) echo "wan.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

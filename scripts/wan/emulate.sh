@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
     --mpi) extra_mpi=$2; shift 2 ;;
     --probe) probe=1; shift ;;
     --name) id=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     --) shift; command=("$@"); break ;;
     *) echo "emulate.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
