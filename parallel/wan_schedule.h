@@ -6,7 +6,8 @@
 // the same peer stage take the same link. The splitting itself is the transport's: on MPI over
 // TCP, Open MPI stripes a large message over its connections to the peer, one per interface pair
 // (splitting it into messages on duplicated communicators does not use more connections, and
-// btl_tcp_links hangs: measured in scripts/wan/README.md); the simulator prices it from wan.stripes. Under temporal sharing each cross-site send also gets a
+// btl_tcp_links splits unevenly: measured in scripts/wan/README.md); the simulator prices it
+// from wan.stripes. Under temporal sharing each cross-site send also gets a
 // turn and a slot: the sharers send in a fixed rotation - slot k of turn r goes once turn r - 1 has
 // sent its slot k (turn 0 once the last turn has sent slot k - 1) - so each message has the link to
 // itself, and the pipelines run offset by one message's wire time, one's transfer overlapping the
