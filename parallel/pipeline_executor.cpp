@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "parallel/tensor_parallel_adapter.h"
+#include "parallel/wan_turns.h"
 
 namespace pipelane {
 
@@ -101,6 +102,7 @@ struct PipelineExecutor::Impl {
   Clock::time_point origin;
   UpdateGate update_gate;
   ProgressWatchdog* watchdog = nullptr;
+  std::unique_ptr<WanTurns> turns;  // temporal WAN sharing; null when no send has a turn
 
   // World ranks of this rank's group along one grid dimension, others than itself: "1, 3".
   std::string peers(int RankCoords::*dim, int count) const {
@@ -141,6 +143,11 @@ struct PipelineExecutor::Impl {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     instrs = build_schedule(o.schedule, stage);
+    if (o.wan) {
+      instrs = lower_for_wan(std::move(instrs), *o.wan);
+      auto wan_turns = std::make_unique<WanTurns>(*t.world, *o.wan, instrs);
+      if (wan_turns->active()) turns = std::move(wan_turns);
+    }
     const auto ranges = split_layers(o.model.layers, pp, v, o.layers_per_stage);
     const int B = o.micro_batch, T = o.seq_len;
     act_floats = static_cast<std::size_t>(B) * T * o.model.d_model;
@@ -201,7 +208,7 @@ struct PipelineExecutor::Impl {
     if (it != ch.slot_of.end()) return ch.slots[it->second];
     for (std::size_t i = 0; i < ch.slots.size(); ++i) {
       if (ch.slots[i].busy) continue;
-      ch.slots[i].settle();
+      settle(ch.slots[i]);
       ch.slots[i].busy = true;
       ch.slot_of[mb] = static_cast<int>(i);
       return ch.slots[i];
@@ -214,14 +221,31 @@ struct PipelineExecutor::Impl {
     ch.slot_of.erase(it);
   }
 
+  // A slot's sends must be done before it is reused. Under WAN turns, this rank's queued sends
+  // are posted and completed ones hand their turns on while it waits.
+  void settle(Slot& slot) {
+    if (turns)
+      for (auto& e : slot.pending)
+        while (!e->query()) turns->service();
+    slot.settle();
+  }
+
   // Waits for a transfer, handing the wait to the gap filler (lanes) when there is one: every
   // wait reaches it, also when the transfer has already arrived (a deterministic lane plan runs
   // in full whatever the timing). Returns the seconds from the first poll to completion.
   template <typename Done, typename Finish>
-  double wait_for(Done&& done, Finish&& finish, int iteration, int gap_id, WaitKind kind) {
+  double wait_for(Done&& arrived, Finish&& finish, int iteration, int gap_id, WaitKind kind) {
     const auto t0 = Clock::now();
+    // Under WAN turns every wait also posts queued sends and hands on turns.
+    const std::function<bool()> done = [&] {
+      if (turns) turns->service();
+      return arrived();
+    };
     if (filler) filler->fill(iteration, gap_id, kind, done);
     else if (done()) return 0.0;
+    if (turns)
+      while (!done()) {
+      }
     finish();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -232,14 +256,13 @@ struct PipelineExecutor::Impl {
     return wait_for([&r] { return r.test(); }, [&r] { r.wait(); }, iteration, gap_id, kind);
   }
   // Receives into `buffer` and makes the compute stream wait for it.
-  double receive(DataPlane& plane, void* buffer, int peer, int iteration, int gap_id,
-                 WaitKind kind) {
+  double receive(DataPlane& plane, void* buffer, const Instr& in, int iteration, int gap_id, WaitKind kind) {
     // The buffer belongs to a slot the compute stream may still be reading (an earlier
     // microbatch's input): the receive waits for the compute issued so far.
     std::unique_ptr<Event> free_to_write = backend.create_event();
     free_to_write->record(*compute);
     free_to_write->wait_on(*comm);
-    std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), peer, *comm);
+    std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), in.peer_stage, *comm);
     const double waited = wait_for(*arrived, iteration, gap_id, kind);
     arrived->wait_on(*compute);
     return waited;
@@ -251,6 +274,16 @@ struct PipelineExecutor::Impl {
     produced->wait_on(*comm);
     return plane.send(buffer, act_floats * sizeof(float), peer, *comm);
   }
+  // A send of the list: one with a WAN turn is posted when its turn comes (now or later: the
+  // stage goes on either way). Striping a cross-site message over several connections is the
+  // transport's (Open MPI's btl_tcp_links; scripts/wan/README.md).
+  std::unique_ptr<Event> send(DataPlane& plane, const void* buffer, const Instr& in) {
+    if (!turns || !in.wan.has_turn()) return send(plane, buffer, in.peer_stage);
+    std::unique_ptr<Event> produced = backend.create_event();
+    produced->record(*compute);
+    produced->wait_on(*comm);
+    return turns->send(plane, buffer, act_floats * sizeof(float), in, *comm);
+  }
 
   const std::int32_t* rows(const std::int32_t* base, int mb) const {
     return base ? base + static_cast<std::size_t>(mb) * opts.micro_batch * opts.seq_len : nullptr;
@@ -259,7 +292,7 @@ struct PipelineExecutor::Impl {
   double sync_gradients() {
     const auto t0 = Clock::now();
     for (Chunk& ch : chunks)
-      for (Slot& s : ch.slots) s.settle();
+      for (Slot& s : ch.slots) settle(s);
     // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
     if (!dp_pending.empty()) note("data-parallel gradient all-reduce with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
     for (auto& e : dp_pending) e->wait_on(*compute);
@@ -348,12 +381,13 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
     const Instr& in = s.instrs[index];
     const int gap = static_cast<int>(index);
     s.report(step_number, in);
+    if (s.turns) s.turns->service();
     InstrRecord rec{in, s.now(), 0, 0};
     switch (in.op) {
       case Op::RecvFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in.peer_stage, step_number, gap, in.wait);
+        rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in, step_number, gap, in.wait);
         break;
       }
       case Op::Fwd: {
@@ -368,13 +402,13 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in.peer_stage));
+        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in));
         break;
       }
       case Op::RecvBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in.peer_stage, step_number, gap, in.wait);
+        rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in, step_number, gap, in.wait);
         break;
       }
       case Op::Bwd: {
@@ -402,7 +436,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in.peer_stage));
+        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in));
         // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
         if (!s.split_backward) s.release(ch, in.microbatch);
         break;
@@ -453,6 +487,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
     rec.end_s = s.now();
     stats.records.push_back(rec);
   }
+  if (s.turns) s.turns->finish_iteration();
   // Every tensor-parallel rank computes the same loss: count tp rank 0's only.
   if (s.topo.me.tp != 0) loss_sum = 0.0;
   s.topo.world->all_reduce_sum(&loss_sum, 1);

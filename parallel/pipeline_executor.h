@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "parallel/progress_watchdog.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
+#include "parallel/wan_schedule.h"
 #include "runtime/backend.h"
 
 namespace pipelane {
@@ -35,6 +37,9 @@ struct ExecutorOptions {
   std::uint64_t seed = 0;
   AdamWConfig adamw;
   float grad_clip = 1.0f;
+  // This rank's transfers across sites (parallel/wan_schedule.h): the list is lowered with it, so
+  // cross-site messages are striped and, under temporal sharing, sent in turn. None: one site.
+  std::optional<WanRoute> wan;
 };
 
 struct InstrRecord {

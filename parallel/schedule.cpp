@@ -207,6 +207,12 @@ std::string instr_to_string(const Instr& instr) {
   if (instr.microbatch >= 0) s += " mb=" + std::to_string(instr.microbatch);
   if (instr.microbatch >= 0) s += " chunk=" + std::to_string(instr.chunk);
   if (instr.wait != WaitKind::None) s += std::string(" wait=") + wait_kind_name(instr.wait);
+  if (instr.wan.crosses()) {
+    s += " wan=" + std::to_string(instr.wan.stripes) + "x";
+    if (instr.wan.has_turn())
+      s += " turn=" + std::to_string(instr.wan.turn) + "/" + std::to_string(instr.wan.sharers) +
+           " slot=" + std::to_string(instr.wan.slot);
+  }
   return s;
 }
 

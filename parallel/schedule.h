@@ -12,6 +12,19 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved, ZeroBubbleH1 };
 enum class Op { RecvFwd, Fwd, SendFwd, RecvBwd, Bwd, BwdWeight, SendBwd, GradSync, OptimizerStep };
 enum class WaitKind { None, Warmup, Cooldown, P2PWait, SyncWait };
 
+// A transfer that crosses sites (data centres), attached by the WAN lowering
+// (parallel/wan_schedule.h); every other instruction keeps the default: not on a WAN link.
+struct WanSlot {
+  int stripes = 0;  // 0: not on a WAN link; else the parallel connections the message is split over
+  int sharers = 1;  // pipelines whose transfers between these two stages share the link
+  // Sends under temporal sharing: this pipeline's turn among the sharers (-1: they send
+  // concurrently) and this message's place among the stage's sends on the link this iteration.
+  int turn = -1;
+  int slot = -1;
+  bool crosses() const { return stripes > 0; }
+  bool has_turn() const { return turn >= 0 && sharers > 1; }
+};
+
 struct Instr {
   Op op;
   int microbatch = -1;  // -1 for GradSync / OptimizerStep
@@ -21,6 +34,7 @@ struct Instr {
   // pass: the (stage, chunk) at the other end. -1 elsewhere.
   int peer_stage = -1;
   int peer_chunk = -1;
+  WanSlot wan{};
 };
 
 struct ScheduleSpec {

@@ -66,6 +66,7 @@ int max_in_flight(const std::vector<Instr>& list) {
 }
 
 double SimCostModel::arrival_s(int, int, const Instr&, double send_s) { return send_s; }
+double SimCostModel::delivered_s(int, int, const Instr&, double arrival, double) { return arrival; }
 double SimCostModel::grad_reduce_done_s(int, int, double ready_s) { return ready_s; }
 
 namespace {
@@ -120,7 +121,12 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
   std::vector<double> grads_reduced(p, 0.0);  // when each stage's data-parallel all-reduces are done
   std::vector<std::vector<int>> last_grad(p);
   for (int s = 0; s < p; ++s) last_grad[s] = last_gradient_instr(lists[s]);
-  std::map<Tag, double> mailbox;  // sent, not yet received: arrival time
+  struct Sent {
+    double arrival;
+    int from;
+    Instr send;
+  };
+  std::map<Tag, Sent> mailbox;  // sent, not yet received
   std::set<Tag> delivered;
 
   const auto add_idle = [&](int s, double from, double to, int index, WaitKind kind) {
@@ -152,7 +158,9 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
             break;  // blocks until a neighbour sends it
           }
           // The receive's own work (its copy) follows the wait; like the wait, it is not compute.
-          const double resume = wait_until(s, index, instr.wait, clock[s], it->second) + model.compute_s(s, instr);
+          const Sent& sent = it->second;
+          const double ready = model.delivered_s(sent.from, s, sent.send, sent.arrival, clock[s]);
+          const double resume = wait_until(s, index, instr.wait, clock[s], ready) + model.compute_s(s, instr);
           add_idle(s, clock[s], resume, index, instr.wait);
           tl.events.push_back({clock[s], resume, index, instr});
           clock[s] = resume;
@@ -162,7 +170,7 @@ SimResult simulate_schedule(const ScheduleSpec& spec, const std::vector<std::vec
           const Tag tag = send_tag(spec, s, instr);
           const double posted = clock[s] + model.compute_s(s, instr);  // the host's work of posting it
           const double arrival = model.arrival_s(s, std::get<1>(tag), instr, posted);
-          if (!mailbox.emplace(tag, arrival).second || delivered.count(tag))
+          if (!mailbox.emplace(tag, Sent{arrival, s, instr}).second || delivered.count(tag))
             throw std::invalid_argument("stage " + std::to_string(s) + " sends twice: " +
                                         instr_to_string(instr));
           add_idle(s, clock[s], posted, index, WaitKind::None);

@@ -71,6 +71,10 @@ class SimCostModel {
   // When a message sent by `from_stage` at `send_s` (a SendFwd/SendBwd) arrives at `to_stage`.
   // Called in each sender's program order, so a model may queue messages on a link.
   virtual double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s);
+  // When that message, there at `arrival` by arrival_s, can be used by a receive posted at
+  // `recv_posted_s` (a transport that waits for the receive before sending the bulk of a large
+  // message makes it later). Default: at its arrival.
+  virtual double delivered_s(int from_stage, int to_stage, const Instr& send, double arrival, double recv_posted_s);
   // A chunk's gradients are final at `ready_s` (after its last gradient-writing instruction): when
   // their data-parallel all-reduce, started then in the background, has finished. Called in
   // program order per stage. Default: no data parallelism (ready_s).

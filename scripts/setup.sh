@@ -16,6 +16,7 @@ packages=(
   jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz
   gnuplot-nox              # the plots of scripts/repro/*.sh (PNG)
   chromium                 # headless, for the test that loads `pipelane report`'s page
+  iproute2                 # ip netns, tc: the emulated WAN of scripts/wan/emulate.sh
 )
 for arg in "$@"; do
   case "$arg" in

@@ -15,6 +15,7 @@
 #include "trainer/schedule_command.h"
 #include "trainer/plan_command.h"
 #include "trainer/simulate_command.h"
+#include "trainer/sites_command.h"
 #include "trainer/train_command.h"
 #include "runtime/backend_registry.h"
 
@@ -31,6 +32,7 @@ void print_usage(std::FILE* out) {
                "  plan           search pp/tp/dp/schedule for a model on a cluster, with lane value (pipelane plan --help)\n"
                "  generate       sample text from a checkpoint or an exported model (pipelane generate --help)\n"
                "  eval           loss and perplexity of a model on a token or text file (pipelane eval --help)\n"
+               "  sites          a cluster's sites, their links, where a config's stages go (pipelane sites --help)\n"
                "  export         a checkpoint as a Hugging Face GPT-2 model (pipelane export --help)\n"
                "  import         a Hugging Face GPT-2 model as a checkpoint (pipelane import --help)\n"
                "  report         an HTML page of one or more run directories (pipelane report --help)\n"
@@ -73,6 +75,7 @@ int main(int argc, char** argv) {
   if (cmd == "schedule") return pipelane::schedule_command(argc - 1, argv + 1);
   if (cmd == "simulate") return pipelane::simulate_command(argc - 1, argv + 1);
   if (cmd == "plan") return pipelane::plan_command(argc - 1, argv + 1);
+  if (cmd == "sites") return pipelane::sites_command(argc - 1, argv + 1);
   if (cmd == "export") return pipelane::export_command(argc - 1, argv + 1);
   if (cmd == "generate") return pipelane::generate_command(argc - 1, argv + 1);
   if (cmd == "eval") return pipelane::eval_command(argc - 1, argv + 1);

@@ -17,6 +17,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_numerics.h"
 #include "trainer/preemption.h"
+#include "trainer/wan_setup.h"
 #include "parallel/progress_watchdog.h"
 #include "trainer/chrome_trace.h"
 #include "trainer/import_command.h"
@@ -62,7 +63,8 @@ class ComputeOpTimes {
   double counts_[kOps] = {0, 0, 0};
 };
 
-ExecutorOptions executor_options(const TrainOptions& o, int dp) {
+ExecutorOptions executor_options(const TrainOptions& o, const Topology& t) {
+  const int dp = t.grid.dims().dp;
   ExecutorOptions e;
   e.model = gpt_config_from(o.model);
   e.schedule.kind = parse_schedule_kind(o.parallel.schedule);
@@ -76,6 +78,7 @@ ExecutorOptions executor_options(const TrainOptions& o, int dp) {
   e.adamw = {static_cast<float>(o.train.beta1), static_cast<float>(o.train.beta2),
              static_cast<float>(o.train.eps), static_cast<float>(o.train.weight_decay)};
   e.grad_clip = static_cast<float>(o.train.grad_clip);
+  e.wan = wan_route_for(wan_setup(o, t.grid.dims()), t.world_rank);
   return e;
 }
 
@@ -180,7 +183,7 @@ struct ParallelTrainer::State {
       : opts(o), data(d), topo(t), peaks{peak, "", std::nullopt, ""}, dp(t.grid.dims().dp),
         B(o.train.micro_batch), T(o.model.seq_len),
         micro_total(o.train.global_batch / o.train.micro_batch), micro_mine(micro_total / dp),
-        exec_opts(executor_options(o, dp)), exec(exec_opts, t, backend),
+        exec_opts(executor_options(o, t)), exec(exec_opts, t, backend),
         sampler(d.train_splits(), SamplerOptions{o.model.seq_len, o.train.seed,
                                           parse_sample_mode(o.data.sample_mode), t.me.dp,
                                           t.grid.dims().dp}),

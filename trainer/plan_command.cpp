@@ -12,6 +12,7 @@
 
 #include "parallel/sim/planner.h"
 #include "trainer/sim_inputs.h"
+#include "trainer/wan_setup.h"
 
 namespace pipelane {
 
@@ -36,6 +37,10 @@ po::options_description describe(PlanOptions& o) {
       "and the schedule's in-flight bound; those that fit a device are simulated with and without the\n"
       "lanes, and the frontier of training throughput vs the lanes' value ($ of side work per hour) is\n"
       "printed: once bubbles are worth something, the schedule is a priced decision.\n"
+      "With sites (the cluster's [site.NAME] or [cluster] sites), stages go across the sites in order\n"
+      "and each candidate says which site holds which stages; one that would put a tensor-parallel group\n"
+      "across sites is refused ([wan] force = true keeps it); [wan] sharing and connections price the\n"
+      "cross-site transfers as the executor makes them.\n"
       "Every `pipelane train` key is accepted (--section.key=value); [parallel] keys are ignored.\n\noptions");
   d.add_options()
       ("help,h", "print this help and exit")
@@ -84,6 +89,7 @@ void print_rows(const std::vector<const sim::PlanCandidate*>& rows, const std::v
     for (double units : c->lane_units_per_hour) std::printf(" %14.4g", units);
     if (!lanes.empty()) std::printf(" %10.4g %8.2f%%", c->lane_value_per_hour, 100 * c->net_saving);
     std::printf("\n");
+    if (!c->sites.empty()) std::printf("      sites: %s\n", c->sites.c_str());
   }
 }
 
@@ -96,11 +102,12 @@ int plan_command(int argc, char** argv) {
     po::variables_map vm;
     const std::optional<std::vector<std::string>> rest = parse_command_options(argc, argv, desc, vm);
     if (!rest) return 0;
-    if (o.cluster.empty()) throw SimInputError("give --cluster FILE (see --help)");
     if (!has_config_argument(*rest))
       throw SimInputError("give --config FILE (a training config: its [model] and [train] global_batch)");
     const TrainOptions options = train_options_from_args(*rest, "");
-    const ClusterFile cluster = load_cluster(o.cluster);
+    if (o.cluster.empty() && options.wan.cluster.empty())
+      throw SimInputError("give --cluster FILE (or [wan] cluster; see --help)");
+    const ClusterFile cluster = load_cluster(o.cluster.empty() ? options.wan.cluster : o.cluster);
 
     sim::PlanSpace space;
     space.model = sim::JobSpec{}.model;
@@ -117,6 +124,9 @@ int plan_command(int argc, char** argv) {
 
     sim::SimulationSetup base;
     base.cluster = cluster.cluster;
+    base.wan = wan_settings(options.wan, cluster.cluster);
+    base.force_sites = options.wan.force;
+    base.job.replicas_across_sites = options.wan.placement == "replicas";
     base.all_reduce = cluster.all_reduce;
     if (!o.profile.empty()) base.profile = load_run_profile(o.profile).profile;
     if (!o.lanes.empty()) base.lanes = load_lane_models(o.lanes, cluster);
@@ -142,7 +152,8 @@ int plan_command(int argc, char** argv) {
                        {"lane_value_per_hour", c.lane_value_per_hour}, {"training_per_hour", c.training_per_hour},
                        {"lane_units_per_hour", c.lane_units_per_hour},
                        {"gross_saving", c.gross_saving}, {"net_saving", c.net_saving}, {"overhead", c.overhead},
-                       {"max_stage_memory_bytes", c.max_stage_memory}, {"on_frontier", c.on_frontier}});
+                       {"max_stage_memory_bytes", c.max_stage_memory}, {"on_frontier", c.on_frontier},
+                       {"sites", c.sites}});
       std::cout << out.dump(2) << "\n";
       return 0;
     }
@@ -151,6 +162,15 @@ int plan_command(int argc, char** argv) {
                 cluster.cluster.name.c_str(), o.devices > 0 ? o.devices : cluster.cluster.devices(),
                 cluster.cluster.device.name.c_str(), cluster.cluster.device.memory_bytes / (1024.0 * 1024 * 1024),
                 cluster.cluster.device.price_per_hour);
+    if (cluster.cluster.sites.size() > 1)
+      std::printf("  %zu sites; stages go across them in order, tensor and data parallelism inside; cross-site "
+                  "transfers: %s; %d candidates refused (a tensor-parallel group across sites)\n",
+                  cluster.cluster.sites.size(),
+                  base.wan ? (std::string(wan_sharing_name(base.wan->sharing)) + ", " +
+                              std::to_string(base.wan->connections) + " connection(s) each")
+                                 .c_str()
+                           : "as the cluster file's links ([wan] sharing = off)",
+                  result.rejected_sites);
     std::printf("  %zu candidates fit, %d over a device's memory; simulated in %.2f s (%s)\n",
                 result.candidates.size(), result.rejected_memory, wall,
                 base.profile ? ("costs from profile " + o.profile).c_str() : "costs from the device table");

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "trainer/ini_scan.h"
+#include "trainer/sim_cluster_sites.h"
 #include "trainer/sim_inputs.h"
 
 namespace pipelane {
@@ -37,11 +38,6 @@ double to_number(const std::string& where, const std::string& key, const std::st
   return value;
 }
 
-int to_count(const std::string& where, const std::string& key, const std::string& text) {
-  const double v = to_number(where, key, text, 1, true);
-  if (v != std::floor(v)) throw SimInputError(where + ": " + key + " = '" + text + "': expected a whole number >= 1");
-  return static_cast<int>(v);
-}
 
 // [device.NAME] keys, applied onto a built-in entry or a new one.
 void apply_device_key(DeviceSpec& d, const std::string& where, const std::string& key, const std::string& value) {
@@ -67,18 +63,26 @@ void apply_device_key(DeviceSpec& d, const std::string& where, const std::string
   }
 }
 
+}  // namespace
+
+int to_count(const std::string& where, const std::string& key, const std::string& text) {
+  const double v = to_number(where, key, text, 1, true);
+  if (v != std::floor(v)) throw SimInputError(where + ": " + key + " = '" + text + "': expected a whole number >= 1");
+  return static_cast<int>(v);
+}
+
 void apply_link_key(LinkSpec& l, const std::string& where, const std::string& key, const std::string& value) {
   if (key == "description") l.description = value;
   else if (key == "latency_us") l.latency_s = to_number(where, key, value, 0, false) * 1e-6;
   else if (key == "bandwidth_gbs") l.bandwidth = to_number(where, key, value, 0, true) * 1e9;
   else if (key == "connections") l.connections = to_count(where, key, value);
   else if (key == "capacity_gbs") l.capacity = to_number(where, key, value, 0, false) * 1e9;
+  else if (key == "rendezvous_above_bytes") l.rendezvous_above_bytes = to_number(where, key, value, 0, false);
   else
     throw SimInputError(where + ": unknown key '" + key +
-                        "' (expected description, latency_us, bandwidth_gbs, connections, capacity_gbs)");
+                        "' (expected description, latency_us, bandwidth_gbs, connections, capacity_gbs, "
+                        "rendezvous_above_bytes)");
 }
-
-}  // namespace
 
 const sim::DeviceSpec& find_device(const ClusterFile& file, const std::string& name, const std::string& where) {
   for (const DeviceSpec& d : file.devices)
@@ -104,12 +108,17 @@ ClusterFile load_cluster(const std::string& path) {
   const auto at = [&](int line) { return path + ":" + std::to_string(line); };
   std::map<std::string, Located> cluster;
   std::map<std::string, std::vector<IniEntry>> devices, links;
+  ClusterSiteSections site_sections;
   int cluster_line = 0;
   for (const IniSectionHeader& h : scan.sections) {
     if (h.name == "cluster") cluster_line = h.line;
     else if (h.name.rfind("device.", 0) == 0 && h.name.size() > 7) devices[h.name.substr(7)];
     else if (h.name.rfind("link.", 0) == 0 && h.name.size() > 5) links[h.name.substr(5)];
-    else throw SimInputError(at(h.line) + ": unknown section [" + h.name + "] (expected [cluster], [device.NAME], [link.NAME])");
+    else if (h.name.rfind("site.", 0) == 0 && h.name.size() > 5) site_sections.sites.push_back(h);
+    else if (h.name.rfind("between.", 0) == 0 && h.name.size() > 8) site_sections.between.push_back(h);
+    else
+      throw SimInputError(at(h.line) + ": unknown section [" + h.name +
+                          "] (expected [cluster], [device.NAME], [link.NAME], [site.NAME], [between.A.B])");
   }
   if (!cluster_line) throw SimInputError(path + ": no [cluster] section");
   static const char* const kClusterKeys[] = {"name", "device", "nodes", "devices_per_node", "intra_node_link",
@@ -124,6 +133,8 @@ ClusterFile load_cluster(const std::string& path) {
       cluster[e.key] = {e.value, e.line};
     } else if (e.section.rfind("device.", 0) == 0) {
       devices[e.section.substr(7)].push_back(e);
+    } else if (e.section.rfind("site.", 0) == 0 || e.section.rfind("between.", 0) == 0) {
+      site_sections.entries[e.section].push_back(e);
     } else {
       links[e.section.substr(5)].push_back(e);
     }
@@ -198,10 +209,11 @@ ClusterFile load_cluster(const std::string& path) {
       if (colon == std::string::npos || colon == 0)
         throw SimInputError(where("sites") + "sites = '" + value("sites") + "': expected name:nodes, name:nodes, ...");
       c.sites.push_back({item.substr(0, colon), to_count(where("sites") + "sites", "nodes of " + item.substr(0, colon),
-                                                         item.substr(colon + 1))});
+                                                         item.substr(colon + 1)),
+                         {}});
     }
   } else {
-    c.sites.push_back({"site", cluster.count("nodes") ? to_count(where("nodes") + "nodes", "nodes", value("nodes")) : 1});
+    c.sites.push_back({"site", cluster.count("nodes") ? to_count(where("nodes") + "nodes", "nodes", value("nodes")) : 1, {}});
   }
   const std::optional<LinkSpec> intra = link_named("intra_node_link");
   if (!intra && c.devices_per_node > 1)
@@ -211,13 +223,16 @@ ClusterFile load_cluster(const std::string& path) {
   c.intra_node = intra ? *intra : *sim::builtin_link("shm");
   c.inter_node = link_named("inter_node_link");
   c.inter_site = link_named("inter_site_link");
+  const int sites_line = cluster.count("sites") ? cluster["sites"].line : cluster.count("nodes") ? cluster["nodes"].line : 0;
+  apply_site_sections(path, site_sections, link_table, sites_line, c);
   const bool multi_node_site = std::any_of(c.sites.begin(), c.sites.end(), [](const sim::Site& s) { return s.nodes > 1; });
   if (multi_node_site && !c.inter_node)
     throw SimInputError(at(cluster_line) + ": [cluster] has more than one node but no inter_node_link (built-ins: " +
                         sim::builtin_link_names() + ")");
-  if (c.sites.size() > 1 && !c.inter_site)
+  if (c.sites.size() > 1 && !c.inter_site &&
+      c.site_links.size() < c.sites.size() * (c.sites.size() - 1) / 2)
     throw SimInputError(at(cluster_line) + ": [cluster] has " + std::to_string(c.sites.size()) +
-                        " sites but no inter_site_link (e.g. wan)");
+                        " sites but no inter_site_link (e.g. wan) and not every pair has a [between.A.B]");
   if (cluster.count("all_reduce")) {
     try {
       file.all_reduce = sim::parse_all_reduce_algorithm(value("all_reduce"));
@@ -242,7 +257,7 @@ ClusterFile this_machine_cluster(int devices) {
   for (DeviceSpec& d : file.devices)
     if (d.name == "cpu") d = c.device;
   c.devices_per_node = std::max(1, devices);
-  c.sites.push_back({"site", 1});
+  c.sites.push_back({"site", 1, {}});
   c.intra_node = *sim::builtin_link("shm");
   return file;
 }

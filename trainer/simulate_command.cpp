@@ -14,6 +14,7 @@
 #include "trainer/chrome_trace.h"
 #include "trainer/sim_inputs.h"
 #include "trainer/sim_report.h"
+#include "trainer/wan_setup.h"
 
 namespace pipelane {
 
@@ -49,8 +50,10 @@ po::options_description describe(SimulateOptions& o) {
        "a finished `pipelane train` run directory: its config.ini is the default --config, its\n"
        "summary.json and trace.json the compute costs, and its traced lane steps the lanes")
       ("cluster", po::value(&o.cluster),
-       "cluster file (configs/clusters/*.ini: [cluster], [device.NAME], [link.NAME]); default: this\n"
-       "machine, one measured core per rank, MPI over shared memory")
+       "cluster file (configs/clusters/*.ini: [cluster], [device.NAME], [link.NAME], [site.NAME],\n"
+       "[between.A.B]); default: [wan] cluster, else this machine, one measured core per rank, MPI over\n"
+       "shared memory. Sites: set [wan] sharing (concurrent | temporal) and connections to simulate\n"
+       "the executor's WAN-aware transfers")
       ("lanes", po::value(&o.lanes),
        "lane step-time distributions, JSON lines (`pipelane lane-bench NAME --json`, or stated:\n"
        "{\"lane\":...,\"step_ms_median\":...}); `none` turns lanes off; default: the profiled run's lanes")
@@ -82,6 +85,15 @@ void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome
               spec.virtual_stages > 1 ? (", " + std::to_string(spec.virtual_stages) + " virtual stages").c_str() : "",
               setup.iterations);
   std::printf("  compute from: %s\n", src.compute.c_str());
+  if (out.placement.multi_site()) {
+    std::printf("  sites: %s; cross-site transfers: %s\n", out.placement.describe(setup.cluster.site_map()).c_str(),
+                setup.wan ? (std::string(wan_sharing_name(setup.wan->sharing)) + ", " +
+                             std::to_string(setup.wan->connections) + " connection(s) each")
+                                .c_str()
+                          : "as the cluster file's links ([wan] sharing = off)");
+    for (const std::string& w : placement_warnings(out.placement, setup.force_sites))
+      std::printf("  warning: %s\n", w.c_str());
+  }
   if (!out.replicas_identical)
     std::printf("  note: data-parallel replicas sit on different kinds of links; the slowest is simulated\n");
   std::printf("iteration %.3f ms (lanes off %.3f ms), %.4g tokens/s, bubble %.4f (theoretical %.4f)\n",
@@ -147,17 +159,22 @@ int simulate_command(int argc, char** argv) {
         train_options_from_args(*rest, run ? (std::filesystem::path(o.profile) / "config.ini").string() : "");
     const int model_parallel = options.parallel.tp * options.parallel.pp;
     const int wanted = options.parallel.dp > 0 ? model_parallel * options.parallel.dp : model_parallel;
-    ClusterFile cluster = o.cluster.empty() ? this_machine_cluster(wanted) : load_cluster(o.cluster);
+    // --cluster, else the one [wan] names, else this machine.
+    const std::string cluster_path = !o.cluster.empty() ? o.cluster : options.wan.cluster;
+    ClusterFile cluster = cluster_path.empty() ? this_machine_cluster(wanted) : load_cluster(cluster_path);
 
     sim::SimulationSetup setup;
     setup.cluster = cluster.cluster;
     setup.job = job_from_options(options, cluster.cluster.devices());
+    setup.job.replicas_across_sites = options.wan.placement == "replicas";
+    setup.wan = wan_settings(options.wan, cluster.cluster);
+    setup.force_sites = options.wan.force;
     setup.all_reduce = o.all_reduce.empty() ? cluster.all_reduce : sim::parse_all_reduce_algorithm(o.all_reduce);
     setup.iterations = vm.count("iterations") ? o.iterations : options.train.steps;
     if (setup.iterations < 1) throw SimInputError("--iterations must be >= 1");
     setup.keep_timelines = o.trace_iterations;
     SimulationSources sources;
-    sources.cluster = o.cluster.empty() ? "this machine" : o.cluster;
+    sources.cluster = cluster_path.empty() ? "this machine" : cluster_path;
     if (run) {
       setup.profile = run->profile;
       // On the machine the profile was measured on, a waiting rank took what the run measured to go

@@ -29,6 +29,7 @@
 #include "trainer/parallel_trainer.h"
 #include "trainer/text_tokenizer.h"
 #include "trainer/train_options.h"
+#include "trainer/wan_setup.h"
 #include "trainer/lane_plan.h"
 #include "trainer/lane_valuation.h"
 #include "trainer/training_data.h"
@@ -240,6 +241,7 @@ int train_command(int argc, char** argv) {
   ParallelDims dims;
   std::unique_ptr<Backend> backend;
   int device = 0;
+  WanSetup wan;
   std::string error;
   int code = 0;
   try {
@@ -250,6 +252,7 @@ int train_command(int argc, char** argv) {
     }
     dims = resolve_dims(opts, world);
     backend = make_training_backend(opts, ranks_here, local_rank, &device);
+    wan = wan_setup(opts, dims);
     data.emplace(TrainingData::open(opts));
     if (opts.train.sample_every > 0) {
       try {
@@ -360,6 +363,15 @@ int train_command(int argc, char** argv) {
                   dims.dp, dims.pp, backend->name().c_str(), peaks.gflops, peaks.source.c_str());
       if (peaks.sgemm_gflops)
         std::printf("  measured sgemm %.0f GFLOP/s per rank (%s)\n", *peaks.sgemm_gflops, peaks.sgemm_source.c_str());
+      if (wan.cluster)
+        std::printf("  sites: %s; cross-site transfers: %s\n", wan.placement.describe(wan.sites).c_str(),
+                    wan.settings ? (std::string(wan_sharing_name(wan.settings->sharing)) + ", " +
+                                    std::to_string(wan.settings->connections) + " connection(s) each")
+                                       .c_str()
+                                 : "as any other ([wan] sharing = off)");
+      for (const std::string& w : wan.warnings) std::fprintf(stderr, "pipelane train: warning: %s\n", w.c_str());
+      const std::string transport = wan_transport_mismatch(wan);
+      if (!transport.empty()) std::fprintf(stderr, "pipelane train: warning: %s\n", transport.c_str());
     }
     {  // The memory this job takes, before step 1: every rank's arena, lane quotas and token data.
       const double lanes_here = opts.lanes.runs_on_stage(topo.me.pp)

@@ -303,6 +303,20 @@ std::vector<OptionKey> train_option_keys() {
               "price of one training device per hour, for the cost saving; 0: not given")
       .number("dedicated_price_per_hour", &LanesOptions::dedicated_price_per_hour, at_least(0),
               "price per hour of the dedicated device lane work is valued on; 0: the training device's");
+  SectionKeys<WanOptions>(keys, "wan", &TrainOptions::wan)
+      .text("cluster", &WanOptions::cluster, {},
+            "cluster file naming the sites (data centres) the ranks run in and the links between them "
+            "(configs/clusters/README.md); pipeline stages are placed across the sites, tensor and data "
+            "parallelism inside them. Empty: one site")
+      .text("sharing", &WanOptions::sharing, {"off", "concurrent", "temporal"},
+            "cross-site transfers: off (as any other), concurrent (the pipelines sharing a link send at "
+            "once: the naive baseline) or temporal (they send in turn, each message with the link to itself)")
+      .integer("connections", &WanOptions::connections, 0,
+               "parallel connections a cross-site message is split over; 0: the inter-site link's connections")
+      .text("placement", &WanOptions::placement, {"stages", "replicas"},
+            "stages: pipeline stages across sites (tensor and data parallelism inside); replicas: whole "
+            "pipelines per site, data parallelism across (a baseline: pipelane simulate only)")
+      .boolean("force", &WanOptions::force, "run even with a tensor-parallel group across sites (warned)");
   return keys;
 }
 

@@ -135,6 +135,16 @@ struct RuntimeOptions {
   friend bool operator==(const RuntimeOptions&, const RuntimeOptions&) = default;
 };
 
+// [wan]: training across sites (data centres) joined by a WAN (parallel/wan_schedule.h).
+struct WanOptions {
+  std::string cluster;              // cluster file naming the sites and their links; "": one site
+  std::string sharing = "off";      // off | concurrent | temporal
+  int connections = 0;              // per cross-site transfer; 0: the inter-site link's `connections`
+  std::string placement = "stages";  // stages (across sites) | replicas (across sites: simulated only)
+  bool force = false;               // run a tensor-parallel group across sites (else refused)
+  friend bool operator==(const WanOptions&, const WanOptions&) = default;
+};
+
 struct TrainOptions {
   RuntimeOptions runtime;
   ModelOptions model;
@@ -143,6 +153,7 @@ struct TrainOptions {
   ParallelOptions parallel;
   RunOptions run;
   LanesOptions lanes;
+  WanOptions wan;
   std::string config_path;      // "" when none given
   bool help_requested = false;  // --help was given; train_options_help() has the text
   // The resolved configuration as an INI file (all keys, all sections); parsing it

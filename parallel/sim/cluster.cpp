@@ -24,18 +24,49 @@ int Cluster::site_of(int rank) const {
   return static_cast<int>(sites.size()) - 1;
 }
 
+const LinkSpec& Cluster::site_link(int a, int b) const {
+  const auto it = site_links.find({std::min(a, b), std::max(a, b)});
+  if (it != site_links.end()) return it->second;
+  if (!inter_site)
+    throw std::invalid_argument("cluster " + name + ": no link between sites " + sites.at(a).name + " and " +
+                                sites.at(b).name);
+  return *inter_site;
+}
+
+SiteMap Cluster::site_map() const {
+  std::vector<std::string> names;
+  std::vector<int> ranks;
+  for (const Site& s : sites) {
+    names.push_back(s.name);
+    ranks.push_back(s.nodes * devices_per_node);
+  }
+  return SiteMap::from_counts(names, ranks);
+}
+
 const LinkSpec& Cluster::link_between(int rank_a, int rank_b) const {
-  if (site_of(rank_a) != site_of(rank_b)) return *inter_site;
+  if (site_of(rank_a) != site_of(rank_b)) return site_link(site_of(rank_a), site_of(rank_b));
   if (node_of(rank_a) != node_of(rank_b)) return *inter_node;
   return intra_node;
 }
 
 const LinkSpec& Cluster::group_link(int first, int stride, int size) const {
   bool spans_nodes = false;
+  std::vector<int> spanned{site_of(first)};
   for (int k = 1; k < size; ++k) {
     const int rank = first + k * stride;
-    if (site_of(rank) != site_of(first)) return *inter_site;
+    if (std::find(spanned.begin(), spanned.end(), site_of(rank)) == spanned.end()) spanned.push_back(site_of(rank));
     spans_nodes = spans_nodes || node_of(rank) != node_of(first);
+  }
+  if (spanned.size() > 1) {  // the slowest link between two of the sites it spans
+    const LinkSpec* slowest = nullptr;
+    for (std::size_t i = 0; i < spanned.size(); ++i)
+      for (std::size_t j = i + 1; j < spanned.size(); ++j) {
+        const LinkSpec& l = site_link(spanned[i], spanned[j]);
+        if (!slowest || l.effective_bandwidth() < slowest->effective_bandwidth() ||
+            (l.effective_bandwidth() == slowest->effective_bandwidth() && l.latency_s > slowest->latency_s))
+          slowest = &l;
+      }
+    return *slowest;
   }
   return spans_nodes ? *inter_node : intra_node;
 }
@@ -49,8 +80,12 @@ void Cluster::validate() const {
   const bool multi_node_site = std::any_of(sites.begin(), sites.end(), [](const Site& s) { return s.nodes > 1; });
   if (multi_node_site && !inter_node)
     throw std::invalid_argument(where + ": nodes need a link between them ([cluster] inter_node_link)");
-  if (sites.size() > 1 && !inter_site)
-    throw std::invalid_argument(where + ": sites need a link between them ([cluster] inter_site_link)");
+  for (std::size_t a = 0; a < sites.size() && !inter_site; ++a)
+    for (std::size_t b = a + 1; b < sites.size(); ++b)
+      if (!site_links.count({static_cast<int>(a), static_cast<int>(b)}))
+        throw std::invalid_argument(where + ": sites " + sites[a].name + " and " + sites[b].name +
+                                    " need a link between them ([cluster] inter_site_link or [between." +
+                                    sites[a].name + "." + sites[b].name + "])");
   if (!(device.peak_flops() > 0))
     throw std::invalid_argument(where + ": device " + device.name + " has no peak FLOP/s for its precision");
 }

@@ -5,17 +5,21 @@
 // nodes in order, site after site. Sites are for jobs spread over data centres joined by a WAN:
 // the inter-site link is then what pipeline transfers and all-reduces crossing sites pay.
 #pragma once
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/sim/hardware.h"
+#include "parallel/sites.h"
 
 namespace pipelane::sim {
 
 struct Site {
   std::string name;
   int nodes = 1;
+  std::vector<std::string> hosts;  // its nodes' host names, when the cluster file gives them
 };
 
 struct Cluster {
@@ -25,7 +29,9 @@ struct Cluster {
   std::vector<Site> sites;             // at least one
   LinkSpec intra_node;                 // between devices of one node
   std::optional<LinkSpec> inter_node;  // between nodes of one site (needed when a site has > 1 node)
-  std::optional<LinkSpec> inter_site;  // between sites (needed with > 1 site)
+  std::optional<LinkSpec> inter_site;  // between sites (needed with > 1 site, unless every pair has its own)
+  // The link between two particular sites (indices, the lower first), where it is not inter_site.
+  std::map<std::pair<int, int>, LinkSpec> site_links;
 
   int nodes() const;
   int devices() const { return nodes() * devices_per_node; }
@@ -37,6 +43,10 @@ struct Cluster {
   // ring or tree is bound by): the inter-site link if it spans sites, else the inter-node link if
   // it spans nodes, else the intra-node link.
   const LinkSpec& group_link(int first, int stride, int size) const;
+  // The link between sites a and b (a != b): their own, else inter_site.
+  const LinkSpec& site_link(int a, int b) const;
+  // The sites as blocks of ranks (devices), for parallel/sites.h's placement.
+  SiteMap site_map() const;
   // std::invalid_argument, one line, when something a placement needs is missing.
   void validate() const;
 };

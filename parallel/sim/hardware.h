@@ -34,6 +34,10 @@ struct LinkSpec {
   double bandwidth = 0;   // bytes/s of one connection
   int connections = 1;    // parallel connections one transfer is striped over
   double capacity = 0;    // bytes/s of the whole link; 0: no cap beyond connections x bandwidth
+  // Messages larger than this go by rendezvous (MPI's protocol for large messages: the sender's
+  // request waits for the receive to be posted, then a round trip before the bytes flow); 0: every
+  // message is sent at once. Charged on cross-site transfers (where the latency makes it count).
+  double rendezvous_above_bytes = 0;
 
   // What one transfer gets: connections x bandwidth, capped by the link's capacity.
   double effective_bandwidth() const;

@@ -20,12 +20,10 @@ OpTable empty_table(const ScheduleSpec& spec) {
   return t;
 }
 
-RankGrid grid_of(const JobSpec& job) { return RankGrid({job.tp, job.dp, job.schedule.pp}); }
-
 // The tensor-parallel group of (dp 0, stage): its link (identical for every replica when the
 // group fits a node; the tp group is the fastest-varying coordinate).
 const LinkSpec& tp_link(const JobSpec& job, const Cluster& cluster, int stage) {
-  return cluster.group_link(grid_of(job).rank_of({0, 0, stage}), 1, job.tp);
+  return cluster.group_link(physical_rank(job, {0, 0, stage}), 1, job.tp);
 }
 
 // Seconds of the tensor-parallel all-reduces inside one pass.
@@ -39,6 +37,28 @@ constexpr double kAdamBytesPerParam = 28;  // read param, grad, m, v (16); write
 constexpr double kNormBytesPerParam = 4;   // read the gradient
 
 }  // namespace
+
+int physical_rank(const JobSpec& job, RankCoords c) {
+  if (!job.replicas_across_sites) return RankGrid({job.tp, job.dp, job.schedule.pp}).rank_of(c);
+  return c.tp + job.tp * (c.pp + job.schedule.pp * c.dp);
+}
+
+int dp_stride(const JobSpec& job) { return job.replicas_across_sites ? job.tp * job.schedule.pp : job.tp; }
+
+SitePlacement job_placement(const JobSpec& job, const Cluster& cluster) {
+  const ParallelDims dims{job.tp, job.dp, job.schedule.pp};
+  if (job.world() > cluster.devices())
+    throw std::invalid_argument("the job needs " + std::to_string(job.world()) + " devices (tp " +
+                                std::to_string(job.tp) + " x dp " + std::to_string(job.dp) + " x pp " +
+                                std::to_string(dims.pp) + "), cluster " + cluster.name + " has " +
+                                std::to_string(cluster.devices()));
+  const RankGrid grid(dims);
+  std::vector<int> site_of_rank;
+  for (int r = 0; r < dims.world(); ++r) site_of_rank.push_back(cluster.site_of(physical_rank(job, grid.coords(r))));
+  std::vector<std::string> names;
+  for (const Site& s : cluster.sites) names.push_back(s.name);
+  return placement_of(dims, std::move(site_of_rank), names);
+}
 
 OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster& cluster,
                         AllReduceAlgorithm algorithm) {
@@ -137,7 +157,6 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
                            AllReduceAlgorithm algorithm)
     : job_(job), ops_(std::move(ops)), algorithm_(algorithm) {
   const ScheduleSpec& spec = job.schedule;
-  const RankGrid grid = grid_of(job);
   const int pp = spec.pp;
   if (job.world() > cluster.devices())
     throw std::invalid_argument("the job needs " + std::to_string(job.world()) + " devices (tp " +
@@ -152,7 +171,7 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
     if (from == to || p2p_.count({from, to})) return;
     const LinkSpec* slowest = nullptr;
     for (int d = 0; d < job.dp; ++d) {
-      const LinkSpec& link = cluster.link_between(grid.rank_of({0, d, from}), grid.rank_of({0, d, to}));
+      const LinkSpec& link = cluster.link_between(physical_rank(job, {0, d, from}), physical_rank(job, {0, d, to}));
       if (slowest && link.name != slowest->name) replicas_identical_ = false;
       if (!slowest || link.transfer_s(message_bytes_) > slowest->transfer_s(message_bytes_)) slowest = &link;
     }
@@ -165,14 +184,14 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
   // Tensor-parallel groups in different kinds of places also make replicas differ.
   for (int s = 0; s < pp; ++s)
     for (int d = 1; d < job.dp; ++d)
-      if (cluster.group_link(grid.rank_of({0, d, s}), 1, job.tp).name !=
-          cluster.group_link(grid.rank_of({0, 0, s}), 1, job.tp).name)
+      if (cluster.group_link(physical_rank(job, {0, d, s}), 1, job.tp).name !=
+          cluster.group_link(physical_rank(job, {0, 0, s}), 1, job.tp).name)
         replicas_identical_ = false;
 
   // Data-parallel gradient all-reduces: each chunk's gradients (fp32) over the dp group of its stage.
   dp_reduce_s_.assign(pp, std::vector<double>(spec.virtual_stages, 0.0));
   for (int s = 0; s < pp && job.dp > 1; ++s) {
-    const LinkSpec& link = cluster.group_link(grid.rank_of({0, 0, s}), job.tp, job.dp);
+    const LinkSpec& link = cluster.group_link(physical_rank(job, {0, 0, s}), dp_stride(job), job.dp);
     for (int c = 0; c < spec.virtual_stages; ++c)
       dp_reduce_s_[s][c] = all_reduce_s(shape.chunk(spec, s, c).params * 4, job.dp, link, algorithm_);
   }
@@ -240,18 +259,49 @@ double JobCostModel::wake_s() const {
   return draw_from(step && !step->wake.empty() ? step->wake : wake_, draws_.next());
 }
 
-double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr&, double send_s) {
+double JobCostModel::wan_wire_s(const LinkSpec& link, const WanSlot& slot) const {
+  double bandwidth = slot.stripes * link.bandwidth;
+  if (link.capacity > 0)
+    bandwidth = std::min(bandwidth, slot.has_turn() ? link.capacity : link.capacity / slot.sharers);
+  return message_bytes_ / bandwidth;
+}
+
+double JobCostModel::wan_turn_s(const LinkSpec& link, const WanSlot& slot) const {
+  return wan_wire_s(link, slot) + (rendezvous(link) ? 2 * link.latency_s : 0.0);
+}
+
+void JobCostModel::plan_wan(const std::vector<std::vector<Instr>>& lists) {
+  wan_lag_s_ = 0;
+  for (std::size_t s = 0; s < lists.size(); ++s)
+    for (const Instr& in : lists[s])
+      if ((in.op == Op::SendFwd || in.op == Op::SendBwd) && in.wan.has_turn())
+        wan_lag_s_ = std::max(wan_lag_s_, (in.wan.sharers - 1) *
+                                              wan_turn_s(p2p_link(static_cast<int>(s), in.peer_stage), in.wan));
+}
+
+double JobCostModel::arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) {
   if (from_stage == to_stage) return send_s;  // pp = 1 with chunks: a local hand-over
   const LinkSpec& link = p2p_link(from_stage, to_stage);
   // Messages on one link go one after another; the latency overlaps the next message's bytes.
   double& free = link_free_[{from_stage, to_stage}];
   const double start = std::max(send_s, free);
-  const double wire = message_bytes_ / link.effective_bandwidth();
-  free = start + wire;
+  const double wire = send.wan.crosses() ? wan_wire_s(link, send.wan) : message_bytes_ / link.effective_bandwidth();
+  // Under turns the other pipelines' copies follow this one before its next message.
+  free = start + (send.wan.has_turn() ? wan_turn_s(link, send.wan) * send.wan.sharers : wire);
   return start + wire + link.latency_s;
 }
 
+double JobCostModel::delivered_s(int from_stage, int to_stage, const Instr& send, double arrival,
+                                 double recv_posted_s) {
+  if (from_stage == to_stage || !send.wan.crosses()) return arrival;
+  const LinkSpec& link = p2p_link(from_stage, to_stage);
+  if (!rendezvous(link)) return arrival;
+  const double round_trip = 2 * link.latency_s;
+  return std::max(arrival, recv_posted_s + wan_wire_s(link, send.wan)) + round_trip;
+}
+
 double JobCostModel::grad_reduce_done_s(int stage, int chunk, double ready_s) {
+  ready_s += wan_lag_s_;  // the all-reduce starts when the last pipeline's gradients are final
   const double cost = dp_reduce_s_[stage][chunk];
   if (cost <= 0) return ready_s;
   const double start = std::max(ready_s, dp_free_[stage]);

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "parallel/rank_grid.h"
 #include "parallel/schedule_sim.h"
 #include "parallel/sim/cluster.h"
 #include "parallel/sim/distribution.h"
@@ -81,6 +82,30 @@ class JobCostModel final : public SimCostModel {
 
   double compute_s(int stage, const Instr& instr) const override;
   double arrival_s(int from_stage, int to_stage, const Instr& send, double send_s) override;
+  // A cross-site message above its link's rendezvous_above_bytes: its bytes leave once the
+  // receive is posted and the clear-to-send is back (one latency), and the request and the answer
+  // add a round trip to a message whose receive was already waiting.
+  double delivered_s(int from_stage, int to_stage, const Instr& send, double arrival, double recv_posted_s) override;
+  // Cross-site transfers of lists lowered by parallel/wan_schedule (wan.stripes > 0) take the
+  // link between the two sites striped over wan.stripes connections (each the link's per-connection
+  // bandwidth, together at most its capacity). Concurrent sharing: the wan.sharers pipelines send
+  // their copies at once and split the capacity. Temporal: each copy has the link alone, in turns
+  // (the sender goes on; its message waits for its turn), so this pipeline's next message on the
+  // link goes after the others' (sharers x wire time), and pipeline r's messages arrive r wire
+  // times after pipeline 0's - the simulated one, whose turn is first. The gradient all-reduces and
+  // the GradSync wait for the last pipeline: the lists' largest (sharers - 1) x turn time later.
+  // Call with the simulated lists before simulating.
+  void plan_wan(const std::vector<std::vector<Instr>>& lists);
+  // Seconds one cross-site message takes on the wire (no latency) under its WAN slot.
+  double wan_wire_s(const LinkSpec& link, const WanSlot& slot) const;
+  // How long one turn of temporal sharing holds the link: the turn passes when the send has
+  // completed, which a rendezvous send does only after the receiver's answer - its round trip is
+  // part of the turn.
+  double wan_turn_s(const LinkSpec& link, const WanSlot& slot) const;
+  bool rendezvous(const LinkSpec& link) const {
+    return link.rendezvous_above_bytes > 0 && message_bytes_ > link.rendezvous_above_bytes;
+  }
+  double wan_lag_s() const { return wan_lag_s_; }
   double grad_reduce_done_s(int stage, int chunk, double ready_s) override;
   double sync_s() const override;
 
@@ -115,6 +140,15 @@ class JobCostModel final : public SimCostModel {
   std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]
   std::map<std::pair<int, int>, double> link_free_;  // (from, to) -> when its last message is sent
   std::vector<double> dp_free_;                    // [stage] -> when its dp link is free
+  double wan_lag_s_ = 0;  // the last pipeline's delay behind the simulated one (temporal sharing)
 };
+
+// The world rank a job's coordinates take on the cluster's devices (JobSpec::replicas_across_sites
+// picks the order), and the distance between neighbours of a data-parallel group there.
+int physical_rank(const JobSpec& job, RankCoords coords);
+int dp_stride(const JobSpec& job);
+// Where the job's grid lands on the cluster's sites (parallel/sites.h). std::invalid_argument when
+// the cluster has fewer devices than the job.
+SitePlacement job_placement(const JobSpec& job, const Cluster& cluster);
 
 }  // namespace pipelane::sim

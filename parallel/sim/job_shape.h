@@ -19,6 +19,11 @@ struct JobSpec {
   int dp = 1;
   ScheduleSpec schedule{ScheduleKind::OneFOneB, 1, 1, 1};
   std::string layers_per_stage;  // "" splits evenly; else one count per virtual stage
+  // Where the grid goes on the devices: false (pipelane's grid, tp fastest, then dp, then pp:
+  // stages across sites, tensor and data parallelism inside them) or true (tp, pp, dp: every
+  // site holds whole pipelines, data parallelism spans the sites - the placement that ignores
+  // the WAN, simulated as a baseline only).
+  bool replicas_across_sites = false;
 
   int world() const { return tp * dp * schedule.pp; }
   bool split_backward() const { return schedule.kind == ScheduleKind::ZeroBubbleH1; }

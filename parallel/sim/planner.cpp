@@ -80,6 +80,7 @@ PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
             job.micro_batch = mb;
             job.tp = tp;
             job.dp = dp;
+            job.replicas_across_sites = base.job.replicas_across_sites;
             job.schedule = {kind, pp, v, m};
             try {
               validate_schedule_spec(job.schedule);
@@ -116,7 +117,14 @@ PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
     setup.lane_settings = base.lane_settings;
     setup.all_reduce = base.all_reduce;
     setup.iterations = base.iterations;
+    setup.wan = base.wan;
+    setup.force_sites = base.force_sites;
     try {
+      const SitePlacement placement = job_placement(job, cluster);
+      if (!placement_refusal(placement, base.force_sites).empty()) {
+        ++result.rejected_sites;
+        continue;
+      }
       const JobShape shape = job_shape(job);
       const std::vector<double> memory = shape.stage_memory_bytes(job.schedule, cluster.device.element_bytes());
       const double most = *std::max_element(memory.begin(), memory.end());
@@ -133,6 +141,7 @@ PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
       c.bubble_fraction = out.off.bubble_fraction;
       c.max_stage_memory = most;
       c.training_per_hour = job.world() * cluster.device.price_per_hour;
+      if (out.placement.multi_site()) c.sites = out.placement.describe(cluster.site_map());
       if (out.on) {
         double bubble = 0, harvested = 0;
         for (const StageReport& st : out.on->stages) {

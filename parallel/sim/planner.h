@@ -36,16 +36,22 @@ struct PlanCandidate {
   double net_saving = 0, gross_saving = 0, overhead = 0;
   double max_stage_memory = 0;    // bytes
   bool on_frontier = false;
+  std::string sites;              // where its stages go when the cluster has sites ("" otherwise)
 };
 
 struct PlanResult {
   std::vector<PlanCandidate> candidates;  // every candidate that fits, fastest first
   int rejected_memory = 0;                // candidates over a device's memory
   int rejected_shape = 0;                 // splits the model does not allow
+  int rejected_sites = 0;                 // a tensor-parallel group across sites (parallel/sites.h)
   double smallest_memory_needed = 0;      // over all candidates (bytes): "fits no device" says it
 };
 
-// `base` carries the lanes, lane settings, cluster, all-reduce and iterations; its job is ignored.
+// `base` carries the lanes, lane settings, cluster, all-reduce, iterations and WAN settings; its job
+// is ignored but for its placement (replicas_across_sites). With sites, each candidate's stages go
+// across them as the rank grid places them (parallel/sites.h) and the candidate says which site
+// holds which stages; one that puts a tensor-parallel group across sites is rejected (unless
+// base.force_sites).
 // DoesNotFit when no candidate fits.
 PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
                      const std::function<void(int done, int total)>& progress = {});

@@ -26,23 +26,48 @@ std::vector<double> check_memory(const JobSpec& job, const JobShape& shape, cons
   return memory;
 }
 
+Cluster cluster_for_wan(const SimulationSetup& setup) {
+  Cluster cluster = setup.cluster;
+  if (!setup.wan) return cluster;
+  if (cluster.inter_site) cluster.inter_site->connections = setup.wan->connections;
+  for (auto& [pair, link] : cluster.site_links) link.connections = setup.wan->connections;
+  return cluster;
+}
+
+std::vector<std::vector<Instr>> simulated_lists(const SimulationSetup& setup, const SitePlacement& placement) {
+  const ScheduleSpec& spec = setup.job.schedule;
+  const RankGrid grid(placement.dims);
+  std::vector<std::vector<Instr>> lists;
+  for (int s = 0; s < spec.pp; ++s) {
+    std::vector<Instr> list = build_schedule(spec, s);
+    // Pipeline 0 (tp 0, dp 0): the first turn of every rotation it takes part in.
+    if (setup.wan) list = lower_for_wan(std::move(list), wan_route(placement, grid.rank_of({0, 0, s}), *setup.wan));
+    lists.push_back(std::move(list));
+  }
+  return lists;
+}
+
 SimulationOutcome run_simulation(const SimulationSetup& setup) {
   const JobSpec& job = setup.job;
   const ScheduleSpec& spec = job.schedule;
   setup.cluster.validate();
+  const Cluster cluster = cluster_for_wan(setup);
   SimulationOutcome out;
+  out.placement = job_placement(job, cluster);
+  const std::string refusal = placement_refusal(out.placement, setup.force_sites);
+  if (!refusal.empty()) throw std::invalid_argument(refusal);
   out.shape = job_shape(job);
-  out.stage_memory_bytes = check_memory(job, out.shape, setup.cluster);
-  out.ops = setup.profile ? profile_op_table(job, out.shape, *setup.profile, setup.cluster, setup.all_reduce)
-                          : device_op_table(job, out.shape, setup.cluster, setup.all_reduce);
+  out.stage_memory_bytes = check_memory(job, out.shape, cluster);
+  out.ops = setup.profile ? profile_op_table(job, out.shape, *setup.profile, cluster, setup.all_reduce)
+                          : device_op_table(job, out.shape, cluster, setup.all_reduce);
   out.profile_as_measured = setup.profile && profile_matches(job, *setup.profile);
-  JobCostModel model(job, out.shape, setup.cluster, out.ops, setup.all_reduce);
+  JobCostModel model(job, out.shape, cluster, out.ops, setup.all_reduce);
   model.set_wake(setup.wake_samples);
   model.set_seed(setup.seed);
   out.replicas_identical = model.replicas_identical();
 
-  std::vector<std::vector<Instr>> lists;
-  for (int s = 0; s < spec.pp; ++s) lists.push_back(build_schedule(spec, s));
+  const std::vector<std::vector<Instr>> lists = simulated_lists(setup, out.placement);
+  model.plan_wan(lists);
   out.off = simulate_job(spec, lists, model, nullptr, setup.iterations, setup.lanes.empty() ? setup.keep_timelines : 0);
   const double tokens = job.tokens_per_iteration();
   out.tokens_per_s = out.off.step_s_median > 0 ? tokens / out.off.step_s_median : 0.0;
@@ -52,7 +77,7 @@ SimulationOutcome run_simulation(const SimulationSetup& setup) {
   for (int s = 0; s < spec.pp; ++s) {
     const bool stage_allowed = setup.lane_stages.empty() ||
                                std::find(setup.lane_stages.begin(), setup.lane_stages.end(), s) != setup.lane_stages.end();
-    const double free = setup.cluster.device.memory_bytes - out.stage_memory_bytes[s];
+    const double free = cluster.device.memory_bytes - out.stage_memory_bytes[s];
     for (std::size_t l = 0; l < setup.lanes.size(); ++l)
       out.runs_on[s][l] = stage_allowed && setup.lanes[l].memory_bytes <= free;
   }
@@ -63,7 +88,7 @@ SimulationOutcome run_simulation(const SimulationSetup& setup) {
   // Every rank of a stage (tp x dp of them) runs that stage's lanes the same way.
   const double ranks_per_stage = static_cast<double>(job.tp) * job.dp;
   const double world = job.world();
-  out.training_price_per_hour = setup.cluster.device.price_per_hour;
+  out.training_price_per_hour = cluster.device.price_per_hour;
   for (std::size_t l = 0; l < setup.lanes.size(); ++l) {
     const LaneModel& lane = setup.lanes[l];
     LaneValue v;

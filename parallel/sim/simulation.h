@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "parallel/sim/job_sim.h"
+#include "parallel/wan_schedule.h"
 
 namespace pipelane::sim {
 
@@ -27,6 +28,12 @@ struct SimulationSetup {
   // on); empty: 0.
   std::vector<double> wake_samples;
   std::uint64_t seed = 1;  // draws of measured spreads
+  // Transfers across sites as the executor makes them (parallel/wan_schedule.h): the lists are
+  // lowered, cross-site messages striped over wan->connections (also what the inter-site links
+  // give data-parallel all-reduces across sites) and shared between pipelines as it says. None:
+  // the links as the cluster file gives them, every transfer alone on its link.
+  std::optional<WanSettings> wan;
+  bool force_sites = false;  // run a tensor-parallel group across sites (otherwise refused)
 };
 
 struct LaneValue {
@@ -37,6 +44,7 @@ struct LaneValue {
 };
 
 struct SimulationOutcome {
+  SitePlacement placement;  // where the grid lands on the cluster's sites
   JobShape shape;
   std::vector<double> stage_memory_bytes;
   OpTable ops;
@@ -65,6 +73,13 @@ class DoesNotFit : public std::invalid_argument {
 
 // Throws DoesNotFit, or std::invalid_argument (one line) for a job the cluster cannot hold.
 SimulationOutcome run_simulation(const SimulationSetup& setup);
+
+// The lists simulate_job replays: build_schedule's, lowered for the WAN (pipeline 0's) when
+// setup.wan is set; `placement` from job_placement.
+std::vector<std::vector<Instr>> simulated_lists(const SimulationSetup& setup, const SitePlacement& placement);
+
+// The cluster with the WAN settings' connections on its inter-site links.
+Cluster cluster_for_wan(const SimulationSetup& setup);
 
 // The stage memory check alone (DoesNotFit when a stage exceeds the device's memory).
 std::vector<double> check_memory(const JobSpec& job, const JobShape& shape, const Cluster& cluster);

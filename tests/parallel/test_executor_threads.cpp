@@ -7,11 +7,14 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "parallel/pipeline_executor.h"
+#include "parallel/sites.h"
 #include "parallel/thread_planes.h"
+#include "parallel/wan_schedule.h"
 #include "runtime/cpu/cpu_backend.h"
 
 namespace pipelane {
@@ -54,7 +57,12 @@ struct JobResult {
   std::vector<std::map<std::pair<int, int>, int>> fills;  // per world rank
 };
 
-JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool with_filler) {
+// `sites` (empty: one site) splits the ranks into consecutive sites; `wan` lowers each rank's list.
+JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool with_filler,
+                  const std::vector<int>& sites = {}, std::optional<WanSettings> wan = std::nullopt) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < sites.size(); ++i) names.push_back("site" + std::to_string(i));
+  const SitePlacement placement = place_on_sites(dims, SiteMap::from_counts(names, sites));
   ThreadJob job(dims);
   JobResult result;
   result.instrs.resize(dims.world());
@@ -73,6 +81,7 @@ JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool
         o.micro_batch = kMicroBatch;
         o.seq_len = kSeq;
         o.seed = 5;
+        if (wan) o.wan = wan_route(placement, rank, *wan);
         PipelineExecutor exec(o, topo, *backend);
         RecordingFiller filler;
         if (with_filler) exec.set_gap_filler(&filler);
@@ -140,6 +149,45 @@ const Case kCases[] = {
 };
 INSTANTIATE_TEST_SUITE_P(Grids, ExecutorThreads, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Across sites the lists are lowered (cross-site messages striped and, under temporal sharing,
+// sent in turns by the pipelines sharing a link): that changes timing only, so losses and
+// gradient norms are those of the same grid on one site, bit for bit.
+TEST(ExecutorThreadsWan, LossesAreBitIdenticalToOneSite) {
+  struct WanCase {
+    ParallelDims dims;
+    ScheduleKind kind;
+    int v;
+    std::vector<int> sites;
+  };
+  const WanCase cases[] = {
+      {{1, 2, 2}, ScheduleKind::OneFOneB, 1, {2, 2}},
+      {{1, 2, 2}, ScheduleKind::Interleaved, 2, {2, 2}},
+      {{1, 2, 4}, ScheduleKind::ZeroBubbleH1, 1, {4, 4}},
+      {{2, 2, 2}, ScheduleKind::GPipe, 1, {4, 4}},
+  };
+  for (const WanCase& c : cases) {
+    const JobResult one_site = run_job(c.dims, c.kind, c.v, false);
+    for (WanSharing sharing : {WanSharing::Temporal, WanSharing::Concurrent}) {
+      const JobResult wan = run_job(c.dims, c.kind, c.v, true, c.sites, WanSettings{sharing, 3});
+      ASSERT_EQ(wan.loss.size(), one_site.loss.size());
+      for (std::size_t s = 0; s < wan.loss.size(); ++s) {
+        EXPECT_EQ(wan.loss[s], one_site.loss[s]) << schedule_kind_name(c.kind) << " step " << s + 1;
+        EXPECT_EQ(wan.grad_norm[s], one_site.grad_norm[s]) << schedule_kind_name(c.kind) << " step " << s + 1;
+      }
+      // The lists the executor ran are the lowered ones: some transfers cross, and under temporal
+      // sharing their sends carry turns.
+      int crossing = 0, turns = 0;
+      for (const auto& list : wan.instrs)
+        for (const Instr& in : list) {
+          crossing += in.wan.crosses();
+          turns += in.wan.has_turn();
+        }
+      EXPECT_GT(crossing, 0);
+      EXPECT_EQ(turns > 0, sharing == WanSharing::Temporal);
+    }
+  }
+}
 
 // Every wait instruction reaches the filler exactly once per iteration, arrived or not: a
 // deterministic lane plan can then run in full whatever the timing.

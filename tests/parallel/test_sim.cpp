@@ -231,6 +231,34 @@ TEST(SimReplicas, IdenticalWhenEveryReplicaSitsAlikeElseTheSlowestLinkCounts) {
   EXPECT_EQ(model.p2p_link(0, 1).name, "ib-ndr");
 }
 
+TEST(SimWan, RendezvousAddsARoundTripAndWaitsForTheReceive) {
+  // pp 2 over two sites of one device: every activation and gradient crosses a 10 ms WAN. A link
+  // that sends messages above rendezvous_above_bytes by rendezvous charges each one the round trip
+  // of its request and answer, and cannot start one before its receive is posted; below the
+  // threshold nothing changes.
+  SimulationSetup setup;
+  setup.job.model = small_model();
+  setup.job.seq_len = 32;
+  setup.job.micro_batch = 2;
+  setup.job.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
+  setup.cluster = one_node(1, *builtin_link("nvlink4"));
+  setup.cluster.sites = {{"east", 1}, {"west", 1}};
+  LinkSpec wan = *builtin_link("wan");
+  wan.latency_s = 0.010;
+  setup.cluster.inter_site = wan;
+  setup.wan = WanSettings{WanSharing::Concurrent, 1};
+  setup.iterations = 4;
+  const double eager = run_simulation(setup).off.step_s_median;
+  const double message = job_shape(setup.job).message_elements * setup.cluster.device.element_bytes();
+  setup.cluster.inter_site->rendezvous_above_bytes = message;  // the message is not above it
+  EXPECT_DOUBLE_EQ(run_simulation(setup).off.step_s_median, eager);
+  setup.cluster.inter_site->rendezvous_above_bytes = message / 2;
+  const double rendezvous = run_simulation(setup).off.step_s_median;
+  // At least the warm-up's first activation and the cool-down's last gradient lie on the critical
+  // path: two messages, a round trip each.
+  EXPECT_GE(rendezvous, eager + 2 * 2 * wan.latency_s - 1e-9);
+}
+
 TEST(SimScale, TenThousandGpusSimulateOneReplica) {
   SimulationSetup setup;
   setup.job.model.layers = 128;  // ~100B parameters: fits an 80 GiB H100 at pp 16 x tp 8

@@ -360,6 +360,8 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"lanes", "plan", ""},
     {"lanes", "sm_partition", "0"},
     {"lanes", "train_price_per_hour", "0"}, {"lanes", "dedicated_price_per_hour", "0"},
+    {"wan", "cluster", ""},            {"wan", "sharing", "off"},     {"wan", "connections", "0"},
+    {"wan", "placement", "stages"},    {"wan", "force", "false"},
 };
 
 TEST_F(TrainOptionsTest, ToIniHasEveryKeyInItsSection) {
