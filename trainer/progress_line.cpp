@@ -41,10 +41,10 @@ void ProgressLine::update(int step, double loss, double lr, double tokens_per_s,
   std::snprintf(line, sizeof line, "step %*d/%d | loss %.4f | lr %.2e | %s tok/s | ETA %s",
                 static_cast<int>(std::to_string(total_).size()), shown, total_, loss, lr, rate,
                 format_duration(eta_s).c_str());
-  if (skipped_ > 0 && !live_) {
+  // A live line replaces the skipped ones anyway; plain lines say how many are missing.
+  if (skipped_ > 0 && !live_)
     std::fprintf(out_, "(%ld step lines skipped: the console was not reading)\n", skipped_);
-    skipped_ = 0;
-  }
+  skipped_ = 0;
   if (live_) {
     std::fprintf(out_, "\r\033[2K%s", line);
     dirty_ = true;
