@@ -211,6 +211,7 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
     }
     backend_.add(h.res_out, h.res_attn, s.proj, NC, stream_);
     x = h.res_out;
+    layer_done();
   }
   if (!range().has_head) return 0.0;
   backend_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params + L.lnfw, params + L.lnfb, N, C, stream_);
@@ -279,6 +280,7 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     reduce_sum(s.dtmp, NC);  // backward of column-parallel c_attn's input ("f")
     backend_.layernorm_backward(s.dres, grads + o.ln1w, grads + o.ln1b, s.dtmp, x, params + o.ln1w,
                             h.ln1_mean, h.ln1_rstd, N, C, stream_);
+    layer_done();
   }
 
   if (range().has_embedding) {
@@ -357,6 +359,7 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
     float* dx = grad_of_layer_input(l);
     backend_.copy(dx, h.d_res_attn, NC * sizeof(float), stream_);
     backend_.layernorm_backward_input(dx, h.d_ln1, x, params + o.ln1w, h.ln1_mean, h.ln1_rstd, N, C, stream_);
+    layer_done();
   }
   a.weight_grad_pending = true;
 }
@@ -393,6 +396,7 @@ void GptStage::backward_weight(const float* params, float* grads, MicrobatchActi
                          N, C, 3 * CA, stream_);
     backend_.layernorm_backward_params(grads + o.ln1w, grads + o.ln1b, h.d_ln1, x, h.ln1_mean,
                                    h.ln1_rstd, N, C, stream_);
+    layer_done();
   }
   if (range().has_embedding) {
     if (tp_)

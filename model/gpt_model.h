@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "model/gpt_layout.h"
@@ -130,13 +131,22 @@ class GptStage {
   // layout().vocab_begin().
   void logits(const float* params, const MicrobatchActivations& acts, float* out) const;
 
+  // Called on the host after each layer of forward, backward, backward_input and backward_weight
+  // (empty: nothing). The executor hands on WAN turns here, so a turn that arrives during a
+  // pass waits one layer instead of the whole pass. It must not touch the stage's buffers.
+  void set_between_layers(std::function<void()> callback) { between_layers_ = std::move(callback); }
+
  private:
+  void layer_done() const {
+    if (between_layers_) between_layers_();
+  }
   template <typename Alloc>
   MicrobatchActivations plan_activations(Alloc&& alloc, int B, int T, bool split_backward) const;
   template <typename Alloc>
   StageScratch plan_scratch(Alloc&& alloc, int B, int T) const;
 
   void reduce_sum(float* data, std::size_t n) const;
+  std::function<void()> between_layers_;
 
   ParamLayout layout_;
   Backend& backend_;

@@ -58,10 +58,14 @@ struct Slot {
   float* recv_input = nullptr;   // activation received from upstream
   float* recv_grad = nullptr;    // gradient received from downstream
   float* send_grad = nullptr;    // gradient for upstream
-  std::vector<std::unique_ptr<Event>> pending;  // sends reading this slot's buffers
+  struct PendingSend {
+    const void* reads;  // the buffer the send reads until it completes
+    std::unique_ptr<Event> done;
+  };
+  std::vector<PendingSend> pending;  // sends reading this slot's buffers
   bool busy = false;
   void settle() {
-    for (auto& e : pending) e->synchronize();
+    for (auto& p : pending) p.done->synchronize();
     pending.clear();
   }
 };
@@ -165,6 +169,9 @@ struct PipelineExecutor::Impl {
       bytes += 4 * P + ch.model->scratch_bytes(B, T) +
                peak[c] * (ch.model->activation_bytes(B, T, split_backward) + 3 * buf);
       ch.slots.resize(peak[c]);
+      // A turn that comes during a pass is handed on after the layer, not after the pass: a
+      // pass can take longer than a message's turn (scripts/wan/README.md).
+      if (turns) ch.model->set_between_layers([this] { turns->service(); });
       chunks.push_back(std::move(ch));
     }
     arena = backend.create_arena("training (stage " + std::to_string(stage) + ")", bytes,
@@ -206,9 +213,14 @@ struct PipelineExecutor::Impl {
   Slot& acquire(Chunk& ch, int mb) {
     auto it = ch.slot_of.find(mb);
     if (it != ch.slot_of.end()) return ch.slots[it->second];
+    // The slot's last sends may still be draining: the instructions that write what they read
+    // settle them (settle_before_writing: forward the output, backward the gradient it sends, a
+    // receive its buffer), not the acquire - so the receive of the slot's next
+    // microbatch is posted at once. A large MPI message moves only once its receive is posted
+    // (rendezvous): settling here made the last stage post each receive only after its previous
+    // gradient had crossed, one more transfer on the critical path (over a WAN, 50-90 ms each).
     for (std::size_t i = 0; i < ch.slots.size(); ++i) {
       if (ch.slots[i].busy) continue;
-      settle(ch.slots[i]);
       ch.slots[i].busy = true;
       ch.slot_of[mb] = static_cast<int>(i);
       return ch.slots[i];
@@ -221,13 +233,21 @@ struct PipelineExecutor::Impl {
     ch.slot_of.erase(it);
   }
 
-  // A slot's sends must be done before it is reused. Under WAN turns, this rank's queued sends
+  // A slot's sends must be done before what they read is written again: those reading `buffer`
+  // (null: every one) before an instruction writes it. Under WAN turns, this rank's queued sends
   // are posted and completed ones hand their turns on while it waits.
-  void settle(Slot& slot) {
-    if (turns)
-      for (auto& e : slot.pending)
-        while (!e->query()) turns->service();
-    slot.settle();
+  void settle_before_writing(Slot& slot, const void* buffer) {
+    std::vector<Slot::PendingSend> keep;
+    for (auto& p : slot.pending) {
+      if (buffer && p.reads != buffer) {
+        keep.push_back(std::move(p));
+        continue;
+      }
+      if (turns)
+        while (!p.done->query()) turns->service();
+      p.done->synchronize();
+    }
+    slot.pending = std::move(keep);
   }
 
   // Waits for a transfer, handing the wait to the gap filler (lanes) when there is one: every
@@ -292,7 +312,7 @@ struct PipelineExecutor::Impl {
   double sync_gradients() {
     const auto t0 = Clock::now();
     for (Chunk& ch : chunks)
-      for (Slot& s : ch.slots) settle(s);
+      for (Slot& s : ch.slots) settle_before_writing(s, nullptr);
     // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
     if (!dp_pending.empty()) note("data-parallel gradient all-reduce with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
     for (auto& e : dp_pending) e->wait_on(*compute);
@@ -387,12 +407,14 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::RecvFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
+        s.settle_before_writing(slot, slot.recv_input);
         rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in, step_number, gap, in.wait);
         break;
       }
       case Op::Fwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
+        s.settle_before_writing(slot, slot.acts.output());
         loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
                                       ch.first() ? s.rows(tokens, in.microbatch) : nullptr,
                                       ch.first() ? nullptr : slot.recv_input,
@@ -402,18 +424,20 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendFwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), in));
+        slot.pending.push_back({slot.acts.output(), s.send(*s.topo.pp_forward, slot.acts.output(), in)});
         break;
       }
       case Op::RecvBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
+        s.settle_before_writing(slot, slot.recv_grad);
         rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in, step_number, gap, in.wait);
         break;
       }
       case Op::Bwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
+        s.settle_before_writing(slot, slot.send_grad);
         const std::int32_t* tok = ch.first() ? s.rows(tokens, in.microbatch) : nullptr;
         const float* grad_out = ch.last() ? nullptr : slot.recv_grad;
         float* grad_in = ch.first() ? nullptr : slot.send_grad;
@@ -436,7 +460,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       case Op::SendBwd: {
         Chunk& ch = s.chunks[in.chunk];
         Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back(s.send(*s.topo.pp_backward, slot.send_grad, in));
+        slot.pending.push_back({slot.send_grad, s.send(*s.topo.pp_backward, slot.send_grad, in)});
         // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
         if (!s.split_backward) s.release(ch, in.microbatch);
         break;
@@ -520,7 +544,8 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
                                     ch.first() ? s.rows(tokens, mb) : nullptr,
                                     ch.first() ? nullptr : slot.recv_input,
                                     ch.last() ? s.rows(targets, mb) : nullptr, 1.0f);
-      if (!ch.last()) slot.pending.push_back(s.send(*s.topo.pp_forward, slot.acts.output(), s.next_stage()));
+      if (!ch.last())
+        slot.pending.push_back({slot.acts.output(), s.send(*s.topo.pp_forward, slot.acts.output(), s.next_stage())});
     }
   }
   for (Chunk& ch : s.chunks) ch.slots[0].settle();

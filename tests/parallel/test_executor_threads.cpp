@@ -4,7 +4,11 @@
 // arrived), and that the lowered schedules' transfers are received in the order they are sent.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -58,8 +62,10 @@ struct JobResult {
 };
 
 // `sites` (empty: one site) splits the ranks into consecutive sites; `wan` lowers each rank's list.
+// `adapt` may replace a rank's planes before its executor is made.
 JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool with_filler,
-                  const std::vector<int>& sites = {}, std::optional<WanSettings> wan = std::nullopt) {
+                  const std::vector<int>& sites = {}, std::optional<WanSettings> wan = std::nullopt,
+                  const std::function<void(Topology&, int)>& adapt = {}) {
   std::vector<std::string> names;
   for (std::size_t i = 0; i < sites.size(); ++i) names.push_back("site" + std::to_string(i));
   const SitePlacement placement = place_on_sites(dims, SiteMap::from_counts(names, sites));
@@ -74,6 +80,7 @@ JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool
     ranks.emplace_back([&, rank] {
       try {
         Topology topo = job.topology(rank);
+        if (adapt) adapt(topo, rank);
         const std::unique_ptr<Backend> backend = make_cpu_backend(1);
         ExecutorOptions o;
         o.model = tiny_model();
@@ -186,6 +193,97 @@ TEST(ExecutorThreadsWan, LossesAreBitIdenticalToOneSite) {
       EXPECT_GT(crossing, 0);
       EXPECT_EQ(turns > 0, sharing == WanSharing::Temporal);
     }
+  }
+}
+
+// MPI sends a large message by rendezvous: the send completes only once its receive is posted. A
+// plane that does the same, and logs per rank what the executor posts and what it waits for.
+struct RendezvousLog {
+  std::atomic<int> receives_posted[2][2] = {};  // [plane][receiving stage]
+  std::vector<std::string> events[2];           // per stage, written by that stage's thread only
+};
+
+class RendezvousPlane final : public DataPlane {
+ public:
+  RendezvousPlane(std::unique_ptr<DataPlane> inner, int plane, const char* name, RendezvousLog& log)
+      : inner_(std::move(inner)), plane_(plane), name_(name), log_(log) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::unique_ptr<Event> send(const void* data, std::size_t bytes, int peer, Stream& stream) override {
+    inner_->send(data, bytes, peer, stream)->synchronize();  // buffered: the copy is made
+    return std::make_unique<SendEvent>(*this, peer, sends_++);
+  }
+  std::unique_ptr<Event> recv(void* data, std::size_t bytes, int peer, Stream& stream) override {
+    auto e = inner_->recv(data, bytes, peer, stream);
+    log_.events[rank()].push_back(std::string("post recv ") + name_ + " #" + std::to_string(receives_));
+    log_.receives_posted[plane_][rank()] = ++receives_;
+    return e;
+  }
+  void all_reduce_sum(float* d, std::size_t n, Stream& s) override { inner_->all_reduce_sum(d, n, s); }
+  void all_reduce_max(float* d, std::size_t n, Stream& s) override { inner_->all_reduce_max(d, n, s); }
+  std::unique_ptr<Event> all_reduce_sum_async(float* d, std::size_t n, Stream& s) override {
+    return inner_->all_reduce_sum_async(d, n, s);
+  }
+  void all_gather(const float* in, float* out, std::size_t n, Stream& s) override { inner_->all_gather(in, out, n, s); }
+
+ private:
+  class SendEvent final : public Event {
+   public:
+    SendEvent(RendezvousPlane& plane, int peer, int index) : plane_(plane), peer_(peer), index_(index) {}
+    void record(Stream&) override {}
+    bool query() const override {
+      if (!done_) plane_.note("query", index_);
+      done_ = done_ || plane_.log_.receives_posted[plane_.plane_][peer_] > index_;
+      return done_;
+    }
+    void synchronize() override {
+      if (!done_) plane_.note("wait for", index_);
+      while (!query()) std::this_thread::yield();
+    }
+    void wait_on(Stream&) override { synchronize(); }
+    double elapsed_ms_since(const Event&) const override { return 0.0; }
+
+   private:
+    RendezvousPlane& plane_;
+    int peer_, index_;
+    mutable bool done_ = false;
+  };
+  void note(const char* what, int index) {
+    log_.events[rank()].push_back(std::string(what) + " send " + name_ + " #" + std::to_string(index));
+  }
+  std::unique_ptr<DataPlane> inner_;
+  int plane_;
+  const char* name_;
+  RendezvousLog& log_;
+  int sends_ = 0, receives_ = 0;
+};
+
+// The last stage posts the receive of its next activation right after sending a gradient, not
+// once that gradient's send completes: under rendezvous that send completes only when the first
+// stage posts its receive, so waiting for it first put one more transfer on the critical path
+// (over a WAN, 50-90 ms a message). Losses are unchanged.
+TEST(ExecutorThreadsRendezvous, ReceivesArePostedWhileTheSlotsSendsDrain) {
+  const ParallelDims dims{1, 1, 2};
+  RendezvousLog log;
+  const JobResult plain = run_job(dims, ScheduleKind::OneFOneB, 1, false);
+  const JobResult got = run_job(dims, ScheduleKind::OneFOneB, 1, false, {}, std::nullopt, [&](Topology& t, int rank) {
+    (void)rank;
+    t.pp_forward = std::make_unique<RendezvousPlane>(std::move(t.pp_forward), 0, "fwd", log);
+    t.pp_backward = std::make_unique<RendezvousPlane>(std::move(t.pp_backward), 1, "bwd", log);
+  });
+  EXPECT_EQ(got.loss, plain.loss);
+  const std::vector<std::string>& last = log.events[1];
+  const auto first = [&](const std::string& what) {
+    return std::find(last.begin(), last.end(), what) - last.begin();
+  };
+  const int receives = kSteps * kGlobalMicrobatches;
+  for (int j = 1; j < receives; ++j) {
+    if (j % kGlobalMicrobatches == 0) continue;  // the step's first receive follows the step's end
+    const auto posted = first("post recv fwd #" + std::to_string(j));
+    ASSERT_LT(posted, static_cast<std::ptrdiff_t>(last.size())) << j;
+    for (const char* wait : {"wait for send bwd #", "query send bwd #"})
+      EXPECT_LT(posted, first(wait + std::to_string(j - 1)))
+          << "the last stage waited for gradient " << j - 1 << " before posting the receive of activation " << j;
   }
 }
 
