@@ -12,7 +12,11 @@
 # step_ms_median), bubble, WAN utilisation (pipeline payload crossing the WAN per iteration, one
 # direction, over iteration time x capacity), rank-time utilisation (training busy plus lane
 # steps), prefill TTFT p50; then `pipelane simulate --profile RUN --cluster FILE` (the run's own
-# compute times, the cluster file's link) and its predicted iteration time against the measured one.
+# compute times, the cluster file's link) and its predicted iteration time against the measured one,
+# twice: with the cluster file's link as configured (sim_ms), and with the link as measured
+# (sim_meas_link: the WAN link's per-connection bandwidth replaced by what build/wan_message_probe
+# measures for one pipeline message over the emulated WAN with the variant's connections, both
+# directions at once - the link calibrated as the compute times are, from a measurement).
 #   scripts/bench/wan.sh [--cluster FILE] [--nics N] [--steps N] [--m MICROBATCHES] [--csv FILE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,7 +38,8 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "wan.sh: needs root (scripts/wan/emulate.sh makes network namespaces)" >&2; exit 2; }
 scripts/setup.sh
-if [ -f build/CMakeCache.txt ]; then cmake --build build --target pipelane wan_delay >/dev/null; else scripts/build.sh >/dev/null; fi
+if [ -f build/CMakeCache.txt ]; then cmake --build build --target pipelane wan_delay wan_message_probe >/dev/null
+else scripts/build.sh >/dev/null; fi
 [ -f data/jargon.h5 ] || build/pipelane prepare-data --input /usr/share/doc/jargon-text/jargon.txt.gz \
   --output data/jargon.h5 >/dev/null
 out=$(mktemp -d)
@@ -48,14 +53,55 @@ job=(--config configs/pp2.ini --parallel.pp=2 --parallel.dp=$dp --train.micro_ba
 prefill=(--lanes.enabled=prefill --lanes.memory_mb=128 --lane.prefill.rate_per_s=200
          --lane.prefill.requests=1000000)
 
+# The link as measured: one pipeline message (micro_batch x seq_len x d_model floats) both ways at
+# once over the emulated WAN, per connection count; a copy of the cluster file whose WAN link has the
+# per-connection bandwidth that reproduces the median message time under the simulator's own pricing
+# (wire time plus one latency, plus a round trip for a rendezvous message).
+message_bytes=$(python3 -c "import configparser; c=configparser.ConfigParser(); c.read('configs/pp2.ini'); \
+print($micro_batch * c.getint('model','seq_len') * c.getint('model','d_model') * 4)")
+calibrate() {  # connections -> writes $out/cluster-measured-N.ini, prints the median message ms
+  local conns=$1 probe
+  probe=$(scripts/wan/emulate.sh --cluster "$cluster" --nics "$conns" -- build/wan_message_probe \
+    --bytes "$message_bytes" --rounds 14 2>&1 | grep '^{"bytes"') ||
+    { echo "wan.sh: the message probe failed over $conns connection(s)" >&2; exit 1; }
+  python3 - "$cluster" "$conns" "$probe" "$out/cluster-measured-$conns.ini" <<'PY'
+import configparser, json, sys
+src, conns, probe, dst = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+c = configparser.ConfigParser()
+c.read(src)
+links = {c[s]["link"] for s in c.sections() if s.startswith("between.")}
+for name in links:
+    l = c["link." + name]
+    latency_s = float(l["latency_us"]) * 1e-6
+    rendezvous = int(l.get("rendezvous_above_bytes", "0"))
+    latencies = 3 if rendezvous and probe["bytes"] > rendezvous else 1
+    wire_s = probe["median_ms"] / 1e3 - latencies * latency_s
+    if wire_s <= 0:
+        sys.exit(f"wan.sh: a {probe['bytes']}-byte message took {probe['median_ms']} ms, not more than its latencies")
+    l["bandwidth_gbs"] = f"{probe['bytes'] / wire_s / conns / 1e9:.9f}"
+    l["description"] = (l.get("description", name) + f" (per-connection bandwidth as measured: {probe['bytes']}-byte "
+                        f"messages over {conns} connection(s) took {probe['median_ms']:.1f} ms, median)")
+with open(dst, "w") as f:
+    c.write(f)
+print(f"{probe['median_ms']:.1f}")
+PY
+}
+
 echo "WAN bench: $(build/pipelane sites --cluster "$cluster" | sed -n 1p)"
 build/pipelane sites --cluster "$cluster" | sed -n '2,$p'
 echo "pp 2 across the sites x dp $dp inside, 1F1B, m = $m microbatches of $micro_batch x 128 tokens, $steps steps;"
 echo "4 ranks on $(nproc) cores: OVERSUBSCRIBED (ranks, the delay line and MPI progress threads share the cores)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-printf "%-14s %5s %10s %10s %7s %9s %9s %9s %10s %8s\n" variant conns iter_ms sim_ms sim/meas bubble wan_util util ttft_p50 sim_util
-echo "variant,connections,sharing,lanes,iteration_ms,simulated_ms,bubble,wan_utilisation,utilisation,ttft_ms_p50,simulated_utilisation" >"$csv"
+declare -A message_ms
+for conns in 1 "$nics"; do
+  [ -n "${message_ms[$conns]:-}" ] || message_ms[$conns]=$(calibrate "$conns")
+  echo "one ${message_bytes}-byte message over $conns connection(s), both ways at once: ${message_ms[$conns]} ms (median)"
+done
+echo
+printf "%-14s %5s %10s %10s %7s %13s %7s %9s %9s %9s %10s %8s\n" variant conns iter_ms sim_ms sim/meas \
+  sim_meas_link sim/meas bubble wan_util util ttft_p50 sim_util
+echo "variant,connections,sharing,lanes,iteration_ms,simulated_ms,simulated_measured_link_ms,bubble,wan_utilisation,utilisation,ttft_ms_p50,simulated_utilisation" >"$csv"
 for variant in naive atlas naive+prefill atlas+prefill; do
   case $variant in
     naive*) conns=1 sharing=concurrent ;;
@@ -68,11 +114,14 @@ for variant in naive atlas naive+prefill atlas+prefill; do
     --wan.sharing=$sharing --wan.connections="$conns" --run.dir="$dir" >"$dir.log" 2>&1 ||
     { tail -5 "$dir.log"; echo "wan.sh: the $variant run failed (log above)" >&2; exit 1; }
   build/pipelane simulate --profile "$dir" --cluster "$cluster" --out "$dir-sim" --quiet --iterations 50
+  build/pipelane simulate --profile "$dir" --cluster "$out/cluster-measured-$conns.ini" --out "$dir-sim-measured" \
+    --quiet --iterations 50
   /usr/bin/env python3 - "$dir" "$variant" "$conns" "$sharing" "$csv" "$(build/pipelane sites --cluster "$cluster" --shell)" <<'PY'
 import configparser, json, statistics, sys
 run, variant, conns, sharing, csv, layout = sys.argv[1:]
 me = json.load(open(run + "/summary.json"))
 si = json.load(open(run + "-sim/summary.json"))
+sm = json.load(open(run + "-sim-measured/summary.json"))
 cfg = configparser.ConfigParser()
 cfg.read(run + "/config.ini")
 link = [l.split() for l in layout.splitlines() if l.startswith("link ")][0]
@@ -82,7 +131,7 @@ dp, m = me["parallel"]["dp"], me["parallel"]["microbatches"]
 # One direction of the WAN per iteration: every replica's m activations (or gradients) of
 # micro_batch x seq_len x d_model floats.
 payload = dp * m * mb * seq * d * 4
-it, it_sim = me["step_ms_median"], si["step_ms_median"]
+it, it_sim, it_sm = me["step_ms_median"], si["step_ms_median"], sm["step_ms_median"]
 def utilisation(s):
     b = s["bubble_fraction_measured"]
     lanes = s.get("lanes") or {}
@@ -94,10 +143,10 @@ ttft = [t for t in ttft if t is not None]
 ttft_p50 = statistics.median(ttft) if ttft else float("nan")
 wan_util = payload / (it / 1e3 * capacity)
 u, u_sim = utilisation(me), utilisation(si)
-print(f"{variant:14s} {conns:>5s} {it:10.1f} {it_sim:10.1f} {it_sim / it:8.2f} {me['bubble_fraction_measured']:9.3f} "
-      f"{wan_util:9.3f} {u:9.3f} {ttft_p50:10.1f} {u_sim:8.3f}")
+print(f"{variant:14s} {conns:>5s} {it:10.1f} {it_sim:10.1f} {it_sim / it:8.2f} {it_sm:13.1f} {it_sm / it:8.2f} "
+      f"{me['bubble_fraction_measured']:9.3f} {wan_util:9.3f} {u:9.3f} {ttft_p50:10.1f} {u_sim:8.3f}")
 with open(csv, "a") as f:
-    f.write(f"{variant},{conns},{sharing},{'prefill' if 'prefill' in variant else 'none'},{it},{it_sim},"
+    f.write(f"{variant},{conns},{sharing},{'prefill' if 'prefill' in variant else 'none'},{it},{it_sim},{it_sm},"
             f"{me['bubble_fraction_measured']},{wan_util},{u},{ttft_p50},{u_sim}\n")
 PY
 done
@@ -111,10 +160,13 @@ me = float(n["iteration_ms"]) / float(a["iteration_ms"])
 si = float(n["simulated_ms"]) / float(a["simulated_ms"])
 print(f"naive / atlas iteration time: measured {me:.2f}x, simulated {si:.2f}x")
 for v in ("naive", "atlas"):
-    err = float(rows[v]["simulated_ms"]) / float(rows[v]["iteration_ms"]) - 1
-    print(f"simulator vs measured, {v}: {100 * err:+.1f}% ({'within' if abs(err) <= 0.15 else 'NOT within'} the 15% target)")
+    for key, what in (("simulated_ms", "link as configured"), ("simulated_measured_link_ms", "link as measured")):
+        err = float(rows[v][key]) / float(rows[v]["iteration_ms"]) - 1
+        print(f"simulator vs measured, {v}, {what}: {100 * err:+.1f}% "
+              f"({'within' if abs(err) <= 0.15 else 'NOT within'} the 15% target)")
 PY
 echo "(wan_util: pipeline payload one way per iteration / (iteration time x link capacity); util: training"
 echo " busy + lane steps over rank time after the profile iterations; ttft_p50: prefill requests' time to"
-echo " first token, median over ranks; sim/meas: simulated / measured iteration time)"
+echo " first token, median over ranks; sim/meas: simulated / measured iteration time; sim_meas_link: simulated"
+echo " with the WAN link's per-connection bandwidth as measured by the message probe above)"
 echo "csv: $csv"
