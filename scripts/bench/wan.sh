@@ -16,7 +16,8 @@
 # twice: with the cluster file's link as configured (sim_ms), and with the link as measured
 # (sim_meas_link: the WAN link's per-connection bandwidth replaced by what build/wan_message_probe
 # measures for one pipeline message over the emulated WAN with the variant's connections, both
-# directions at once - the link calibrated as the compute times are, from a measurement).
+# directions at once, every pair of ranks at once for concurrent sharing - the link calibrated as
+# the compute times are, from a measurement).
 #   scripts/bench/wan.sh [--cluster FILE] [--nics N] [--steps N] [--m MICROBATCHES] [--csv FILE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,17 +55,20 @@ prefill=(--lanes.enabled=prefill --lanes.memory_mb=128 --lane.prefill.rate_per_s
          --lane.prefill.requests=1000000)
 
 # The link as measured: one pipeline message (micro_batch x seq_len x d_model floats) both ways at
-# once over the emulated WAN, per connection count; a copy of the cluster file whose WAN link has the
-# per-connection bandwidth that reproduces the median message time under the simulator's own pricing
-# (wire time plus one latency, plus a round trip for a rendezvous message).
+# once over the emulated WAN, per connection count - from one pair of ranks for temporal sharing
+# (a turn has the link alone), from every pair at once for concurrent sharing (the pipelines send
+# at once); a copy of the cluster file whose WAN link has the per-connection bandwidth that
+# reproduces the median message time under the simulator's own pricing (wire time plus one
+# latency, plus a round trip for a rendezvous message).
 message_bytes=$(python3 -c "import configparser; c=configparser.ConfigParser(); c.read('configs/pp2.ini'); \
 print($micro_batch * c.getint('model','seq_len') * c.getint('model','d_model') * 4)")
-calibrate() {  # connections -> writes $out/cluster-measured-N.ini, prints the median message ms
-  local conns=$1 probe
+calibrate() {  # connections sharing -> writes $out/cluster-measured-N-SHARING.ini, prints the median ms
+  local conns=$1 sharing=$2 probe pairs=()
+  [ "$sharing" = concurrent ] && pairs=(--all-pairs)
   probe=$(scripts/wan/emulate.sh --cluster "$cluster" --nics "$conns" -- build/wan_message_probe \
-    --bytes "$message_bytes" --rounds 14 2>&1 | grep '^{"bytes"') ||
+    --bytes "$message_bytes" --rounds 14 "${pairs[@]}" 2>&1 | grep '^{"bytes"') ||
     { echo "wan.sh: the message probe failed over $conns connection(s)" >&2; exit 1; }
-  python3 - "$cluster" "$conns" "$probe" "$out/cluster-measured-$conns.ini" <<'PY'
+  python3 - "$cluster" "$conns" "$probe" "$out/cluster-measured-$conns-$sharing.ini" <<'PY'
 import configparser, json, sys
 src, conns, probe, dst = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 c = configparser.ConfigParser()
@@ -80,7 +84,8 @@ for name in links:
         sys.exit(f"wan.sh: a {probe['bytes']}-byte message took {probe['median_ms']} ms, not more than its latencies")
     l["bandwidth_gbs"] = f"{probe['bytes'] / wire_s / conns / 1e9:.9f}"
     l["description"] = (l.get("description", name) + f" (per-connection bandwidth as measured: {probe['bytes']}-byte "
-                        f"messages over {conns} connection(s) took {probe['median_ms']:.1f} ms, median)")
+                        f"messages over {conns} connection(s), {probe['pairs']} pair(s) of ranks at once, took "
+                        f"{probe['median_ms']:.1f} ms, median)")
 with open(dst, "w") as f:
     c.write(f)
 print(f"{probe['median_ms']:.1f}")
@@ -93,11 +98,10 @@ echo "pp 2 across the sites x dp $dp inside, 1F1B, m = $m microbatches of $micro
 echo "4 ranks on $(nproc) cores: OVERSUBSCRIBED (ranks, the delay line and MPI progress threads share the cores)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-declare -A message_ms
-for conns in 1 "$nics"; do
-  [ -n "${message_ms[$conns]:-}" ] || message_ms[$conns]=$(calibrate "$conns")
-  echo "one ${message_bytes}-byte message over $conns connection(s), both ways at once: ${message_ms[$conns]} ms (median)"
-done
+naive_ms=$(calibrate 1 concurrent)
+echo "one ${message_bytes}-byte message, both ways at once, 1 connection, every pair of ranks at once: $naive_ms ms (median)"
+atlas_ms=$(calibrate "$nics" temporal)
+echo "one ${message_bytes}-byte message, both ways at once, $nics connections, one pair of ranks: $atlas_ms ms (median)"
 echo
 printf "%-14s %5s %10s %10s %7s %13s %7s %9s %9s %9s %10s %8s\n" variant conns iter_ms sim_ms sim/meas \
   sim_meas_link sim/meas bubble wan_util util ttft_p50 sim_util
@@ -114,7 +118,7 @@ for variant in naive atlas naive+prefill atlas+prefill; do
     --wan.sharing=$sharing --wan.connections="$conns" --run.dir="$dir" >"$dir.log" 2>&1 ||
     { tail -5 "$dir.log"; echo "wan.sh: the $variant run failed (log above)" >&2; exit 1; }
   build/pipelane simulate --profile "$dir" --cluster "$cluster" --out "$dir-sim" --quiet --iterations 50
-  build/pipelane simulate --profile "$dir" --cluster "$out/cluster-measured-$conns.ini" --out "$dir-sim-measured" \
+  build/pipelane simulate --profile "$dir" --cluster "$out/cluster-measured-$conns-$sharing.ini" --out "$dir-sim-measured" \
     --quiet --iterations 50
   /usr/bin/env python3 - "$dir" "$variant" "$conns" "$sharing" "$csv" "$(build/pipelane sites --cluster "$cluster" --shell)" <<'PY'
 import configparser, json, statistics, sys

@@ -3,12 +3,14 @@
 // `--peer` (default: the first of the second site, world size / 2 when the sites have equal
 // ranks) exchange `--bytes` messages, both ways at once by default (a pipeline sends activations
 // one way while gradients come back), one exchange after the other with the receives posted
-// first, as the executor posts them. Each message's time runs from its send being posted to its
-// receive completing, on the machine's monotonic clock (one clock for every namespace).
+// first, as the executor posts them. With --all-pairs every rank r of the first half exchanges
+// with r + world size / 2 at the same time (the data-parallel pipelines sending at once, as under
+// concurrent sharing). Each message's time runs from its send being posted to its receive
+// completing, on the machine's monotonic clock (one clock for every namespace).
 //
-//   wan_message_probe --bytes N [--rounds K] [--peer R] [--one-way]
+//   wan_message_probe --bytes N [--rounds K] [--peer R | --all-pairs] [--one-way]
 //
-// Prints one JSON line: {"bytes", "rounds", "bidirectional", "message_ms": [...], "median_ms",
+// Prints one JSON line: {"bytes", "rounds", "bidirectional", "pairs", "message_ms": [...], "median_ms",
 // "p10_ms", "p90_ms"} (the first two exchanges are warm-up and left out). scripts/bench/wan.sh
 // turns the median into the link's effective bandwidth for the simulator.
 #include <mpi.h>
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   long bytes = 0;
   int rounds = 12, peer = size / 2;
-  bool both_ways = true;
+  bool both_ways = true, all_pairs = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&] {
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = static_cast<int>(value());
     else if (a == "--peer") peer = static_cast<int>(value());
     else if (a == "--one-way") both_ways = false;
+    else if (a == "--all-pairs") all_pairs = true;
     else if (a == "-h" || a == "--help") usage("measures MPI messages between two ranks (see the source's header)");
     else usage(("unknown option '" + a + "'").c_str());
   }
@@ -72,12 +75,15 @@ int main(int argc, char** argv) {
 
   std::vector<char> out(static_cast<std::size_t>(bytes), 1), in(static_cast<std::size_t>(bytes));
   std::vector<double> message_ms;
-  const bool active = rank == 0 || rank == peer;
-  const int other = rank == 0 ? peer : 0;
+  if (all_pairs && size % 2) usage("--all-pairs needs an even world size");
+  const int half = size / 2;
+  const bool active = all_pairs || rank == 0 || rank == peer;
+  const int other = all_pairs ? (rank < half ? rank + half : rank - half) : rank == 0 ? peer : 0;
+  const bool first_side = all_pairs ? rank < half : rank == 0;
   for (int k = 0; k < rounds; ++k) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (!active) continue;
-    const bool sends = both_ways || rank == 0, receives = both_ways || rank == peer;
+    const bool sends = both_ways || first_side, receives = both_ways || !first_side;
     MPI_Request recv = MPI_REQUEST_NULL, send = MPI_REQUEST_NULL;
     if (receives) MPI_Irecv(in.data(), static_cast<int>(bytes), MPI_BYTE, other, k, MPI_COMM_WORLD, &recv);
     // The peer's receive is posted before this rank sends (the case the executor aims for): a
@@ -102,19 +108,21 @@ int main(int argc, char** argv) {
                  MPI_STATUS_IGNORE);
     if (receives && k >= 2) message_ms.push_back(1e3 * (times[1] - peer_times[0]));
   }
-  // Rank 0 reports both directions' messages.
+  // Rank 0 reports every rank's received messages.
   int count = static_cast<int>(message_ms.size());
-  if (rank == peer) {
+  if (rank != 0) {
     MPI_Send(&count, 1, MPI_INT, 0, 7, MPI_COMM_WORLD);
     MPI_Send(message_ms.data(), count, MPI_DOUBLE, 0, 8, MPI_COMM_WORLD);
-  } else if (rank == 0) {
-    int theirs = 0;
-    MPI_Recv(&theirs, 1, MPI_INT, peer, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    std::vector<double> more(static_cast<std::size_t>(theirs));
-    MPI_Recv(more.data(), theirs, MPI_DOUBLE, peer, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    message_ms.insert(message_ms.end(), more.begin(), more.end());
-    std::printf("{\"bytes\": %ld, \"rounds\": %d, \"bidirectional\": %s, \"message_ms\": [", bytes, rounds,
-                both_ways ? "true" : "false");
+  } else {
+    for (int r = 1; r < size; ++r) {
+      int theirs = 0;
+      MPI_Recv(&theirs, 1, MPI_INT, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      std::vector<double> more(static_cast<std::size_t>(theirs));
+      MPI_Recv(more.data(), theirs, MPI_DOUBLE, r, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      message_ms.insert(message_ms.end(), more.begin(), more.end());
+    }
+    std::printf("{\"bytes\": %ld, \"rounds\": %d, \"bidirectional\": %s, \"pairs\": %d, \"message_ms\": [",
+                bytes, rounds, both_ways ? "true" : "false", all_pairs ? half : 1);
     for (std::size_t i = 0; i < message_ms.size(); ++i) std::printf("%s%.3f", i ? ", " : "", message_ms[i]);
     std::printf("], \"median_ms\": %.3f, \"p10_ms\": %.3f, \"p90_ms\": %.3f}\n", quantile(message_ms, 0.5),
                 quantile(message_ms, 0.1), quantile(message_ms, 0.9));
