@@ -28,6 +28,9 @@ struct CudaBackendConfig {
   // Check that every float buffer an op is handed is device memory (cudaPointerGetAttributes per
   // pointer: the emulated build's tests turn it on; too slow for training on a GPU).
   bool check_pointers = false;
+  // F32, or BF16: the matmul family's GEMMs read bf16 copies of their fp32 operands and write
+  // fp32 (runtime/backend.h; backend/cuda_backend_autocast.cpp). Anything else is refused.
+  DType compute = DType::F32;
 };
 
 // What the backend holds outside its arenas, for reports (gpu_check.sh, `pipelane devices`).
