@@ -183,7 +183,6 @@ warmup_steps = 1
 eval_every = 0
 threads = 4
 peak_gflops = $((dense_bf16_tflops * 1000))
-precision = bf16
 [data]
 path = $data
 tokenizer = gpt2
@@ -192,7 +191,7 @@ dir = $dir
 log_every = 1
 resume = none
 EOF
-  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini"
+  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini" --train.precision=bf16
   if [ $rc -ne 0 ] || [ ! -f "$dir/summary.json" ]; then
     stage "$name" error "$elapsed" "pipelane train failed (rc $rc)" "$(tail_text "$output")"
     return

@@ -4,7 +4,8 @@
 // compute 32F). The kernels around the GEMMs (softmax, cross-entropy, permutes, bias gradient)
 // are the fp32 ones on the fp32 GEMM outputs, so the saved activations (att, the losses) stay
 // fp32; the probabilities, dpreatt and dlogits are rounded only where a GEMM reads them. The CPU
-// backend's bf16 mode (runtime/cpu/cpu_ops.h, cpu::bf16) rounds the same values.
+// backend's bf16 mode (runtime/cpu/cpu_ops.h, cpu::bf16) rounds the same values. The
+// vocab-parallel head shares its body with fp32 (cuda_backend_ops.cpp).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,21 +16,11 @@
 
 namespace pipelane::cuda {
 
+Bf16Copy::Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStream_t stream) : t_(pool, n, stream) {
+  convert_from_float<bf16>(t_.get(), src, n, stream);
+}
+
 namespace {
-
-const GemmTypes kAutocast{DataType::BF16, DataType::F32};
-
-// A bf16 copy of n fp32 values, in the op's stream order.
-class Bf16Copy {
- public:
-  Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStream_t stream) : t_(pool, n, stream) {
-    convert_from_float<bf16>(t_.get(), src, n, stream);
-  }
-  const bf16* get() const { return t_.get(); }
-
- private:
-  Temp<bf16> t_;
-};
 
 std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
 
@@ -143,43 +134,6 @@ double CudaBackendImpl::lm_head_cross_entropy_autocast(float* losses, float* dx,
       const Bf16Copy dlogits(*scratch_, scratch, count(rows, Vp), h);
       gemm(matmul_backward_input_gemm(dx + count(r0, C), dlogits.get(), w16.get(), rows, C, Vp, kAutocast), s);
       gemm(matmul_backward_weight_gemm(dwte, dlogits.get(), xc, rows, C, Vp, kAutocast), s);
-    }
-  }
-  return host_sum(losses, static_cast<std::size_t>(N), h);
-}
-
-double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel_autocast(
-    float* losses, float* dx, float* dwte, const float* x, const float* wte, const std::int32_t* targets, int N,
-    int C, int V, int vocab_begin, int vocab_count, float grad_scale, float* scratch, const GroupReduce& reduce,
-    Stream& s) {
-  const cudaStream_t h = enter(s);
-  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte, scratch});
-  const DeviceInts tgt(*scratch_, targets, static_cast<std::size_t>(N), h);
-  const int Vl = vocab_count;
-  const int valid = std::max(0, std::min(Vl, V - vocab_begin));  // columns that are real tokens
-  const int R = head_chunk_rows(N, Vl);
-  const Bf16Copy x16(*scratch_, x, count(N, C), h), w16(*scratch_, wte, count(Vl, C), h);
-  float* logits = scratch;
-  float* rowmax = scratch + count(R, Vl);
-  float* rowsum = rowmax + R;
-  for (int r0 = 0; r0 < N; r0 += R) {
-    const int rows = std::min(R, N - r0);
-    float* rowtgt = rowsum + rows;  // next to the row sums: one all-reduce of 2 * rows floats
-    const bf16* xc = x16.get() + count(r0, C);
-    const std::int32_t* tc = tgt.get() + r0;
-    gemm(matmul_forward_gemm(logits, xc, w16.get(), nullptr, rows, C, Vl, kAutocast), s);
-    cross_entropy_chunk_row_max<float>(rowmax, logits, rows, Vl, valid, h);
-    reduce.max(rowmax, static_cast<std::size_t>(rows));
-    cross_entropy_chunk_row_sums<float>(rowsum, rowtgt, logits, rowmax, tc, rows, Vl, valid, vocab_begin, h);
-    reduce.sum(rowsum, 2 * static_cast<std::size_t>(rows));
-    cross_entropy_chunk_finish<float>(losses + r0, logits, rowmax, rowsum, rowtgt, tc, rows, Vl, valid, vocab_begin,
-                                      grad_scale, dx != nullptr, h);
-    if (dx) {
-      float* dxc = dx + count(r0, C);
-      const Bf16Copy dlogits(*scratch_, logits, count(rows, Vl), h);
-      gemm(matmul_backward_input_gemm(dxc, dlogits.get(), w16.get(), rows, C, Vl, kAutocast), s);
-      reduce.sum(dxc, count(rows, C));
-      gemm(matmul_backward_weight_gemm(dwte, dlogits.get(), xc, rows, C, Vl, kAutocast), s);
     }
   }
   return host_sum(losses, static_cast<std::size_t>(N), h);

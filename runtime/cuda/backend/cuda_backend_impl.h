@@ -31,6 +31,19 @@ class DeviceInts {
 
 class CudaBackendImpl;
 
+// bf16 compute's GEMM types: bf16 operands, fp32 output.
+inline const GemmTypes kAutocast{DataType::BF16, DataType::F32};
+
+// A bf16 copy of n fp32 values (a GEMM operand in bf16 compute), in the op's stream order.
+class Bf16Copy {
+ public:
+  Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStream_t stream);
+  const __nv_bfloat16* get() const { return t_.get(); }
+
+ private:
+  Temp<__nv_bfloat16> t_;
+};
+
 // Rows of logits the fused head holds at once: one block of at most 128 MiB, as the CPU head.
 int head_chunk_rows(int N, int width);
 
@@ -160,10 +173,12 @@ class CudaBackendImpl final : public CudaBackend {
   double lm_head_cross_entropy_autocast(float* losses, float* dx, float* dwte, const float* x, const float* wte,
                                         const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
                                         float* scratch, Stream& s);
-  double lm_head_cross_entropy_vocab_parallel_autocast(float* losses, float* dx, float* dwte, const float* x,
-                                                       const float* wte, const std::int32_t* targets, int N, int C,
-                                                       int V, int vocab_begin, int vocab_count, float grad_scale,
-                                                       float* scratch, const GroupReduce& reduce, Stream& s);
+  // The vocab-parallel head on GEMM operands x, wte of type O: float (fp32 compute) or bf16 copies
+  // (bf16 compute, whose dlogits are copied too); logits fp32 either way.
+  template <typename O>
+  double lm_head_vocab_parallel_t(float* losses, float* dx, float* dwte, const O* x, const O* wte,
+                                  const std::int32_t* targets, int N, int C, int V, int vocab_begin, int vocab_count,
+                                  float grad_scale, float* scratch, const GroupReduce& reduce, Stream& s);
 
   // Makes this backend's device current on the calling thread and returns the op's stream.
   cudaStream_t enter(Stream& s) const;

@@ -199,16 +199,14 @@ std::size_t CudaBackendImpl::lm_head_vocab_parallel_scratch_floats(int N, int vo
   return R * static_cast<std::size_t>(vocab_count) + 3 * R;
 }
 
-double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                                             const float* wte, const std::int32_t* targets, int N,
-                                                             int C, int V, int vocab_begin, int vocab_count,
-                                                             float grad_scale, float* scratch,
-                                                             const GroupReduce& reduce, Stream& s) {
-  if (bf16_compute())
-    return lm_head_cross_entropy_vocab_parallel_autocast(losses, dx, dwte, x, wte, targets, N, C, V, vocab_begin,
-                                                         vocab_count, grad_scale, scratch, reduce, s);
+template <typename O>
+double CudaBackendImpl::lm_head_vocab_parallel_t(float* losses, float* dx, float* dwte, const O* x, const O* wte,
+                                                 const std::int32_t* targets, int N, int C, int V, int vocab_begin,
+                                                 int vocab_count, float grad_scale, float* scratch,
+                                                 const GroupReduce& reduce, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte, scratch});
+  constexpr bool kBf16 = std::is_same_v<O, bf16>;
+  const GemmTypes types = kBf16 ? kAutocast : GemmTypes(kF32);
   const DeviceInts tgt(*scratch_, targets, static_cast<std::size_t>(N), h);
   const int Vl = vocab_count;
   const int valid = std::max(0, std::min(Vl, V - vocab_begin));  // columns that are real tokens
@@ -220,9 +218,9 @@ double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, floa
     const int rows = std::min(R, N - r0);
     // The row sums and the target logits next to each other: one all-reduce of 2 * rows floats.
     float* rowtgt = rowsum + rows;
-    const float* xc = x + static_cast<std::size_t>(r0) * C;
+    const O* xc = x + static_cast<std::size_t>(r0) * C;
     const std::int32_t* tc = tgt.get() + r0;
-    gemm(matmul_forward_gemm(logits, xc, wte, nullptr, rows, C, Vl, kF32), s);
+    gemm(matmul_forward_gemm(logits, xc, wte, nullptr, rows, C, Vl, types), s);
     cross_entropy_chunk_row_max<float>(rowmax, logits, rows, Vl, valid, h);
     reduce.max(rowmax, static_cast<std::size_t>(rows));
     cross_entropy_chunk_row_sums<float>(rowsum, rowtgt, logits, rowmax, tc, rows, Vl, valid, vocab_begin, h);
@@ -231,12 +229,31 @@ double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, floa
                                       grad_scale, dx != nullptr, h);
     if (dx) {
       float* dxc = dx + static_cast<std::size_t>(r0) * C;
-      gemm(matmul_backward_input_gemm(dxc, logits, wte, rows, C, Vl, kF32), s);
+      const std::size_t n = static_cast<std::size_t>(rows) * Vl;
+      const std::unique_ptr<Bf16Copy> copy = kBf16 ? std::make_unique<Bf16Copy>(*scratch_, logits, n, h) : nullptr;
+      const void* dlogits = kBf16 ? static_cast<const void*>(copy->get()) : logits;
+      gemm(matmul_backward_input_gemm(dxc, dlogits, wte, rows, C, Vl, types), s);
       reduce.sum(dxc, static_cast<std::size_t>(rows) * C);
-      gemm(matmul_backward_weight_gemm(dwte, logits, xc, rows, C, Vl, kF32), s);
+      gemm(matmul_backward_weight_gemm(dwte, dlogits, xc, rows, C, Vl, types), s);
     }
   }
   return host_sum(losses, static_cast<std::size_t>(N), h);
+}
+
+double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                                             const float* wte, const std::int32_t* targets, int N,
+                                                             int C, int V, int vocab_begin, int vocab_count,
+                                                             float grad_scale, float* scratch,
+                                                             const GroupReduce& reduce, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte, scratch});
+  if (!bf16_compute())
+    return lm_head_vocab_parallel_t(losses, dx, dwte, x, wte, targets, N, C, V, vocab_begin, vocab_count, grad_scale,
+                                    scratch, reduce, s);
+  const Bf16Copy x16(*scratch_, x, static_cast<std::size_t>(N) * C, h);
+  const Bf16Copy w16(*scratch_, wte, static_cast<std::size_t>(vocab_count) * C, h);
+  return lm_head_vocab_parallel_t(losses, dx, dwte, x16.get(), w16.get(), targets, N, C, V, vocab_begin, vocab_count,
+                                  grad_scale, scratch, reduce, s);
 }
 
 // ---- a measured peak ----
