@@ -1,6 +1,6 @@
 // The CUDA backend in bf16 compute mode (runtime/backend.h; backend/cuda_backend_autocast.cpp):
 // the matmul family against the double reference of bf16 compute and against the CPU backend in
-// bf16 mode (tests/runtime/bf16_compute_cases.h), on the build for the CPU (kernels emulated, the
+// bf16 mode (tests/runtime/bf16_reference.h), on the build for the CPU (kernels emulated, the
 // GEMM interpreter reading the bf16 operand copies; test_cuda_backend) and on a GPU with cuBLASLt
 // (test_cuda_gpu, skipped without a device; scripts/gpu_check.sh runs it). On the emulated build
 // also a tiny GPT trained in bf16 through the executor against the CPU backend in bf16.
@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "runtime/cpu/cpu_backend.h"
-#include "tests/runtime/bf16_compute_cases.h"
+#include "tests/runtime/bf16_reference.h"
 #if PIPELANE_TEST_REAL_CUDA
 #include <cuda_runtime_api.h>
 

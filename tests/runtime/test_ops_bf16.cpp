@@ -1,5 +1,5 @@
 // The CPU backend in bf16 compute mode (runtime/backend.h): the matmul family against the double
-// reference of bf16 compute with derived bounds (bf16_compute_cases.h), against the fp32 ops
+// reference of bf16 compute with derived bounds (bf16_reference.h), against the fp32 ops
 // within llm.c's bf16 tolerance, and really different from them; fp32 stays the default.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "runtime/backend_registry.h"
 #include "runtime/cpu/cpu_backend.h"
-#include "tests/runtime/bf16_compute_cases.h"
+#include "tests/runtime/bf16_reference.h"
 
 namespace pipelane::bf16_test {
 namespace {
