@@ -1,10 +1,16 @@
 // bf16 compute (runtime/backend.h) through training: the tiny GPT of the executor tests, a few
-// optimizer steps through the real PipelineExecutor on the CPU backend in bf16 against fp32.
+// optimizer steps through the real PipelineExecutor on the CPU backend in bf16 against fp32, and
+// split over two tensor-parallel ranks (threads; the vocab-parallel head and the row-parallel
+// all-reduces in bf16) against one process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <thread>
 
+#include "parallel/thread_planes.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "tests/cuda/executor_runs.h"
 
@@ -33,6 +39,45 @@ TEST(Bf16Training, CpuLossesStayWithinFiveHundredthsOfFp32AndDiffer) {
   }
   EXPECT_TRUE(some_bit_differs) << "bf16 compute is not on: the losses equal fp32's bit for bit";
   EXPECT_LT(bf16.loss.back(), bf16.loss.front()) << "bf16 training does not train";
+}
+
+double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (std::size_t s = 0; s < a.size(); ++s) d = std::max(d, std::fabs(a[s] - b[s]));
+  return d;
+}
+
+// Bound: tp 2 sums each row-parallel GEMM in two halves and all-reduces them, so the fp32 values
+// that are rounded to bf16 differ from one process's in their last bits; the argument and the
+// bound are tests/cuda/test_cuda_autocast.cpp's (emulated CUDA vs CPU): 1e-5 relative + 0.25 x the
+// largest bf16-vs-fp32 difference of the run.
+TEST(Bf16Training, TwoTensorParallelRanksMatchOneProcess) {
+  const int steps = 3;
+  const TrainRun fp32 = train_cpu(DType::F32, steps), want = train_cpu(DType::BF16, steps);
+  const ParallelDims dims{2, 1, 1};
+  ThreadJob job(dims);
+  TrainRun got;
+  std::vector<std::string> errors(dims.world());
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < dims.world(); ++rank)
+    ranks.emplace_back([&, rank] {
+      try {
+        Topology topo = job.topology(rank);
+        const auto backend = make_cpu_backend(1, DType::BF16);
+        TrainRun mine = train_tiny(topo, *backend, 1, steps);
+        if (rank == 0) got = mine;
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < dims.world(); ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  ASSERT_EQ(got.loss.size(), want.loss.size());
+  const double effect = largest_difference(want.loss, fp32.loss);
+  for (std::size_t s = 0; s < want.loss.size(); ++s) {
+    std::printf("step %zu: loss bf16 one process %.9f, tp 2 %.9f\n", s + 1, want.loss[s], got.loss[s]);
+    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * effect) << "step " << s + 1;
+  }
 }
 
 }  // namespace
