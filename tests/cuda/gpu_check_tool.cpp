@@ -104,12 +104,6 @@ int gemm_peak(int n) {
 
 json runs_json(const TrainRun& r) { return {{"loss", r.loss}, {"grad_norm", r.grad_norm}, {"step_s", r.step_s}}; }
 
-double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double d = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
-  return d;
-}
-
 // fp32: CUDA vs CPU within 1e-5 relative. bf16 compute (autocast style): CUDA's losses within 0.05
 // of the CPU's fp32 run, and within the bound of tests/cuda/test_cuda_autocast.cpp of the CPU's
 // bf16 emulation (1e-5 relative + 0.25 x the largest bf16-vs-fp32 difference on the CPU).

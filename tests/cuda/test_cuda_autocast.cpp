@@ -86,12 +86,6 @@ TrainRun train_one_process(Backend& backend, int steps) {
   return train_tiny(topo, backend, 1, steps);
 }
 
-double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double d = 0;
-  for (std::size_t s = 0; s < a.size(); ++s) d = std::max(d, std::fabs(a[s] - b[s]));
-  return d;
-}
-
 // The bound. Both runs round the same fp32 values to bf16, except where those values differ (the
 // CPU's sgemm and the interpreter's double sum round differently: relative at most K u <= 2^-17
 // with K <= 128 here) and a bf16 rounding midpoint lies between them: at most 2^-17 / 2^-8 = 2^-9

@@ -4,13 +4,10 @@
 // all-reduces in bf16) against one process.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
-#include <thread>
 
-#include "parallel/thread_planes.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "tests/cuda/executor_runs.h"
 
@@ -41,12 +38,6 @@ TEST(Bf16Training, CpuLossesStayWithinFiveHundredthsOfFp32AndDiffer) {
   EXPECT_LT(bf16.loss.back(), bf16.loss.front()) << "bf16 training does not train";
 }
 
-double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double d = 0;
-  for (std::size_t s = 0; s < a.size(); ++s) d = std::max(d, std::fabs(a[s] - b[s]));
-  return d;
-}
-
 // Bound: tp 2 sums each row-parallel GEMM in two halves and all-reduces them, so the fp32 values
 // that are rounded to bf16 differ from one process's in their last bits; the argument and the
 // bound are tests/cuda/test_cuda_autocast.cpp's (emulated CUDA vs CPU): 1e-5 relative + 0.25 x the
@@ -55,22 +46,9 @@ TEST(Bf16Training, TwoTensorParallelRanksMatchOneProcess) {
   const int steps = 3;
   const TrainRun fp32 = train_cpu(DType::F32, steps), want = train_cpu(DType::BF16, steps);
   const ParallelDims dims{2, 1, 1};
-  ThreadJob job(dims);
-  TrainRun got;
-  std::vector<std::string> errors(dims.world());
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < dims.world(); ++rank)
-    ranks.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const auto backend = make_cpu_backend(1, DType::BF16);
-        TrainRun mine = train_tiny(topo, *backend, 1, steps);
-        if (rank == 0) got = mine;
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (std::thread& t : ranks) t.join();
+  std::vector<std::string> errors;
+  const TrainRun got =
+      train_tiny_on_threads(dims, [] { return make_cpu_backend(1, DType::BF16); }, steps, errors);
   for (int r = 0; r < dims.world(); ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
   ASSERT_EQ(got.loss.size(), want.loss.size());
   const double effect = largest_difference(want.loss, fp32.loss);
