@@ -18,6 +18,14 @@
 // residual stream, whose gradient is a sum). N = rows (B*T), C = channels, row-major. Reductions
 // run over a fixed partition, so results do not depend on the thread count of our own kernels.
 // supports(op, dtype) says what a backend can run.
+//
+// Compute precision (compute_precision(), chosen when the backend is made): F32, or BF16 the way
+// PyTorch's autocast runs bf16: every buffer stays fp32 (weights as masters, gradients, optimizer
+// state, activations, losses, norms), and only the GEMMs of the matmul family (nn.Linear forward
+// and both gradients, the attention's score and value products forward and backward, the LM
+// head's logits, dx and dwte, also vocab-parallel) round their operands to bf16 (nearest even)
+// and accumulate in fp32 into fp32 outputs, as a bf16 tensor-core GEMM with fp32 accumulation
+// does. Every other op (and the KV-cache attention, an own kernel) is fp32 either way.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -101,7 +109,10 @@ class Backend {
   virtual std::unique_ptr<Event> create_event() = 0;
 
   // --- the op table ---
+  // Whether the op can run on buffers of `dtype` (every backend: F32).
   virtual bool supports(OpKind op, DType dtype) const = 0;
+  // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
+  virtual DType compute_precision() const = 0;
 
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
   virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,

@@ -103,6 +103,7 @@ std::unique_ptr<Backend> create_cuda(const BackendOptions& options) {
   CudaBackendCreateOptions o;
   o.device_index = options.device_index;
   o.lane_sm_partition = options.lane_sm_partition;
+  o.compute_bf16 = options.compute == DType::BF16 ? 1 : 0;
   Backend* backend = lib.create(&o, error, sizeof error);
   if (!backend)
     throw BackendUnavailable("backend cuda:" + std::to_string(options.device_index) + ": " +
@@ -141,7 +142,7 @@ std::vector<std::unique_ptr<DeviceComm>> create_cuda_comms(const std::vector<Dev
 
 BackendRegistry BackendRegistry::with_builtins() {
   BackendRegistry r;
-  r.add("cpu", [](const BackendOptions& o) { return make_cpu_backend(o.threads); }, cpu_devices);
+  r.add("cpu", [](const BackendOptions& o) { return make_cpu_backend(o.threads, o.compute); }, cpu_devices);
   r.add("cuda", create_cuda, cuda_devices);
   return r;
 }

@@ -15,6 +15,7 @@ struct BackendOptions {
   int threads = 0;            // CPU worker threads (0: all cores)
   int device_index = 0;       // "cuda:N"
   int lane_sm_partition = 0;  // CUDA: [lanes] sm_partition (SMs of the lanes' green context)
+  DType compute = DType::F32;  // F32 or BF16 (autocast-style GEMM operands: runtime/backend.h)
 };
 
 // What one backend can see on this machine, for `pipelane devices`.

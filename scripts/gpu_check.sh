@@ -113,7 +113,8 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
     "every op of the op table on the emulated CUDA backend vs the reference and the CPU backend" "$(tail_text "$output" 3)"
   run_timed 600 "$build/tests/cuda/test_cuda_backend"
   stage emulated_backend "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
-    "streams, events, memory, bf16 ops, tiny GPT vs CPU (1e-5), lane load bit-identical" "$(tail_text "$output" 3)"
+    "streams, events, memory, bf16 ops, bf16 compute, tiny GPT vs CPU (1e-5; bf16 vs the CPU's bf16), lane load bit-identical" \
+    "$(tail_text "$output" 3)"
   if [ -x "$build/tests/cuda/test_cuda_plans" ]; then
     run_timed 300 "$build/tests/cuda/test_cuda_plans"
     stage plans "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
@@ -140,12 +141,14 @@ stage op_parity_fp32 "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
 
 run_timed 120 "$build/tests/cuda/test_cuda_gpu"
 stage op_parity_bf16 "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
-  "bf16 matmul, attention, LM head, AdamW copy vs the CPU fp32 ops (llm.c tolerance)" "$(tail_text "$output" 8)"
+  "bf16 matmul, attention, LM head, AdamW copy vs the CPU fp32 ops (llm.c tolerance); bf16 compute (fp32 storage, bf16 GEMM operands) vs its double reference and the CPU's bf16 emulation" \
+  "$(tail_text "$output" 8)"
 
 run_timed 120 "$tool" train-parity
 line=$(last_json_line "$output")
 stage train_parity "$(status_of "$line")" "$elapsed" \
-  "tiny GPT, 5 steps through the executor: CUDA vs CPU losses and grad norms within 1e-5 relative" "${line:-$(tail_text "$output")}"
+  "tiny GPT, 5 steps through the executor: CUDA vs CPU losses and grad norms within 1e-5 relative; bf16 compute: losses within 0.05 of the CPU fp32 run" \
+  "${line:-$(tail_text "$output")}"
 
 run_timed 120 "$tool" gemm-peak 8192
 peak_line=$(last_json_line "$output")
@@ -154,9 +157,9 @@ stage gemm_peak "$([ $rc -eq 0 ] && echo ok || echo error)" "$elapsed" "cuBLASLt
 bf16_peak=$(sed -n 's/.*"bf16_tflops":\([0-9.e+-]*\).*/\1/p' <<<"$peak_line")
 fp32_peak=$(sed -n 's/.*"fp32_tflops":\([0-9.e+-]*\).*/\1/p' <<<"$peak_line")
 
-# MFU of `pipelane train` (fp32: the precision the model can run today) on a synthetic gpt2 corpus,
-# 3 warm-up + 10 steps, against the dense bf16 peak of the GPU's datasheet (H100/H200 SXM: 989
-# TFLOP/s) and against the measured cuBLASLt GEMMs.
+# MFU of `pipelane train --train.precision=bf16` (autocast style: bf16 GEMM operands, fp32 storage
+# and everything else) on a synthetic gpt2 corpus, 3 warm-up + 10 steps, against the dense bf16
+# peak of the GPU's datasheet (H100/H200 SXM: 989 TFLOP/s) and against the measured cuBLASLt GEMMs.
 dense_bf16_tflops=${GPU_CHECK_DENSE_BF16_TFLOPS:-989}
 data=$OUT/synthetic.h5
 [ -f "$data" ] || "$tool" make-data "$data" 400000 50257 >/dev/null
@@ -188,7 +191,7 @@ dir = $dir
 log_every = 1
 resume = none
 EOF
-  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini"
+  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini" --train.precision=bf16
   if [ $rc -ne 0 ] || [ ! -f "$dir/summary.json" ]; then
     stage "$name" error "$elapsed" "pipelane train failed (rc $rc)" "$(tail_text "$output")"
     return
@@ -202,7 +205,7 @@ EOF
     a = t * f / 1e12;
     printf "{\"tokens_per_s\": %s, \"flops_per_token\": %s, \"achieved_tflops\": %.2f, \"mfu_vs_dense_bf16_peak\": %.4f, \"mfu_vs_measured_bf16_gemm\": %.4f, \"mfu_vs_measured_fp32_gemm\": %.4f}",
       t, f, a, a / d, (b > 0 ? a / b : 0), (s > 0 ? a / s : 0) }')
-  stage "$name" ok "$elapsed" "fp32 training; 3 warm-up + 10 steps of 8 x 1024 tokens" "$mfu"
+  stage "$name" ok "$elapsed" "bf16 training (--train.precision=bf16); 3 warm-up + 10 steps of 8 x 1024 tokens" "$mfu"
 }
 mfu_stage mfu_350m 24 1024 16
 mfu_stage mfu_1p3b 24 2048 16

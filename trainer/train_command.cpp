@@ -119,27 +119,24 @@ void maybe_inject_fault(int rank) {
 }
 
 // The backend named by [runtime] backend, with this rank's share of the host: CPU threads, or the
-// GPU of its local rank when the config says `cuda` without an index (one process per GPU). Then
-// what it cannot run: bf16, lanes on a device backend. BackendUnavailable or ConfigError, one line.
+// GPU of its local rank when the config says `cuda` without an index (one process per GPU), in
+// the compute precision of [train] precision. Then what it cannot run: lanes on a device backend.
+// BackendUnavailable or ConfigError, one line.
 std::unique_ptr<Backend> make_training_backend(const TrainOptions& opts, int ranks_here, int local_rank,
                                                int* device) {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   BackendOptions o;
   o.threads = opts.train.threads > 0 ? opts.train.threads : std::max(1, cores / ranks_here);
   o.lane_sm_partition = opts.lanes.sm_partition;
+  // bf16 is the backend's compute precision (autocast-style GEMM operands, runtime/backend.h):
+  // the model and executor keep fp32 buffers either way.
+  o.compute = opts.train.precision == "bf16" ? DType::BF16 : DType::F32;
   std::string spec = opts.runtime.backend;
   if (spec == "cuda") spec += ":" + std::to_string(local_rank);
   std::unique_ptr<Backend> backend = BackendRegistry::with_builtins().create(spec, o);
   *device = spec.rfind("cuda:", 0) == 0 ? std::stoi(spec.substr(5)) : 0;
-  if (opts.train.precision == "bf16") {
-    for (int k = 0; k < static_cast<int>(OpKind::Count); ++k)
-      if (!backend->supports(static_cast<OpKind>(k), DType::BF16))
-        throw ConfigError("[train] precision = bf16: backend " + backend->name() + " runs " +
-                          op_kind_name(static_cast<OpKind>(k)) + " in fp32 only" +
-                          (backend->kind() == DeviceKind::Cpu ? " (bf16 needs [runtime] backend = cuda)" : ""));
-    throw ConfigError("[train] precision = bf16: the model and the executor hand the backend fp32 buffers only; "
-                      "bf16 training is not wired in yet (see runtime/cuda/README.md); use fp32");
-  }
+  if (opts.train.precision == "bf16" && backend->compute_precision() != DType::BF16)
+    throw ConfigError("[train] precision = bf16: backend " + backend->name() + " has no bf16 compute mode");
   if (backend->kind() != DeviceKind::Cpu && !opts.lanes.enabled_lanes().empty())
     throw ConfigError("[lanes] enabled = " + opts.lanes.enabled + " with [runtime] backend = " + opts.runtime.backend +
                       ": lanes do not run on a GPU yet (their arenas would be device memory that their CPU code "

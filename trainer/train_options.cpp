@@ -235,8 +235,10 @@ std::vector<OptionKey> train_option_keys() {
       .text("sample_prompt", &TrainLoopOptions::sample_prompt, {},
             "text the samples continue; empty: <|endoftext|> (gpt2) or a newline (byte)")
       .text("precision", &TrainLoopOptions::precision, {"fp32", "bf16"},
-            "arithmetic of weights and activations: fp32, or bf16 with fp32 master weights, optimizer "
-            "state, loss and norms (needs a backend that runs every op in bf16; refused otherwise)");
+            "fp32, or bf16 as PyTorch's autocast: the GEMMs (linear layers, attention's two products, "
+            "the LM head) read bf16-rounded operands and accumulate in fp32; weights (fp32 masters), "
+            "gradients, AdamW state, activations, losses and norms stay fp32, so activation memory is "
+            "not halved (cpu: an emulation, the reference for cuda)");
   SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
       .text("path", &DataOptions::path, {}, "training data: HDF5 token store, Megatron X.bin/X.idx or llm.c .bin shard")
       .text("tokenizer", &DataOptions::tokenizer, {"byte", "gpt2"}, "how the data was tokenized")

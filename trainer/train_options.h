@@ -46,7 +46,7 @@ struct TrainLoopOptions {
   int sample_every = 0;           // steps between text samples (samples.jsonl); 0: off
   int sample_tokens = 64;         // tokens per sample
   std::string sample_prompt;      // "" starts from <|endoftext|> (gpt2) or a newline (bytes)
-  std::string precision = "fp32";  // fp32 | bf16 (needs a backend whose ops all support bf16)
+  std::string precision = "fp32";  // fp32 | bf16 (the backend's compute precision: bf16 GEMM operands)
   friend bool operator==(const TrainLoopOptions&, const TrainLoopOptions&) = default;
 };
 

@@ -79,14 +79,20 @@ class ThreadScope {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : default_threads()) {
+  CpuBackend(int threads, DType compute)
+      : threads_(threads > 0 ? threads : default_threads()), bf16_(compute == DType::BF16) {
+    if (compute != DType::F32 && compute != DType::BF16)
+      throw std::invalid_argument(std::string("cpu backend: compute precision ") + dtype_name(compute) +
+                                  ": expected f32 or bf16");
     enable_flush_denormals_on_this_thread();
 #pragma omp parallel num_threads(threads_)
     enable_flush_denormals_on_this_thread();
   }
 
   DeviceKind kind() const override { return DeviceKind::Cpu; }
-  std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
+  std::string name() const override {
+    return "cpu (" + std::to_string(threads_) + " threads" + (bf16_ ? ", bf16 compute" : "") + ")";
+  }
   int threads() const override { return threads_; }
 
   std::unique_ptr<Arena> create_arena(std::string name, std::size_t bytes, MemoryKind) override {
@@ -107,6 +113,7 @@ class CpuBackend final : public Backend {
   bool supports(OpKind op, DType dtype) const override {
     return op != OpKind::Count && dtype == DType::F32;
   }
+  DType compute_precision() const override { return bf16_ ? DType::BF16 : DType::F32; }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C, Stream&) override {
@@ -161,29 +168,34 @@ class CpuBackend final : public Backend {
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC, Stream&) override {
     ThreadScope t(threads_);
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+    if (bf16_) cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
+    else cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        Stream&) override {
     ThreadScope t(threads_);
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (bf16_) cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
                              int OC, Stream&) override {
     ThreadScope t(threads_);
-    cpu::matmul_backward_input(dinp, dout, weight, N, C, OC);
+    if (bf16_) cpu::bf16::matmul_backward_input(dinp, dout, weight, N, C, OC);
+    else cpu::matmul_backward_input(dinp, dout, weight, N, C, OC);
   }
 
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                          Stream&) override {
     ThreadScope t(threads_);
-    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+    if (bf16_) cpu::bf16::attention_forward(out, att, qkv, B, T, C, NH);
+    else cpu::attention_forward(out, att, qkv, B, T, C, NH);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
                           int B, int T, int C, int NH, Stream&) override {
     ThreadScope t(threads_);
-    cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    if (bf16_) cpu::bf16::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    else cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
   }
   void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
                             float* v_cache, int past, int n, int C, int NH, Stream&) override {
@@ -224,7 +236,8 @@ class CpuBackend final : public Backend {
   void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp,
                       Stream&) override {
     ThreadScope t(threads_);
-    cpu::lm_head_logits(logits, x, wte, N, C, Vp);
+    if (bf16_) cpu::bf16::lm_head_logits(logits, x, wte, N, C, Vp);
+    else cpu::lm_head_logits(logits, x, wte, N, C, Vp);
   }
   std::size_t lm_head_scratch_floats(int N, int Vp) const override {
     return static_cast<std::size_t>(cpu::lm_head_chunk_rows(N, Vp)) * Vp;
@@ -233,6 +246,9 @@ class CpuBackend final : public Backend {
                                const float* wte, const std::int32_t* targets, int N, int C, int V,
                                int Vp, float grad_scale, float* scratch, Stream&) override {
     ThreadScope t(threads_);
+    if (bf16_)
+      return cpu::bf16::lm_head_cross_entropy(losses, dx, dwte, x, wte, targets, N, C, V, Vp,
+                                              grad_scale, scratch);
     return cpu::lm_head_cross_entropy(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale,
                                       scratch);
   }
@@ -246,6 +262,10 @@ class CpuBackend final : public Backend {
                                               float* scratch, const GroupReduce& reduce,
                                               Stream&) override {
     ThreadScope t(threads_);
+    if (bf16_)
+      return cpu::bf16::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x, wte, targets, N,
+                                                             C, V, vocab_begin, vocab_count,
+                                                             grad_scale, scratch, reduce);
     return cpu::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x, wte, targets, N, C, V,
                                                      vocab_begin, vocab_count, grad_scale,
                                                      scratch, reduce);
@@ -268,12 +288,13 @@ class CpuBackend final : public Backend {
     return n ? static_cast<int>(n) : 1;
   }
   int threads_;
+  bool bf16_;  // bf16 compute: the matmul family through cpu::bf16 (cpu_ops.h)
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, DType compute) {
+  return std::make_unique<CpuBackend>(threads, compute);
 }
 
 }  // namespace pipelane

@@ -56,6 +56,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // dinp (=, may be null), dweight (+=), dbias (+=, may be null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
+// dbias[OC] += the column sums of dout[N,OC] (matmul_backward's, over fixed column slices).
+void matmul_backward_bias(float* dbias, const float* dout, int N, int OC);
 // Only the input gradient: dinp (=), the same sgemm as matmul_backward's (bit-identical). The
 // weight half is matmul_backward with dinp == null.
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
@@ -132,5 +134,35 @@ void adamw_update(float* param, const float* grad, float* m, float* v, std::size
 // Best sustained fp32 sgemm throughput in GFLOP/s over `reps` n x n x n products: the peak that
 // MFU is measured against.
 double measure_sgemm_gflops(int n, int reps);
+
+// dst[i] = src[i] rounded to bf16 (bf16_round.h); dst may be src.
+void round_to_bf16(float* dst, const float* src, std::size_t n);
+
+// The matmul family in bf16 compute mode (runtime/backend.h): the same ops, with every GEMM
+// operand rounded to bf16 first (copies; the caller's buffers are not changed) and fp32
+// accumulation, fp32 outputs. Biases and the bias gradient stay fp32 (a GEMM's epilogue and an
+// fp32 column sum on a GPU); the attention's softmax and the head's cross-entropy run in fp32 on
+// the fp32 GEMM outputs, and their results are rounded only where a GEMM reads them (the
+// probabilities in att @ v and its backward, dpreatt, dlogits).
+namespace bf16 {
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+                           int OC);
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH);
+void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp);
+double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             int Vp, float grad_scale, float* scratch);
+double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                            const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count,
+                                            float grad_scale, float* scratch,
+                                            const GroupReduce& reduce);
+}  // namespace bf16
 
 }  // namespace pipelane::cpu

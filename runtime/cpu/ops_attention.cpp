@@ -1,9 +1,14 @@
 // Causal attention with one (batch, head) pair per OpenMP task. Each pair touches only its own
 // head's columns of out/dqkv and its own att block, so there are no races and no reductions across
 // threads. Loops are written for the compiler's vectoriser (head sizes are 16..128).
+// In bf16 compute mode the same loops run on bf16-rounded q, k, v and dout, and the products that
+// a GPU runs as GEMMs read the probabilities (att @ v, att^T @ dy) and dpreatt rounded too
+// (gemm_operand<true>); softmax and its backward stay fp32. gemm_operand<false> is the identity:
+// the fp32 instances are the fp32 ops as they were.
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
 #include "runtime/cpu/cpu_ops.h"
 
@@ -22,7 +27,8 @@ inline void axpy(float* y, float a, const float* x, int n) {
 }
 }  // namespace
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+template <bool kBf16>
+void attention_forward_t(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -52,15 +58,16 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         for (int d = 0; d < hs; ++d) o[d] = 0.f;
         for (int j = 0; j <= i; ++j) {
           const float* v = base + static_cast<std::size_t>(j) * C3 + 2 * C + h * hs;
-          axpy(o, row[j], v, hs);
+          axpy(o, gemm_operand<kBf16>(row[j]), v, hs);
         }
       }
     }
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH) {
+template <bool kBf16>
+void attention_backward_t(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -90,10 +97,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             const float dp = dot(go, v, hs);
             dscore[j] = dp;
             weighted += row[j] * dp;
-            axpy(dv, row[j], go, hs);
+            axpy(dv, gemm_operand<kBf16>(row[j]), go, hs);
           }
           for (int j = 0; j <= i; ++j) {
-            const float ds = row[j] * (dscore[j] - weighted) * scale;
+            const float ds = gemm_operand<kBf16>(row[j] * (dscore[j] - weighted) * scale);
             const float* k = base + static_cast<std::size_t>(j) * C3 + C + h * hs;
             float* dk = dbase + static_cast<std::size_t>(j) * C3 + C + h * hs;
             axpy(dq, ds, k, hs);
@@ -104,5 +111,29 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
     }
   }
 }
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  attention_forward_t<false>(out, att, qkv, B, T, C, NH);
+}
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  attention_backward_t<false>(dqkv, dout, qkv, att, B, T, C, NH);
+}
+
+namespace bf16 {
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  std::vector<float> q(static_cast<std::size_t>(B) * T * 3 * C);
+  round_to_bf16(q.data(), qkv, q.size());
+  attention_forward_t<true>(out, att, q.data(), B, T, C, NH);
+}
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  const std::size_t n = static_cast<std::size_t>(B) * T * C;
+  std::vector<float> q(3 * n), d(n);
+  round_to_bf16(q.data(), qkv, q.size());
+  round_to_bf16(d.data(), dout, n);
+  attention_backward_t<true>(dqkv, d.data(), q.data(), att, B, T, C, NH);
+}
+}  // namespace bf16
 
 }  // namespace pipelane::cpu

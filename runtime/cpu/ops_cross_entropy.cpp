@@ -1,12 +1,16 @@
 // The tied LM head fused with softmax cross-entropy, a block of rows at a time, so at most one
 // [rows, Vp] logits block exists however large B*T is (with V = 50304 a full B*T*V buffer would
 // be hundreds of MB).
+// In bf16 compute mode (the bf16:: entry points) x and wte come in rounded to bf16 and each row of
+// dlogits is rounded before the two backward GEMMs read it; the softmax and the losses are fp32.
+// The fp32 instances (kBf16 = false) are the fp32 ops as they were.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
 #include "runtime/cpu/cpu_ops.h"
 
@@ -22,9 +26,10 @@ int lm_head_chunk_rows(int N, int Vp) {
   return std::min(N, rows);
 }
 
-double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
-                             const float* wte, const std::int32_t* targets, int N, int C, int V,
-                             int Vp, float grad_scale, float* scratch) {
+template <bool kBf16>
+double lm_head_cross_entropy_t(float* losses, float* dx, float* dwte, const float* x,
+                               const float* wte, const std::int32_t* targets, int N, int C, int V,
+                               int Vp, float grad_scale, float* scratch) {
   const int R = lm_head_chunk_rows(N, Vp);
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
@@ -52,6 +57,8 @@ double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float*
         for (int v = 0; v < V; ++v) z[v] = z[v] * inv * grad_scale;
         z[target] -= grad_scale;
         for (int v = V; v < Vp; ++v) z[v] = 0.f;
+        if constexpr (kBf16)
+          for (int v = 0; v < V; ++v) z[v] = round_to_bf16(z[v]);
       }
     }
     if (dx) {
@@ -71,11 +78,12 @@ std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) {
   return R * static_cast<std::size_t>(vocab_count) + 3 * R;
 }
 
-double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                            const float* wte, const std::int32_t* targets, int N,
-                                            int C, int V, int vocab_begin, int vocab_count,
-                                            float grad_scale, float* scratch,
-                                            const GroupReduce& reduce) {
+template <bool kBf16>
+double lm_head_cross_entropy_vocab_parallel_t(float* losses, float* dx, float* dwte,
+                                              const float* x, const float* wte,
+                                              const std::int32_t* targets, int N, int C, int V,
+                                              int vocab_begin, int vocab_count, float grad_scale,
+                                              float* scratch, const GroupReduce& reduce) {
   const int Vl = vocab_count;
   // Columns of this block that are real tokens: [0, valid).
   const int valid = std::max(0, std::min(Vl, V - vocab_begin));
@@ -128,6 +136,8 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
         const int local_target = targets[r0 + r] - vocab_begin;
         if (local_target >= 0 && local_target < valid) z[local_target] -= grad_scale;
         for (int v = valid; v < Vl; ++v) z[v] = 0.f;
+        if constexpr (kBf16)
+          for (int v = 0; v < valid; ++v) z[v] = round_to_bf16(z[v]);
       }
     }
     if (dx) {
@@ -143,5 +153,53 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
   for (int n = 0; n < N; ++n) total += losses[n];
   return total;
 }
+
+double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             int Vp, float grad_scale, float* scratch) {
+  return lm_head_cross_entropy_t<false>(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale,
+                                        scratch);
+}
+
+double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                            const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count,
+                                            float grad_scale, float* scratch,
+                                            const GroupReduce& reduce) {
+  return lm_head_cross_entropy_vocab_parallel_t<false>(losses, dx, dwte, x, wte, targets, N, C, V,
+                                                       vocab_begin, vocab_count, grad_scale,
+                                                       scratch, reduce);
+}
+
+namespace bf16 {
+
+namespace {
+std::vector<float> rounded(const float* src, int rows, int cols) {
+  std::vector<float> out(static_cast<std::size_t>(rows) * cols);
+  round_to_bf16(out.data(), src, out.size());
+  return out;
+}
+}  // namespace
+
+double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             int Vp, float grad_scale, float* scratch) {
+  const std::vector<float> xr = rounded(x, N, C), w = rounded(wte, Vp, C);
+  return lm_head_cross_entropy_t<true>(losses, dx, dwte, xr.data(), w.data(), targets, N, C, V, Vp,
+                                       grad_scale, scratch);
+}
+
+double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                            const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count,
+                                            float grad_scale, float* scratch,
+                                            const GroupReduce& reduce) {
+  const std::vector<float> xr = rounded(x, N, C), w = rounded(wte, vocab_count, C);
+  return lm_head_cross_entropy_vocab_parallel_t<true>(losses, dx, dwte, xr.data(), w.data(),
+                                                      targets, N, C, V, vocab_begin, vocab_count,
+                                                      grad_scale, scratch, reduce);
+}
+
+}  // namespace bf16
 
 }  // namespace pipelane::cpu

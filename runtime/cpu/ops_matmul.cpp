@@ -18,6 +18,19 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
               bias ? 1.0f : 0.0f, out, OC);
 }
 
+void matmul_backward_bias(float* dbias, const float* dout, int N, int OC) {
+  constexpr int kSlice = 16;
+  const int slices = (OC + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < slices; ++s) {
+    const int k0 = s * kSlice, k1 = k0 + kSlice < OC ? k0 + kSlice : OC;
+    for (int n = 0; n < N; ++n) {
+      const float* d = dout + static_cast<std::size_t>(n) * OC;
+      for (int k = k0; k < k1; ++k) dbias[k] += d[k];
+    }
+  }
+}
+
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
   if (dinp)  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
@@ -26,18 +39,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   // dweight[OC,C] += dout^T[OC,N] @ inp[N,C]
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
               dweight, C);
-  if (dbias) {
-    constexpr int kSlice = 16;
-    const int slices = (OC + kSlice - 1) / kSlice;
-#pragma omp parallel for schedule(static)
-    for (int s = 0; s < slices; ++s) {
-      const int k0 = s * kSlice, k1 = k0 + kSlice < OC ? k0 + kSlice : OC;
-      for (int n = 0; n < N; ++n) {
-        const float* d = dout + static_cast<std::size_t>(n) * OC;
-        for (int k = k0; k < k1; ++k) dbias[k] += d[k];
-      }
-    }
-  }
+  if (dbias) matmul_backward_bias(dbias, dout, N, OC);
 }
 
 void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,

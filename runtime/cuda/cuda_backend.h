@@ -28,6 +28,9 @@ struct CudaBackendConfig {
   // Check that every float buffer an op is handed is device memory (cudaPointerGetAttributes per
   // pointer: the emulated build's tests turn it on; too slow for training on a GPU).
   bool check_pointers = false;
+  // F32, or BF16: the matmul family's GEMMs read bf16 copies of their fp32 operands and write
+  // fp32 (runtime/backend.h; backend/cuda_backend_autocast.cpp). Anything else is refused.
+  DType compute = DType::F32;
 };
 
 // What the backend holds outside its arenas, for reports (gpu_check.sh, `pipelane devices`).
@@ -40,9 +43,10 @@ struct CudaBackendStats {
 // bf16 storage for the composed ops (fp32 arithmetic inside every kernel, fp32 GEMM accumulation;
 // parameter gradients, optimizer state, losses and layernorm statistics fp32), the pieces of a
 // mixed-precision step beyond the one-kernel ops, whose bf16 launchers are in cuda_ops.h. Not
-// reachable through Backend, whose buffers are fp32: the model and executor hand fp32 buffers
-// only, so `[train] precision = bf16` is refused until they carry dtypes (README.md says what
-// remains). Tests check these against the CPU ops in the emulated build; gpu_check.sh on a GPU.
+// reachable through Backend, whose buffers are fp32: `[train] precision = bf16` is bf16 compute
+// on fp32 storage instead (CudaBackendConfig::compute); bf16 storage needs the model and executor
+// to carry dtypes (README.md says what remains). Tests check these against the CPU ops in the
+// emulated build; gpu_check.sh on a GPU.
 class CudaBf16Ops {
  public:
   using bf16 = __nv_bfloat16;

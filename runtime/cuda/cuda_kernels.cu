@@ -63,5 +63,6 @@ namespace pipelane::cuda {
 
 PIPELANE_INSTANTIATE_OPS(float)
 PIPELANE_INSTANTIATE_OPS(bf16)
+template void convert_from_float<bf16>(bf16*, const float*, std::size_t, cudaStream_t);
 
 }  // namespace pipelane::cuda

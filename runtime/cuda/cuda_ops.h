@@ -96,6 +96,10 @@ template <typename floatX>
 void add_bias(floatX* out, const floatX* bias, int N, int C, cudaStream_t stream);
 // dbias[:] += sum_n dout[n,:] (nn.Linear's bias gradient; the GEMMs are cuBLASLt's).
 inline std::size_t matmul_backward_bias_scratch_floats(int N, int OC) { return row_chunks(N) * OC; }
+// out[i] = in[i] in floatX (bf16: nearest even): the GEMM operands of bf16 compute on fp32
+// storage (runtime/backend.h), made in op temporaries.
+template <typename floatX>
+void convert_from_float(floatX* out, const float* in, std::size_t n, cudaStream_t stream);
 template <typename floatX>
 void matmul_backward_bias(float* dbias, const floatX* dout, int N, int OC, float* scratch,
                           cudaStream_t stream);

@@ -2,11 +2,18 @@
 // deterministic tokens: shared by the emulated training tests and the GPU check tool, which
 // compare backends (and lanes on/off) on the losses and gradient norms it returns.
 #pragma once
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "parallel/pipeline_executor.h"
+#include "parallel/thread_planes.h"
 
 namespace pipelane::cuda_test {
 
@@ -59,6 +66,37 @@ inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& m
 // The tiny GPT of the tests: `steps` steps of 2 microbatches of 2 x 8 tokens.
 inline TrainRun train_tiny(Topology& topo, Backend& backend, int pp = 1, int steps = 3) {
   return train_steps(topo, backend, tiny_gpt(), pp, 2, 8, 2, steps);
+}
+
+// The tiny GPT on the ranks of `dims` as threads (thread planes), each with its own backend from
+// `make_backend`; rank 0's run. Errors of any rank come back in `errors` (one per rank, "" if none).
+inline TrainRun train_tiny_on_threads(const ParallelDims& dims,
+                                      const std::function<std::unique_ptr<Backend>()>& make_backend, int steps,
+                                      std::vector<std::string>& errors) {
+  ThreadJob job(dims);
+  TrainRun got;
+  errors.assign(dims.world(), "");
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < dims.world(); ++rank)
+    ranks.emplace_back([&, rank] {
+      try {
+        Topology topo = job.topology(rank);
+        const std::unique_ptr<Backend> backend = make_backend();
+        TrainRun mine = train_tiny(topo, *backend, dims.pp, steps);
+        if (rank == 0) got = mine;
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  for (std::thread& t : ranks) t.join();
+  return got;
+}
+
+// max_s |a[s] - b[s]|
+inline double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0;
+  for (std::size_t s = 0; s < a.size() && s < b.size(); ++s) d = std::max(d, std::fabs(a[s] - b[s]));
+  return d;
 }
 
 }  // namespace pipelane::cuda_test

@@ -6,13 +6,14 @@
 //
 //   gpu_check_tool env
 //   gpu_check_tool gemm-peak N                      fp32 and bf16 cuBLASLt GEMMs of N x N x N
-//   gpu_check_tool train-parity                     tiny GPT, 5 steps: CUDA vs CPU backend
+//   gpu_check_tool train-parity                     tiny GPT, 5 steps: CUDA vs CPU backend, fp32 and bf16
 //   gpu_check_tool lanes MODE STEPS                 MODE: off | equal | low | partition:SMS
 //   gpu_check_tool pool-quota                       a pool arena past its maxSize is refused
 //   gpu_check_tool make-data PATH TOKENS VOCAB      a synthetic gpt2-tokenized token store
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -41,9 +42,10 @@ int emit(const json& j, int code = 0) {
   return code;
 }
 
-std::unique_ptr<cuda::CudaBackend> real_backend(int sm_partition = 0) {
+std::unique_ptr<cuda::CudaBackend> real_backend(int sm_partition = 0, DType compute = DType::F32) {
   cuda::CudaBackendConfig config;
   config.lane_sm_partition = sm_partition;
+  config.compute = compute;
   return cuda::make_cuda_backend(config, cuda::make_cublaslt_engine());
 }
 
@@ -102,19 +104,36 @@ int gemm_peak(int n) {
 
 json runs_json(const TrainRun& r) { return {{"loss", r.loss}, {"grad_norm", r.grad_norm}, {"step_s", r.step_s}}; }
 
+// fp32: CUDA vs CPU within 1e-5 relative. bf16 compute (autocast style): CUDA's losses within 0.05
+// of the CPU's fp32 run, and within the bound of tests/cuda/test_cuda_autocast.cpp of the CPU's
+// bf16 emulation (1e-5 relative + 0.25 x the largest bf16-vs-fp32 difference on the CPU).
 int train_parity() {
-  const auto cpu = make_cpu_backend(0);
-  const auto cuda = real_backend();
-  Topology cpu_topo = Topology::single_process(*cpu), cuda_topo = Topology::single_process(*cuda);
-  const TrainRun want = train_steps(cpu_topo, *cpu, tiny_gpt(), 1, 2, 8, 2, 5);
-  const TrainRun got = train_steps(cuda_topo, *cuda, tiny_gpt(), 1, 2, 8, 2, 5);
+  const auto train = [](Backend& backend) {
+    Topology topo = Topology::single_process(backend);
+    return train_steps(topo, backend, tiny_gpt(), 1, 2, 8, 2, 5);
+  };
+  const auto cpu = make_cpu_backend(0), cpu_bf16 = make_cpu_backend(0, DType::BF16);
+  const auto cuda = real_backend(), cuda_bf16 = real_backend(0, DType::BF16);
+  const TrainRun want = train(*cpu), got = train(*cuda);
+  const TrainRun want_bf16 = train(*cpu_bf16), got_bf16 = train(*cuda_bf16);
   double worst = 0;
   for (std::size_t i = 0; i < want.loss.size(); ++i) {
     worst = std::max(worst, std::abs(got.loss[i] - want.loss[i]) / want.loss[i]);
     worst = std::max(worst, std::abs(got.grad_norm[i] - want.grad_norm[i]) / want.grad_norm[i]);
   }
-  return emit({{"status", worst <= 1e-5 ? "pass" : "fail"}, {"max_relative_difference", worst}, {"limit", 1e-5},
-               {"cpu", runs_json(want)}, {"cuda", runs_json(got)}});
+  const double vs_fp32 = largest_difference(got_bf16.loss, want.loss);
+  const double vs_cpu_bf16 = largest_difference(got_bf16.loss, want_bf16.loss);
+  const double cpu_bf16_effect = largest_difference(want_bf16.loss, want.loss);
+  const double limit_vs_cpu_bf16 = 1e-5 * want_bf16.loss.front() + 0.25 * cpu_bf16_effect;
+  bool bf16_finite = true;
+  for (double l : got_bf16.loss) bf16_finite = bf16_finite && std::isfinite(l);
+  const bool pass = worst <= 1e-5 && bf16_finite && vs_fp32 <= 0.05 && vs_cpu_bf16 <= limit_vs_cpu_bf16;
+  return emit({{"status", pass ? "pass" : "fail"}, {"max_relative_difference", worst}, {"limit", 1e-5},
+               {"cpu", runs_json(want)}, {"cuda", runs_json(got)},
+               {"bf16",
+                {{"max_loss_difference_vs_cpu_fp32", vs_fp32}, {"limit_vs_cpu_fp32", 0.05},
+                 {"max_loss_difference_vs_cpu_bf16", vs_cpu_bf16}, {"limit_vs_cpu_bf16", limit_vs_cpu_bf16},
+                 {"cpu", runs_json(want_bf16)}, {"cuda", runs_json(got_bf16)}}}});
 }
 
 // A GPT that keeps an H200 busy for ~100 ms a step, trained while a lane thread runs bounded

@@ -82,22 +82,9 @@ TEST(CudaEmulatedTraining, TwoPipelineStagesMatchTheCpuBackend) {
   const TrainRun want = train_one_process(*cpu);
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);
   const ParallelDims dims{1, 1, 2};
-  ThreadJob job(dims);
-  TrainRun got;
-  std::vector<std::string> errors(dims.world());
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < dims.world(); ++rank)
-    ranks.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const auto backend = cuda_emu::make_emulated_cuda_backend();
-        TrainRun mine = train_tiny(topo, *backend, dims.pp);
-        if (rank == 0) got = mine;
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (std::thread& t : ranks) t.join();
+  std::vector<std::string> errors;
+  const TrainRun got = train_tiny_on_threads(
+      dims, [] { return std::unique_ptr<Backend>(cuda_emu::make_emulated_cuda_backend()); }, 3, errors);
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
   for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   expect_close(got, want);

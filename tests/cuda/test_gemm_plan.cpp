@@ -5,6 +5,7 @@
 // outputs rounded to bf16 (kBf16Nmse and llm.c's elementwise test).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "runtime/cuda/plans/gemm_plan.h"
@@ -93,6 +94,32 @@ TEST(GemmPlan, LinearForwardFields) {
   EXPECT_EQ(g.c.ld, 3);
   EXPECT_EQ(g.epilogue, Epilogue::Bias);
   EXPECT_EQ(g.beta, 0.0f);
+}
+
+// bf16 compute on fp32 storage (GemmTypes{BF16, F32}): A and B bf16, C, D and the bias fp32, and
+// the interpreter reads the operands as bf16 and writes fp32: the exact sum over the bf16 values
+// rounded once to fp32 (within one fp32 rounding of the double reference).
+TEST(GemmPlan, Bf16OperandsIntoFp32Outputs) {
+  const int N = 5, C = 24, OC = 7;
+  std::mt19937 rng(3);
+  const Vec x = random_vec(rng, N * C), w = random_vec(rng, OC * C), bias = random_vec(rng, OC);
+  Buffer xb(DataType::BF16, x), wb(DataType::BF16, w), biasf(DataType::F32, bias), out(DataType::F32, N * OC);
+  const cuda::GemmCall g = cuda::matmul_forward_gemm(out.data(), xb.data(), wb.data(), biasf.data(), N, C, OC,
+                                                     cuda::GemmTypes{DataType::BF16, DataType::F32});
+  EXPECT_EQ(g.a.type, DataType::BF16);
+  EXPECT_EQ(g.b.type, DataType::BF16);
+  EXPECT_EQ(g.c.type, DataType::F32);
+  EXPECT_EQ(g.bias_type, DataType::F32);
+  run_gemm(g);
+  const Vec xr = xb.values(), wr = wb.values(), br = biasf.values(), got = out.values();
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double want = br[o];
+      for (int c = 0; c < C; ++c) want += xr[n * C + c] * wr[o * C + c];
+      EXPECT_NEAR(got[n * OC + o], want, 0x1p-24 * std::fabs(want) + 1e-30) << n << "," << o;
+    }
+  // The operands really are bf16: their values differ from the fp32 inputs.
+  EXPECT_NE(xr, x);
 }
 
 TEST(GemmPlan, LinearForwardWithBiasAndGelu) {

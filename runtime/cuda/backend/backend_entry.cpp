@@ -97,6 +97,7 @@ __attribute__((visibility("default"))) pipelane::Backend* pipelane_cuda_backend_
     pipelane::cuda::CudaBackendConfig config;
     config.device = options->device_index;
     config.lane_sm_partition = options->lane_sm_partition;
+    config.compute = options->compute_bf16 ? pipelane::DType::BF16 : pipelane::DType::F32;
     cudaSetDevice(config.device);
     return pipelane::cuda::make_cuda_backend(config, pipelane::cuda::make_cublaslt_engine()).release();
   } catch (const std::exception& e) {

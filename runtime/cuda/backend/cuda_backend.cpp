@@ -23,11 +23,14 @@ DeviceInts::DeviceInts(ScratchPool& pool, const std::int32_t* ids, std::size_t n
 
 CudaBackendImpl::CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm)
     : config_(config), gemm_(std::move(gemm)) {
+  if (config_.compute != DType::F32 && config_.compute != DType::BF16)
+    throw std::invalid_argument(std::string("cuda backend: compute precision ") + dtype_name(config_.compute) +
+                                ": expected f32 or bf16");
   const std::string which = "cuda:" + std::to_string(config_.device);
   check_cuda(cudaSetDevice(config_.device), ("cudaSetDevice(" + std::to_string(config_.device) + ")").c_str());
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, config_.device), "cudaGetDeviceProperties");
-  name_ = which + " (" + prop.name + ")";
+  name_ = which + " (" + prop.name + (config_.compute == DType::BF16 ? ", bf16 compute" : "") + ")";
   check_cuda(cudaDeviceGetStreamPriorityRange(&priority_least_, &priority_greatest_),
              "cudaDeviceGetStreamPriorityRange");
   priorities_ = stream_priorities(priority_least_, priority_greatest_);

@@ -31,6 +31,22 @@ class DeviceInts {
 
 class CudaBackendImpl;
 
+// bf16 compute's GEMM types: bf16 operands, fp32 output.
+inline const GemmTypes kAutocast{DataType::BF16, DataType::F32};
+
+// A bf16 copy of n fp32 values (a GEMM operand in bf16 compute), in the op's stream order.
+class Bf16Copy {
+ public:
+  Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStream_t stream);
+  const __nv_bfloat16* get() const { return t_.get(); }
+
+ private:
+  Temp<__nv_bfloat16> t_;
+};
+
+// Rows of logits the fused head holds at once: one block of at most 128 MiB, as the CPU head.
+int head_chunk_rows(int N, int width);
+
 // The bf16 composed ops: the same templates as the fp32 ones, instantiated for bf16.
 class CudaBf16OpsImpl final : public CudaBf16Ops {
  public:
@@ -68,6 +84,7 @@ class CudaBackendImpl final : public CudaBackend {
   std::unique_ptr<Stream> create_stream(StreamPriority priority) override;
   std::unique_ptr<Event> create_event() override;
   bool supports(OpKind op, DType dtype) const override;
+  DType compute_precision() const override { return config_.compute; }
   CudaBackendStats stats() const override;
   CudaBf16Ops& bf16_ops() override { return bf16_; }
 
@@ -141,6 +158,28 @@ class CudaBackendImpl final : public CudaBackend {
   double measure_matmul_gflops(int n, int reps) override;
 
  private:
+  bool bf16_compute() const { return config_.compute == DType::BF16; }
+  // The matmul family in bf16 compute on fp32 storage (cuda_backend_autocast.cpp).
+  void matmul_forward_autocast(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                               int OC, Stream& s);
+  void matmul_backward_autocast(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                                const float* weight, int N, int C, int OC, Stream& s);
+  void matmul_backward_input_autocast(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
+                                      Stream& s);
+  void attention_forward_autocast(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
+  void attention_backward_autocast(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
+                                   int C, int NH, Stream& s);
+  void lm_head_logits_autocast(float* logits, const float* x, const float* wte, int N, int C, int Vp, Stream& s);
+  double lm_head_cross_entropy_autocast(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+                                        const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
+                                        float* scratch, Stream& s);
+  // The vocab-parallel head on GEMM operands x, wte of type O: float (fp32 compute) or bf16 copies
+  // (bf16 compute, whose dlogits are copied too); logits fp32 either way.
+  template <typename O>
+  double lm_head_vocab_parallel_t(float* losses, float* dx, float* dwte, const O* x, const O* wte,
+                                  const std::int32_t* targets, int N, int C, int V, int vocab_begin, int vocab_count,
+                                  float grad_scale, float* scratch, const GroupReduce& reduce, Stream& s);
+
   // Makes this backend's device current on the calling thread and returns the op's stream.
   cudaStream_t enter(Stream& s) const;
   // With config.check_pointers: std::logic_error unless every non-null pointer is device memory.

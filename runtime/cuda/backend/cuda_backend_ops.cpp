@@ -24,15 +24,14 @@ constexpr DataType data_type() {
   return std::is_same_v<X, float> ? DataType::F32 : DataType::BF16;
 }
 
-// Rows of logits the fused head holds at once: one block of at most 128 MiB, as the CPU head.
+}  // namespace
+
 int head_chunk_rows(int N, int width) {
   constexpr std::size_t kLogitsBlockBytes = std::size_t{128} << 20;
   const std::size_t by_bytes = kLogitsBlockBytes / (static_cast<std::size_t>(std::max(width, 1)) * sizeof(float));
   const int rows = static_cast<int>(std::max<std::size_t>(16, by_bytes / 16 * 16));
   return std::max(1, std::min(N, rows));
 }
-
-}  // namespace
 
 void CudaBackendImpl::gemm(const GemmCall& g, Stream& s) {
   const CudaStream& cs = cuda_stream(s);
@@ -65,14 +64,17 @@ void CudaBackendImpl::matmul_backward_t(X* dinp, float* dweight, float* dbias, c
 
 void CudaBackendImpl::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                                      int C, int OC, Stream& s) {
+  if (bf16_compute()) return matmul_forward_autocast(out, inp, weight, bias, N, C, OC, s);
   matmul_forward_t(out, inp, weight, bias, N, C, OC, s);
 }
 void CudaBackendImpl::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                       const float* weight, int N, int C, int OC, Stream& s) {
+  if (bf16_compute()) return matmul_backward_autocast(dinp, dweight, dbias, dout, inp, weight, N, C, OC, s);
   matmul_backward_t(dinp, dweight, dbias, dout, inp, weight, N, C, OC, s);
 }
 void CudaBackendImpl::matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
                                             Stream& s) {
+  if (bf16_compute()) return matmul_backward_input_autocast(dinp, dout, weight, N, C, OC, s);
   enter(s);
   expect_device("matmul_backward_input", {dinp, dout, weight});
   gemm(matmul_backward_input_gemm(dinp, dout, weight, N, C, OC, kF32), s);
@@ -122,10 +124,12 @@ void CudaBackendImpl::attention_backward_t(X* dqkv, const X* dout, const X* qkv,
 
 void CudaBackendImpl::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                                         Stream& s) {
+  if (bf16_compute()) return attention_forward_autocast(out, att, qkv, B, T, C, NH, s);
   attention_forward_t(out, att, qkv, B, T, C, NH, s);
 }
 void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                                          int T, int C, int NH, Stream& s) {
+  if (bf16_compute()) return attention_backward_autocast(dqkv, dout, qkv, att, B, T, C, NH, s);
   attention_backward_t(dqkv, dout, qkv, att, B, T, C, NH, s);
 }
 
@@ -150,6 +154,7 @@ void CudaBackendImpl::attention_forward_kv(float* out, float* scores, const floa
 
 void CudaBackendImpl::lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp,
                                      Stream& s) {
+  if (bf16_compute()) return lm_head_logits_autocast(logits, x, wte, N, C, Vp, s);
   enter(s);
   expect_device("lm_head_logits", {logits, x, wte});
   gemm(matmul_forward_gemm(logits, x, wte, nullptr, N, C, Vp, kF32), s);
@@ -184,6 +189,8 @@ double CudaBackendImpl::lm_head_cross_entropy_t(float* losses, X* dx, float* dwt
 double CudaBackendImpl::lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, const float* wte,
                                               const std::int32_t* targets, int N, int C, int V, int Vp,
                                               float grad_scale, float* scratch, Stream& s) {
+  if (bf16_compute())
+    return lm_head_cross_entropy_autocast(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale, scratch, s);
   return lm_head_cross_entropy_t(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale, scratch, s);
 }
 
@@ -192,13 +199,14 @@ std::size_t CudaBackendImpl::lm_head_vocab_parallel_scratch_floats(int N, int vo
   return R * static_cast<std::size_t>(vocab_count) + 3 * R;
 }
 
-double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                                             const float* wte, const std::int32_t* targets, int N,
-                                                             int C, int V, int vocab_begin, int vocab_count,
-                                                             float grad_scale, float* scratch,
-                                                             const GroupReduce& reduce, Stream& s) {
+template <typename O>
+double CudaBackendImpl::lm_head_vocab_parallel_t(float* losses, float* dx, float* dwte, const O* x, const O* wte,
+                                                 const std::int32_t* targets, int N, int C, int V, int vocab_begin,
+                                                 int vocab_count, float grad_scale, float* scratch,
+                                                 const GroupReduce& reduce, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte, scratch});
+  constexpr bool kBf16 = std::is_same_v<O, bf16>;
+  const GemmTypes types = kBf16 ? kAutocast : GemmTypes(kF32);
   const DeviceInts tgt(*scratch_, targets, static_cast<std::size_t>(N), h);
   const int Vl = vocab_count;
   const int valid = std::max(0, std::min(Vl, V - vocab_begin));  // columns that are real tokens
@@ -210,9 +218,9 @@ double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, floa
     const int rows = std::min(R, N - r0);
     // The row sums and the target logits next to each other: one all-reduce of 2 * rows floats.
     float* rowtgt = rowsum + rows;
-    const float* xc = x + static_cast<std::size_t>(r0) * C;
+    const O* xc = x + static_cast<std::size_t>(r0) * C;
     const std::int32_t* tc = tgt.get() + r0;
-    gemm(matmul_forward_gemm(logits, xc, wte, nullptr, rows, C, Vl, kF32), s);
+    gemm(matmul_forward_gemm(logits, xc, wte, nullptr, rows, C, Vl, types), s);
     cross_entropy_chunk_row_max<float>(rowmax, logits, rows, Vl, valid, h);
     reduce.max(rowmax, static_cast<std::size_t>(rows));
     cross_entropy_chunk_row_sums<float>(rowsum, rowtgt, logits, rowmax, tc, rows, Vl, valid, vocab_begin, h);
@@ -221,12 +229,31 @@ double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, floa
                                       grad_scale, dx != nullptr, h);
     if (dx) {
       float* dxc = dx + static_cast<std::size_t>(r0) * C;
-      gemm(matmul_backward_input_gemm(dxc, logits, wte, rows, C, Vl, kF32), s);
+      const std::size_t n = static_cast<std::size_t>(rows) * Vl;
+      const std::unique_ptr<Bf16Copy> copy = kBf16 ? std::make_unique<Bf16Copy>(*scratch_, logits, n, h) : nullptr;
+      const void* dlogits = kBf16 ? static_cast<const void*>(copy->get()) : logits;
+      gemm(matmul_backward_input_gemm(dxc, dlogits, wte, rows, C, Vl, types), s);
       reduce.sum(dxc, static_cast<std::size_t>(rows) * C);
-      gemm(matmul_backward_weight_gemm(dwte, logits, xc, rows, C, Vl, kF32), s);
+      gemm(matmul_backward_weight_gemm(dwte, dlogits, xc, rows, C, Vl, types), s);
     }
   }
   return host_sum(losses, static_cast<std::size_t>(N), h);
+}
+
+double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
+                                                             const float* wte, const std::int32_t* targets, int N,
+                                                             int C, int V, int vocab_begin, int vocab_count,
+                                                             float grad_scale, float* scratch,
+                                                             const GroupReduce& reduce, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte, scratch});
+  if (!bf16_compute())
+    return lm_head_vocab_parallel_t(losses, dx, dwte, x, wte, targets, N, C, V, vocab_begin, vocab_count, grad_scale,
+                                    scratch, reduce, s);
+  const Bf16Copy x16(*scratch_, x, static_cast<std::size_t>(N) * C, h);
+  const Bf16Copy w16(*scratch_, wte, static_cast<std::size_t>(vocab_count) * C, h);
+  return lm_head_vocab_parallel_t(losses, dx, dwte, x16.get(), w16.get(), targets, N, C, V, vocab_begin, vocab_count,
+                                  grad_scale, scratch, reduce, s);
 }
 
 // ---- a measured peak ----

@@ -100,6 +100,17 @@ struct BiasGradTerm {
 };
 
 template <typename floatX>
+struct ConvertFromFloat {
+  floatX* out;
+  const float* in;
+  __device__ void operator()(std::size_t i) const { out[i] = from_float<floatX>(in[i]); }
+};
+
+template <typename floatX>
+void convert_from_float(floatX* out, const float* in, std::size_t n, cudaStream_t stream) {
+  for_each_element(ConvertFromFloat<floatX>{out, in}, n, stream);
+}
+template <typename floatX>
 void gelu_forward(floatX* out, const floatX* inp, std::size_t n, cudaStream_t stream) {
   for_each_element(GeluForward<floatX>{out, inp}, n, stream);
 }

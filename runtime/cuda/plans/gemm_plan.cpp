@@ -39,18 +39,18 @@ Operand row_major(const void* ptr, DataType type, std::int64_t cols,
 }  // namespace
 
 GemmCall matmul_forward_gemm(void* out, const void* inp, const void* weight, const void* bias,
-                             int N, int C, int OC, DataType act, void* gelu_pre) {
+                             int N, int C, int OC, GemmTypes act, void* gelu_pre) {
   // out^T[OC,N] = weight[OC,C] @ inp^T[C,N]: weight (column-major [C,OC]) transposed, inp as is.
   GemmCall g;
   g.transa = Trans::T;
   g.transb = Trans::N;
   g.m = OC, g.n = N, g.k = C;
-  g.a = row_major(weight, act, C);
-  g.b = row_major(inp, act, C);
-  g.c = row_major(out, act, OC);
+  g.a = row_major(weight, act.operands, C);
+  g.b = row_major(inp, act.operands, C);
+  g.c = row_major(out, act.output, OC);
   g.d = out;
   g.bias = const_cast<void*>(bias);  // read only
-  g.bias_type = act;
+  g.bias_type = act.output;
   if (gelu_pre) {
     check_gelu_width(OC, "matmul_forward_gemm");
     g.epilogue = bias ? Epilogue::GeluAuxBias : Epilogue::GeluAux;
@@ -63,15 +63,15 @@ GemmCall matmul_forward_gemm(void* out, const void* inp, const void* weight, con
 }
 
 GemmCall matmul_backward_input_gemm(void* dinp, const void* dout, const void* weight, int N, int C,
-                                    int OC, DataType act, const void* gelu_pre) {
+                                    int OC, GemmTypes act, const void* gelu_pre) {
   // dinp^T[C,N] = weight^T[C,OC] @ dout^T[OC,N]: both as stored.
   GemmCall g;
   g.transa = Trans::N;
   g.transb = Trans::N;
   g.m = C, g.n = N, g.k = OC;
-  g.a = row_major(weight, act, C);
-  g.b = row_major(dout, act, OC);
-  g.c = row_major(dinp, act, C);
+  g.a = row_major(weight, act.operands, C);
+  g.b = row_major(dout, act.operands, OC);
+  g.c = row_major(dinp, act.output, C);
   g.d = dinp;
   if (gelu_pre) {
     check_gelu_width(C, "matmul_backward_input_gemm");
@@ -83,15 +83,15 @@ GemmCall matmul_backward_input_gemm(void* dinp, const void* dout, const void* we
 }
 
 GemmCall matmul_backward_weight_gemm(float* dweight, const void* dout, const void* inp, int N,
-                                     int C, int OC, DataType act, float* dbias_out) {
+                                     int C, int OC, GemmTypes act, float* dbias_out) {
   // dweight^T[C,OC] += inp^T[C,N] @ dout[N,OC]: inp as stored, dout (column-major [OC,N])
   // transposed. The sum over k = N of op(B) = dout is the bias gradient (BGRADB).
   GemmCall g;
   g.transa = Trans::N;
   g.transb = Trans::T;
   g.m = C, g.n = OC, g.k = N;
-  g.a = row_major(inp, act, C);
-  g.b = row_major(dout, act, OC);
+  g.a = row_major(inp, act.operands, C);
+  g.b = row_major(dout, act.operands, OC);
   g.c = row_major(dweight, DataType::F32, C);
   g.d = dweight;
   g.beta = 1.0f;
@@ -114,12 +114,12 @@ AttentionStrides strides(int T, int hs) {
 }
 
 GemmCall batched(int BNH, Trans ta, Trans tb, int m, int n, int k, Operand a, Operand b, void* d,
-                 DataType act, std::int64_t ldd, std::int64_t d_stride) {
+                 GemmTypes act, std::int64_t ldd, std::int64_t d_stride) {
   GemmCall g;
   g.transa = ta, g.transb = tb;
   g.m = m, g.n = n, g.k = k, g.batch = BNH;
   g.a = a, g.b = b;
-  g.c = Operand{d, act, ldd, d_stride};
+  g.c = Operand{d, act.output, ldd, d_stride};
   g.d = d;
   return g;
 }
@@ -127,46 +127,46 @@ GemmCall batched(int BNH, Trans ta, Trans tb, int m, int n, int k, Operand a, Op
 }  // namespace
 
 GemmCall attention_scores_gemm(void* preatt, const void* q, const void* k, int BNH, int T, int hs,
-                               DataType act) {
+                               GemmTypes act) {
   // preatt^T[j,i] = k[j,:] . q[i,:]: k (column-major [hs,T]) transposed, q as stored.
   const AttentionStrides s = strides(T, hs);
-  return batched(BNH, Trans::T, Trans::N, T, T, hs, row_major(k, act, hs, s.ths),
-                 row_major(q, act, hs, s.ths), preatt, act, T, s.tt);
+  return batched(BNH, Trans::T, Trans::N, T, T, hs, row_major(k, act.operands, hs, s.ths),
+                 row_major(q, act.operands, hs, s.ths), preatt, act, T, s.tt);
 }
 
 GemmCall attention_values_gemm(void* y, const void* att, const void* v, int BNH, int T, int hs,
-                               DataType act) {
+                               GemmTypes act) {
   // y^T[hs,T] = v^T[hs,T] @ att^T[T,T]: both as stored.
   const AttentionStrides s = strides(T, hs);
-  return batched(BNH, Trans::N, Trans::N, hs, T, T, row_major(v, act, hs, s.ths),
-                 row_major(att, act, T, s.tt), y, act, hs, s.ths);
+  return batched(BNH, Trans::N, Trans::N, hs, T, T, row_major(v, act.operands, hs, s.ths),
+                 row_major(att, act.operands, T, s.tt), y, act, hs, s.ths);
 }
 
 std::vector<GemmCall> attention_values_backward_gemms(void* datt, void* dv, const void* dy,
                                                       const void* att, const void* v, int BNH,
-                                                      int T, int hs, DataType act) {
+                                                      int T, int hs, GemmTypes act) {
   const AttentionStrides s = strides(T, hs);
   return {
       // datt^T[j,i] = v[j,:] . dy[i,:]
-      batched(BNH, Trans::T, Trans::N, T, T, hs, row_major(v, act, hs, s.ths),
-              row_major(dy, act, hs, s.ths), datt, act, T, s.tt),
+      batched(BNH, Trans::T, Trans::N, T, T, hs, row_major(v, act.operands, hs, s.ths),
+              row_major(dy, act.operands, hs, s.ths), datt, act, T, s.tt),
       // dv^T[hs,T] = dy^T[hs,T] @ att[T,T]: att (column-major att^T) transposed
-      batched(BNH, Trans::N, Trans::T, hs, T, T, row_major(dy, act, hs, s.ths),
-              row_major(att, act, T, s.tt), dv, act, hs, s.ths),
+      batched(BNH, Trans::N, Trans::T, hs, T, T, row_major(dy, act.operands, hs, s.ths),
+              row_major(att, act.operands, T, s.tt), dv, act, hs, s.ths),
   };
 }
 
 std::vector<GemmCall> attention_scores_backward_gemms(void* dq, void* dk, const void* dpreatt,
                                                       const void* q, const void* k, int BNH, int T,
-                                                      int hs, DataType act) {
+                                                      int hs, GemmTypes act) {
   const AttentionStrides s = strides(T, hs);
   return {
       // dq^T[hs,T] = k^T[hs,T] @ dpreatt^T[T,T]
-      batched(BNH, Trans::N, Trans::N, hs, T, T, row_major(k, act, hs, s.ths),
-              row_major(dpreatt, act, T, s.tt), dq, act, hs, s.ths),
+      batched(BNH, Trans::N, Trans::N, hs, T, T, row_major(k, act.operands, hs, s.ths),
+              row_major(dpreatt, act.operands, T, s.tt), dq, act, hs, s.ths),
       // dk^T[hs,T] = q^T[hs,T] @ dpreatt[T,T]
-      batched(BNH, Trans::N, Trans::T, hs, T, T, row_major(q, act, hs, s.ths),
-              row_major(dpreatt, act, T, s.tt), dk, act, hs, s.ths),
+      batched(BNH, Trans::N, Trans::T, hs, T, T, row_major(q, act.operands, hs, s.ths),
+              row_major(dpreatt, act.operands, T, s.tt), dk, act, hs, s.ths),
   };
 }
 

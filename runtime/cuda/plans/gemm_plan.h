@@ -28,6 +28,16 @@ enum class Epilogue : std::uint8_t {
   BGradB,       // D = A op B (+ beta C); bias[j] = sum_p op(B)[p, j]
 };
 
+// A GEMM's types: its operands A and B, and its output C/D (with an epilogue's bias and aux).
+// Storage precision gives both the same type; bf16 compute on fp32 storage (runtime/backend.h) is
+// {BF16 operands, F32 output}: cuBLASLt's A/B CUDA_R_16BF, C/D CUDA_R_32F, compute 32F.
+struct GemmTypes {
+  DataType operands = DataType::F32, output = DataType::F32;
+  GemmTypes() = default;
+  GemmTypes(DataType both) : operands(both), output(both) {}  // implicit: storage = compute
+  GemmTypes(DataType ops, DataType out) : operands(ops), output(out) {}
+};
+
 const char* to_string(DataType t);
 const char* to_string(Epilogue e);
 
@@ -56,7 +66,7 @@ struct GemmCall {
 };
 
 // ---- nn.Linear, row-major, as cpu::matmul_forward / matmul_backward ----
-// `act` is the storage type of inputs, weights and outputs; weight gradients are fp32.
+// `act`: the types of inputs and weights (operands) and outputs; weight gradients are fp32.
 
 // cuBLASLt requires the GeLU aux matrix's leading dimension (the width of the GeLU's input: the
 // layer's output forward, its input backward) to be a multiple of 8; otherwise the GeLU runs as
@@ -66,30 +76,30 @@ bool gelu_epilogue_fits(int width);
 // out = inp @ weight^T + bias (bias may be null). With gelu_pre non-null the GeLU that follows
 // the layer is fused: gelu_pre = inp @ weight^T + bias (kept for backward), out = gelu(gelu_pre).
 GemmCall matmul_forward_gemm(void* out, const void* inp, const void* weight, const void* bias,
-                             int N, int C, int OC, DataType act, void* gelu_pre = nullptr);
+                             int N, int C, int OC, GemmTypes act, void* gelu_pre = nullptr);
 // dinp (=) = dout @ weight. With gelu_pre non-null (the layer's input was gelu(gelu_pre)), the
 // GeLU's backward is fused: dinp = (dout @ weight) * gelu'(gelu_pre), the gradient of gelu_pre.
 GemmCall matmul_backward_input_gemm(void* dinp, const void* dout, const void* weight, int N, int C,
-                                    int OC, DataType act, const void* gelu_pre = nullptr);
+                                    int OC, GemmTypes act, const void* gelu_pre = nullptr);
 // dweight (+=, fp32) = dout^T @ inp. With dbias_out non-null, also dbias_out (=, fp32, OC values)
 // = the column sums of dout (the caller adds them into its accumulating bias gradient).
 GemmCall matmul_backward_weight_gemm(float* dweight, const void* dout, const void* inp, int N,
-                                     int C, int OC, DataType act, float* dbias_out = nullptr);
+                                     int C, int OC, GemmTypes act, float* dbias_out = nullptr);
 
 // ---- attention on q, k, v, y [BNH, T, hs] (attention_permute_qkv's layout) ----
 // preatt[r] = q[r] @ k[r]^T ([T,T] per r; the 1/sqrt(hs) scale is the softmax kernel's).
 GemmCall attention_scores_gemm(void* preatt, const void* q, const void* k, int BNH, int T, int hs,
-                               DataType act);
+                               GemmTypes act);
 // y[r] = att[r] @ v[r]
 GemmCall attention_values_gemm(void* y, const void* att, const void* v, int BNH, int T, int hs,
-                               DataType act);
+                               GemmTypes act);
 // Backward of y = att @ v: datt = dy @ v^T, dv = att^T @ dy (both =).
 std::vector<GemmCall> attention_values_backward_gemms(void* datt, void* dv, const void* dy,
                                                       const void* att, const void* v, int BNH,
-                                                      int T, int hs, DataType act);
+                                                      int T, int hs, GemmTypes act);
 // Backward of preatt = q @ k^T: dq = dpreatt @ k, dk = dpreatt^T @ q (both =).
 std::vector<GemmCall> attention_scores_backward_gemms(void* dq, void* dk, const void* dpreatt,
                                                       const void* q, const void* k, int BNH, int T,
-                                                      int hs, DataType act);
+                                                      int hs, GemmTypes act);
 
 }  // namespace pipelane::cuda

@@ -1,0 +1,32 @@
+// bf16 rounding for the CPU backend's bf16 compute mode (runtime/backend.h, compute precision):
+// a float rounded to the nearest bf16 (ties to even) and kept as a float whose low 16 bits are
+// zero, so the fp32 kernels run on bf16 values. The product of two such values is exact in fp32
+// (8 + 8 significant bits), so an fp32 sum of them is what a bf16 GEMM with fp32 accumulation
+// computes, up to the order of the sum.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace pipelane::cpu {
+
+inline float round_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u |= 0x00400000u;  // NaN stays a (quiet) NaN: rounding its payload could make it infinity
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+  }
+  u &= 0xffff0000u;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// The operand as the GEMMs see it: itself in fp32, rounded in bf16 compute mode.
+template <bool kBf16>
+inline float gemm_operand(float x) {
+  if constexpr (kBf16) return round_to_bf16(x);
+  return x;
+}
+
+}  // namespace pipelane::cpu

@@ -1,0 +1,120 @@
+// The CUDA backend in bf16 compute mode (runtime/backend.h; backend/cuda_backend_autocast.cpp):
+// the matmul family against the double reference of bf16 compute and against the CPU backend in
+// bf16 mode (tests/runtime/bf16_reference.h), on the build for the CPU (kernels emulated, the
+// GEMM interpreter reading the bf16 operand copies; test_cuda_backend) and on a GPU with cuBLASLt
+// (test_cuda_gpu, skipped without a device; scripts/gpu_check.sh runs it). On the emulated build
+// also a tiny GPT trained in bf16 through the executor against the CPU backend in bf16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/cpu/cpu_backend.h"
+#include "tests/runtime/bf16_reference.h"
+#if PIPELANE_TEST_REAL_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/cuda/backend/cublaslt_engine.h"
+#include "runtime/cuda/cuda_backend.h"
+#else
+#include "runtime/cuda/emu/emulated_backend.h"
+#include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/executor_runs.h"
+#endif
+
+namespace pipelane::cuda_test {
+namespace {
+
+#if PIPELANE_TEST_REAL_CUDA
+// The real backend (cuBLASLt), or null without a device.
+std::unique_ptr<cuda::CudaBackend> backend_in(DType compute) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return nullptr;
+  cuda::CudaBackendConfig config;
+  config.compute = compute;
+  return cuda::make_cuda_backend(config, cuda::make_cublaslt_engine());
+}
+#else
+std::unique_ptr<cuda::CudaBackend> backend_in(DType compute) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  cuda::CudaBackendConfig config = cuda_emu::emulated_backend_config();
+  config.compute = compute;
+  return cuda_emu::make_emulated_cuda_backend(config);
+}
+#endif
+
+TEST(CudaAutocast, OpsMatchTheBf16ReferenceAndTheCpuBackendInBf16) {
+  using namespace bf16_test;
+  const Inputs in = make_inputs();
+  const auto cuda = backend_in(DType::BF16);
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  ASSERT_EQ(cuda->compute_precision(), DType::BF16);
+  const auto cpu = make_cpu_backend(1, DType::BF16);
+  const Outputs got = run_ops(*cuda, in), want_cpu = run_ops(*cpu, in);
+  // The reference of the attention's out reads the op's own probabilities: each run's own.
+  const Reference want = reference(in, got), want_for_cpu = reference(in, want_cpu);
+  for (const auto& [name, t] : got.t) {
+    expect_within(t, want.t.at(name), name);
+    if (name != "attention.out") expect_close_to(t, want_cpu.t.at(name), want.t.at(name), name + " vs cpu");
+  }
+  // out over two backends' probabilities: each within its bound of its reference, and those two
+  // references differ by at most the probabilities' bound times |v|, already in the att check.
+  expect_within(want_cpu.t.at("attention.out"), want_for_cpu.t.at("attention.out"), "cpu attention.out");
+  EXPECT_NEAR(got.head_sum, want.head_sum.value[0], want.head_sum.bound[0]);
+  EXPECT_NEAR(got.head_vp_sum, want.head_sum.value[0], want.head_sum.bound[0]);
+}
+
+TEST(CudaAutocast, Fp32ComputeIsUnchangedByTheMode) {
+  // In fp32 compute (the default) the GEMMs read fp32 operands: the outputs fall outside the bf16
+  // reference's bounds.
+  using namespace bf16_test;
+  const Inputs in = make_inputs();
+  const auto cuda = backend_in(DType::F32);
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  EXPECT_EQ(cuda->compute_precision(), DType::F32);
+  const Outputs got = run_ops(*cuda, in);
+  const Reference want = reference(in, got);
+  int outside = 0;
+  for (std::size_t i = 0; i < got.t.at("matmul.out").size(); ++i)
+    outside += std::fabs(got.t.at("matmul.out")[i] - want.t.at("matmul.out").value[i]) >
+               want.t.at("matmul.out").bound[i];
+  EXPECT_GT(outside, 0) << "fp32 compute rounded its operands to bf16";
+}
+
+#if !PIPELANE_TEST_REAL_CUDA
+TrainRun train_one_process(Backend& backend, int steps) {
+  Topology topo = Topology::single_process(backend);
+  return train_tiny(topo, backend, 1, steps);
+}
+
+// The bound. Both runs round the same fp32 values to bf16, except where those values differ (the
+// CPU's sgemm and the interpreter's double sum round differently: relative at most K u <= 2^-17
+// with K <= 128 here) and a bf16 rounding midpoint lies between them: at most 2^-17 / 2^-8 = 2^-9
+// of the operands on either side, 2^-8 in all. Such an operand moves by one bf16 ulp, while bf16
+// rounding itself moves every operand by an error of RMS ulp / sqrt(12). Independent errors add
+// in energy, so the emulated-vs-CPU difference is at most sqrt(2^-8 / (1/12)) = 0.22 of the
+// bf16-vs-fp32 difference (its largest over the run, as both propagate through the same steps):
+// 0.25 of it, plus the fp32 parity tests' 1e-5 relative for what differs in fp32 already (expf
+// against the CPU's polynomial, GEMM rounding).
+TEST(CudaAutocast, TrainingMatchesTheCpuBackendInBf16) {
+  const int steps = 4;
+  const TrainRun fp32 = train_one_process(*make_cpu_backend(1), steps);
+  const TrainRun want = train_one_process(*make_cpu_backend(1, DType::BF16), steps);
+  const TrainRun got = train_one_process(*backend_in(DType::BF16), steps);
+  ASSERT_EQ(got.loss.size(), want.loss.size());
+  const double loss_bf16_effect = largest_difference(want.loss, fp32.loss);
+  const double norm_bf16_effect = largest_difference(want.grad_norm, fp32.grad_norm);
+  EXPECT_GT(loss_bf16_effect, 0.0) << "the CPU run is not in bf16";
+  for (std::size_t s = 0; s < want.loss.size(); ++s) {
+    std::printf("step %zu: loss cpu fp32 %.9f cpu bf16 %.9f cuda-emulated bf16 %.9f; grad norm %.7f %.7f %.7f\n",
+                s + 1, fp32.loss[s], want.loss[s], got.loss[s], fp32.grad_norm[s], want.grad_norm[s],
+                got.grad_norm[s]);
+    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * loss_bf16_effect) << "step " << s + 1;
+    EXPECT_NEAR(got.grad_norm[s], want.grad_norm[s], 1e-5 * want.grad_norm[s] + 0.25 * norm_bf16_effect)
+        << "step " << s + 1;
+  }
+}
+
+#endif
+
+}  // namespace
+}  // namespace pipelane::cuda_test
