@@ -310,10 +310,11 @@ TEST(ScheduleLowering, TransfersAreReceivedInTheOrderTheyAreSent) {
     for (int m = 1; m <= 16; ++m) {
       for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1})
         EXPECT_NO_THROW(check_transfer_order(ScheduleSpec{kind, p, 1, m})) << p << " " << m;
-      if (m % p == 0)
+      if (m % p == 0) {
         for (int v = 2; v <= 4; ++v)
           EXPECT_NO_THROW(check_transfer_order(ScheduleSpec{ScheduleKind::Interleaved, p, v, m}))
               << p << " " << m << " v " << v;
+      }
     }
 }
 

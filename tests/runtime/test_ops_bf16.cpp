@@ -49,8 +49,9 @@ TEST(Bf16ComputeCpu, WithinLlmcToleranceOfFp32AndNotEqualToIt) {
   const Reference want = reference(in, a);
   for (const auto& [name, t] : a.t) {
     expect_llmc_close(t, b.t.at(name), want.t.at(name), gemm_levels(name), name);
-    if (name != "matmul.dbias")  // a column sum of fp32 dout in both modes: equal
+    if (name != "matmul.dbias") {  // a column sum of fp32 dout in both modes: equal
       EXPECT_NE(t, b.t.at(name)) << name << ": bf16 compute changed nothing";
+    }
   }
   EXPECT_EQ(a.t.at("matmul.dbias"), b.t.at("matmul.dbias"));
 }
