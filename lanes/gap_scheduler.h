@@ -21,6 +21,15 @@
 //              preempted step forgiven) is torn down and quarantined; training carries on.
 //   record   - the first `max_records` step and gap records are kept (trace.json); every later one
 //              only adds to the totals, so a run of days keeps bounded memory.
+//   device   - on a device backend (CUDA), a lane that runs_on_device() gets an arena of pool
+//              memory (MemoryKind::DevicePool: the pool's limit is its quota) and its steps are
+//              enqueued on its low-priority stream: each gap gets the fixed sequence of its steps
+//              frozen when profiling ends (whatever `deterministic` says, so placement is
+//              repeatable), enqueued without polling arrived() in between and without any wait on
+//              training's streams; the lane's time is measured by events recorded on its stream
+//              around each step, read once they complete (later gaps, end_iteration, teardown).
+//              Its cost prediction is that event time. Other lanes (imageproc, pagerank, plugins,
+//              workers) keep host arenas and run on the CPU as on the CPU backend.
 //
 // Not thread-safe: one GapScheduler per stage, used by that stage's thread.
 #pragma once
@@ -185,9 +194,12 @@ class GapScheduler : public GapFiller {
   bool quarantined(const std::string& lane) const;
   std::vector<std::string> lane_names() const;
   double now() const { return clock_(); }
+  // True when `lane` runs on the device (device backend and Lane::runs_on_device()).
+  bool on_device(const std::string& lane) const;
 
  private:
   struct LaneSlot;
+  struct DeviceStep;
 
   bool ensure_setup(LaneSlot& slot);
   bool schedulable(const LaneSlot& slot) const;
@@ -199,10 +211,16 @@ class GapScheduler : public GapFiller {
   bool runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work, std::string* reason);
   void keep_records(const std::vector<LaneStepRecord>& steps);
   void freeze_plan();
+  // Device lanes: enqueues one step of `slot` between two events on its stream (units counted
+  // now, time once the events complete); false when the lane was quarantined.
+  bool enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
+  // Accounts the enqueued steps whose events have completed (all of them, waiting, with `wait`).
+  void settle_device_steps(bool wait);
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
 
   Backend& backend_;
+  bool device_backend_ = false;  // lanes that run_on_device() get pool arenas and event timing
   GapSchedulerOptions options_;
   Logger logger_;
   Clock clock_;
@@ -218,6 +236,7 @@ class GapScheduler : public GapFiller {
   std::vector<LaneStepRecord> steps_;
   std::vector<GapRecord> gaps_;
   std::vector<LaneStepRecord> recent_;  // steps of the current gap (or calibration step)
+  std::vector<std::unique_ptr<DeviceStep>> device_steps_;  // enqueued, not yet accounted
   // Sums over every gap, kept or not.
   struct GapTotals {
     std::size_t count = 0;

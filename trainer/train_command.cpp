@@ -140,10 +140,6 @@ std::unique_ptr<Backend> make_training_backend(const TrainOptions& opts, int ran
     throw ConfigError("[train] precision = bf16: the model and the executor hand the backend fp32 buffers only; "
                       "bf16 training is not wired in yet (see runtime/cuda/README.md); use fp32");
   }
-  if (backend->kind() != DeviceKind::Cpu && !opts.lanes.enabled_lanes().empty())
-    throw ConfigError("[lanes] enabled = " + opts.lanes.enabled + " with [runtime] backend = " + opts.runtime.backend +
-                      ": lanes do not run on a GPU yet (their arenas would be device memory that their CPU code "
-                      "cannot touch; see runtime/cuda/README.md)");
   return backend;
 }
 
