@@ -659,7 +659,11 @@ void GapScheduler::freeze_plan() {
                                                              : std::nullopt;
       };
       double elapsed = 0;
-      while (sequence.size() < kMaxPlannedStepsPerGap) {
+      const std::size_t limit =
+          device && options_.max_device_steps_per_gap > 0
+              ? std::min(kMaxPlannedStepsPerGap, static_cast<std::size_t>(options_.max_device_steps_per_gap))
+              : kMaxPlannedStepsPerGap;
+      while (sequence.size() < limit) {
         const GapFitChoice choice = next_fitting_step(n, lane_cursor, elapsed, budget, planned_cost);
         if (!choice.found) break;
         sequence.push_back(choice.lane);

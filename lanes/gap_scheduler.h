@@ -88,6 +88,9 @@ struct GapSchedulerOptions {
   double call_deadline_s = 60;
   std::uint64_t lane_output_bytes = 0;  // disk quota of each lane's output directory; 0: none
   std::size_t max_records = 20000;      // step and gap records kept (see `record` above)
+  // Device lanes: at most this many steps enqueued in one gap (0: as many as the gap's prediction
+  // fits), so that one mismeasured gap cannot queue a long stretch of lane work.
+  int max_device_steps_per_gap = 0;
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
   // Where this stage's lanes sit in the job (LaneContext's world_size, instance_index/count).
   int world_size = 1;

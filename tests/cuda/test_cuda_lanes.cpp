@@ -1,0 +1,251 @@
+// Lanes on the CUDA backend built for the CPU (kernels emulated, runtime faked): a tiny GPT
+// trained through the real PipelineExecutor, two pipeline stages as threads, with the prefill and
+// smalltrain lanes on (device lanes: pool arenas, steps enqueued on their Low streams, timed by
+// events) against lanes off. The losses are bit-identical, the lanes really ran in the gaps with
+// the count frozen from the profile, and a lane that goes past its pool arena's quota is
+// quarantined while training goes on, bit for bit.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "datasets/token_store.h"
+#include "lanes/builtin/prefill_lane.h"
+#include "lanes/builtin/smalltrain_lane.h"
+#include "lanes/gap_scheduler.h"
+#include "parallel/thread_planes.h"
+#include "runtime/cuda/emu/emulated_backend.h"
+#include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/executor_runs.h"
+#include "tests/datasets/test_files.h"
+
+namespace pipelane::cuda_test {
+namespace {
+
+using test_support::TempDir;
+
+constexpr int kSteps = 3;  // one profile iteration, two with lanes
+constexpr int kPipelineStages = 2;
+constexpr std::size_t kQuota = std::size_t{4} << 20;
+
+// A device lane that computes a little on its stream, then asks its arena for more than the
+// quota on its `fail_at`-th step: the refusal must be the lane's error, never training's.
+class GreedyLane : public Lane {
+ public:
+  // `arena_kind` receives the kind of memory its arena is (the test reads it after the run).
+  GreedyLane(int fail_at, MemoryKind* arena_kind) : fail_at_(fail_at), arena_kind_(arena_kind) {}
+  std::string name() const override { return "greedy"; }
+  std::string work_unit() const override { return "elements"; }
+  bool runs_on_device() const override { return true; }
+  void setup(LaneContext& ctx) override {
+    *arena_kind_ = ctx.arena.kind();
+    x_ = ctx.arena.allocate_n<float>(kElements, "greedy.x");
+  }
+  double step(LaneContext& ctx) override {
+    if (++steps_ == fail_at_) ctx.arena.allocate(ctx.arena.capacity() - ctx.arena.used() + 1, "greedy.more");
+    ctx.backend.scale(x_, 0.5f, kElements, ctx.stream);
+    return kElements;
+  }
+  bool finished() const override { return false; }
+  std::string save() const override { return ""; }
+  void load(const std::string&) override {}
+  nlohmann::json report() const override { return {{"steps", steps_}}; }
+
+ private:
+  static constexpr std::size_t kElements = 1024;
+  int fail_at_;
+  int steps_ = 0;
+  MemoryKind* arena_kind_;
+  float* x_ = nullptr;
+};
+
+// A corpus for smalltrain: documents counting upwards modulo 32.
+std::string write_corpus(const TempDir& dir) {
+  TokenSplit split;
+  split.doc_offsets.push_back(0);
+  for (std::uint32_t d = 0; d < 20; ++d) {
+    for (std::uint32_t i = 0; i < 40; ++i) split.tokens.push_back((d * 7 + i) % 32);
+    split.doc_offsets.push_back(split.tokens.size());
+  }
+  TokenStoreMeta meta;
+  meta.tokenizer = "test";
+  meta.vocab_size = 32;
+  const std::string path = dir.file("corpus.h5");
+  write_token_store(path, meta, split, TokenSplit{{}, {0}});
+  return path;
+}
+
+struct StageResult {
+  TrainRun run;
+  StageLaneSummary summary;
+  LanePlan plan;
+  std::vector<GapRecord> gaps;
+  std::vector<LaneStepRecord> steps;
+  std::map<std::string, bool> on_device;
+  MemoryKind greedy_arena = MemoryKind::Host;
+  std::string error;
+};
+
+struct LaneSetup {
+  bool prefill = false, smalltrain = false;
+  int greedy_fails_at = 0;  // 0: no greedy lane
+};
+
+// Both stages as threads; lanes on every stage when `lanes` asks for any.
+std::vector<StageResult> train_two_stages(const LaneSetup& lanes, const std::string& corpus) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);  // the thread planes copy at call time
+  const ParallelDims dims{1, 1, kPipelineStages};
+  ThreadJob job(dims);
+  std::vector<StageResult> results(dims.world());
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < dims.world(); ++rank)
+    ranks.emplace_back([&, rank] {
+      StageResult& out = results[rank];
+      try {
+        Topology topo = job.topology(rank);
+        const auto backend = cuda_emu::make_emulated_cuda_backend();
+        std::vector<LaneSpec> specs;
+        const auto tiny = [](std::map<std::string, std::string> extra) {
+          std::map<std::string, std::string> o = {{"layers", "1"}, {"d_model", "16"}, {"heads", "2"},
+                                                  {"seq_len", "8"}, {"vocab_size", "32"}};
+          o.insert(extra.begin(), extra.end());
+          return o;
+        };
+        if (lanes.prefill)
+          specs.push_back({make_prefill_lane(),
+                           LaneOptions("prefill", tiny({{"chunk_tokens", "4"}, {"rate_per_s", "100000"},
+                                                        {"requests", "400"}, {"prompt_min", "4"}}),
+                                       "test")});
+        if (lanes.smalltrain)
+          specs.push_back({make_smalltrain_lane(),
+                           LaneOptions("smalltrain",
+                                       tiny({{"data", corpus}, {"micro_batch", "1"}, {"accumulation", "1"},
+                                             {"steps", "100000"}, {"eval_batches", "0"}}),
+                                       "test")});
+        if (lanes.greedy_fails_at > 0) specs.push_back({std::make_unique<GreedyLane>(lanes.greedy_fails_at, &out.greedy_arena), {}});
+        if (specs.empty()) {
+          out.run = train_tiny(topo, *backend, kPipelineStages, kSteps);
+          return;
+        }
+        GapSchedulerOptions options;
+        options.stage = rank;
+        options.rank = rank;
+        options.seed = 3;
+        options.lane_memory_bytes = kQuota;
+        options.stage_memory_bytes = 4 * kQuota;
+        options.profile_iterations = 1;
+        options.calibration_steps = 2;
+        // The emulator's gaps are short next to its kernels: a margin past 1 makes sure lane steps
+        // are placed, and the bound keeps them few (what is checked is that they run where the
+        // plan put them and change no bit, not how many fit).
+        options.margin = 20;
+        options.max_device_steps_per_gap = 4;
+        // Host-side deadlines and runaway rules judge a busy 2-core machine, not the lanes here.
+        options.step_deadline_min_s = 60;
+        options.lane_timing = false;
+        options.quarantine_factor = 1e9;
+        GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
+                               [](const std::string&) {});
+        scheduler.calibrate();
+        out.run = train_tiny(topo, *backend, kPipelineStages, kSteps, &scheduler);
+        scheduler.teardown();
+        out.summary = scheduler.summary();
+        out.plan = scheduler.plan();
+        out.gaps = scheduler.gap_records();
+        out.steps = scheduler.step_records();
+        for (const std::string& name : scheduler.lane_names()) out.on_device[name] = scheduler.on_device(name);
+      } catch (const std::exception& e) {
+        out.error = e.what();
+      }
+    });
+  for (std::thread& t : ranks) t.join();
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  return results;
+}
+
+void expect_bit_identical(const TrainRun& got, const TrainRun& want) {
+  ASSERT_EQ(got.loss.size(), want.loss.size());
+  for (std::size_t s = 0; s < want.loss.size(); ++s) {
+    EXPECT_EQ(std::memcmp(&got.loss[s], &want.loss[s], sizeof(double)), 0)
+        << "step " << s + 1 << ": " << got.loss[s] << " vs " << want.loss[s];
+    EXPECT_EQ(std::memcmp(&got.grad_norm[s], &want.grad_norm[s], sizeof(double)), 0) << "step " << s + 1;
+  }
+}
+
+class CudaEmulatedLanes : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    corpus_dir_ = new TempDir();
+    corpus_ = write_corpus(*corpus_dir_);
+    off_ = new std::vector<StageResult>(train_two_stages({}, corpus_));
+  }
+  static void TearDownTestSuite() {
+    delete off_;
+    delete corpus_dir_;
+  }
+  static TempDir* corpus_dir_;
+  static std::string corpus_;
+  static std::vector<StageResult>* off_;
+};
+TempDir* CudaEmulatedLanes::corpus_dir_ = nullptr;
+std::string CudaEmulatedLanes::corpus_;
+std::vector<StageResult>* CudaEmulatedLanes::off_ = nullptr;
+
+TEST_F(CudaEmulatedLanes, PrefillAndSmalltrainRunOnTheDeviceAndChangeNoBit) {
+  const std::vector<StageResult> on = train_two_stages({true, true, 0}, corpus_);
+  for (int rank = 0; rank < kPipelineStages; ++rank) {
+    const StageResult& r = on[rank];
+    ASSERT_EQ(r.error, "") << "rank " << rank;
+    ASSERT_EQ((*off_)[rank].error, "") << "rank " << rank;
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    expect_bit_identical(r.run, (*off_)[0].run);
+    for (const char* lane : {"prefill", "smalltrain"}) {
+      SCOPED_TRACE(lane);
+      EXPECT_TRUE(r.on_device.at(lane));
+      const LaneStats& stats = r.summary.lanes.at(lane);
+      EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
+      EXPECT_GT(stats.steps, stats.calibration_steps) << "no step ran in a gap";
+      EXPECT_GT(stats.units, stats.calibration_units);
+      EXPECT_GT(stats.lane_s, 0) << "event timing";
+    }
+    // Every step's interval comes from its events on the lane stream.
+    for (const LaneStepRecord& s : r.steps) EXPECT_LE(s.start_s, s.end_s);
+    // The count of lane steps of every gap after the profile is the frozen plan's.
+    ASSERT_FALSE(r.plan.empty());
+    int filled = 0;
+    for (const GapRecord& g : r.gaps) {
+      if (g.profiling) continue;
+      const auto planned = r.plan.find(g.gap_id);
+      const std::size_t want = planned == r.plan.end() ? 0 : planned->second.size();
+      EXPECT_EQ(static_cast<std::size_t>(g.lane_steps), want) << "iteration " << g.iteration << " gap " << g.gap_id;
+      filled += g.lane_steps;
+    }
+    EXPECT_GT(filled, 0);
+  }
+}
+
+TEST_F(CudaEmulatedLanes, AnOverQuotaAllocationQuarantinesTheLaneAndTrainingGoesOn) {
+  // The greedy lane's 4th step (2 calibration steps, then the gaps) asks past its quota.
+  const std::vector<StageResult> on = train_two_stages({false, false, 4}, corpus_);
+  for (int rank = 0; rank < kPipelineStages; ++rank) {
+    const StageResult& r = on[rank];
+    ASSERT_EQ(r.error, "") << "rank " << rank;
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    expect_bit_identical(r.run, (*off_)[0].run);
+    const LaneStats& greedy = r.summary.lanes.at("greedy");
+    EXPECT_TRUE(r.on_device.at("greedy"));
+    EXPECT_EQ(r.greedy_arena, MemoryKind::Device);  // the pool's, not host memory
+    EXPECT_TRUE(greedy.quarantined);
+    EXPECT_NE(greedy.quarantine_reason.find("went past its arena quota"), std::string::npos)
+        << greedy.quarantine_reason;
+    EXPECT_NE(greedy.quarantine_reason.find("lane greedy stage " + std::to_string(rank)), std::string::npos)
+        << greedy.quarantine_reason;
+    EXPECT_GE(greedy.steps, 3) << "it ran in a gap before it failed";
+  }
+}
+
+}  // namespace
+}  // namespace pipelane::cuda_test
