@@ -122,7 +122,7 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
 fi
 
 if ! $have_gpu; then
-  for s in device op_parity_fp32 op_parity_bf16 train_parity gemm_peak mfu_350m mfu_1p3b lanes pool_quota; do
+  for s in device op_parity_fp32 op_parity_bf16 train_parity gemm_peak mfu_350m mfu_1p3b lanes lanes_train pool_quota; do
     stage "$s" skipped 0 "no GPU"
   done
   echo "gpu_check: report in $report" >&2
@@ -223,6 +223,74 @@ lanes_data+="}"
 lanes_status=pass
 grep -q '_bit_identical": false' <<<"$lanes_data" && lanes_status=fail
 stage lanes "$lanes_status" 0 "median step time per mode (overhead = mode / off - 1); losses bit-identical to lanes off" "$lanes_data"
+
+# Lanes through the trainer: `pipelane train` on the GPU with the prefill lane (a device lane: pool
+# arena, steps enqueued on its Low stream, timed by events) against lanes off: losses bit for bit
+# (metrics.jsonl prints each loss so that it reads back to the same double), median step times,
+# and the lane's steps (calibration included) from summary.json. One process is one pipeline
+# stage, whose only wait is the gradient sync: the lane gets its calibration and little more here;
+# pipeline gaps need a stage per GPU (pp >= 2).
+lanes_train_run() {  # MODE [EXTRA OPTIONS...]: trains into $OUT/lanes_train_MODE
+  local mode=$1 dir=$OUT/lanes_train_$1
+  shift
+  rm -rf "$dir"
+  cat >"$OUT/lanes_train.ini" <<EOF
+[runtime]
+backend = cuda
+[model]
+layers = 4
+d_model = 512
+heads = 8
+seq_len = 512
+vocab_size = 50304
+[train]
+micro_batch = 4
+global_batch = 4
+steps = 12
+warmup_steps = 1
+eval_every = 0
+threads = 4
+[data]
+path = $data
+tokenizer = gpt2
+[run]
+dir = $dir
+log_every = 1
+resume = none
+EOF
+  run_timed 240 "$build/pipelane" train --config "$OUT/lanes_train.ini" "$@"
+}
+lanes_train_facts() {  # MODE: {"median_step_ms", "lane_steps", "lane_status", "losses"} of $OUT/lanes_train_MODE
+  python3 - "$OUT/lanes_train_$1" <<'PY' 2>/dev/null || echo '{}'
+import json, sys
+d = sys.argv[1]
+losses = [json.loads(line)["loss"] for line in open(d + "/metrics.jsonl") if '"loss"' in line]
+s = json.load(open(d + "/summary.json"))
+lanes = ((s.get("lanes") or {}).get("total") or {}).get("lanes") or {}
+print(json.dumps({"median_step_ms": s.get("step_ms_median"),
+                  "lane_steps": {k: v.get("steps") for k, v in lanes.items()},
+                  "lane_status": {k: v.get("quarantine_reason") or "ok" for k, v in lanes.items()},
+                  "losses": losses}))
+PY
+}
+lanes_train_run off
+off_rc=$rc off_s=$elapsed
+off_facts=$(lanes_train_facts off)
+lanes_train_run prefill --lanes.enabled=prefill --lanes.profile_iterations=2
+on_rc=$rc on_output=$output
+on_facts=$(lanes_train_facts prefill)
+off_losses=$(sed -n 's/.*"losses": *\(\[[^]]*\]\).*/\1/p' <<<"$off_facts")
+on_losses=$(sed -n 's/.*"losses": *\(\[[^]]*\]\).*/\1/p' <<<"$on_facts")
+identical=false
+[ -n "$off_losses" ] && [ "$off_losses" = "$on_losses" ] && identical=true
+if [ $off_rc -ne 0 ] || [ $on_rc -ne 0 ]; then
+  stage lanes_train error "$((off_s + elapsed))" "pipelane train failed (off rc $off_rc, prefill rc $on_rc)" \
+    "$(tail_text "$on_output")"
+else
+  stage lanes_train "$($identical && echo pass || echo fail)" "$((off_s + elapsed))" \
+    "pipelane train on the GPU with the prefill lane vs lanes off: losses bit-identical, median step, lane steps" \
+    "{\"off\": $off_facts, \"prefill\": $on_facts, \"bit_identical\": $identical}"
+fi
 
 run_timed 60 "$tool" pool-quota
 line=$(last_json_line "$output")
