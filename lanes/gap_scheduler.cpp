@@ -54,6 +54,16 @@ struct GapScheduler::LaneSlot {
   double calibration_units = 0;
   long calibration_steps = 0;
   double calibration_s = 0;
+
+  void count_step(bool calibration, double step_units) {
+    if (calibration) {
+      calibration_units += step_units;
+      ++calibration_steps;
+    } else {
+      units += step_units;
+      ++steps;
+    }
+  }
 };
 
 // A device lane's step, enqueued between two events on its stream and accounted once they complete.
@@ -360,15 +370,7 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
   const double duration = end - start;
   // Recorded even when it failed: the time was spent either way (units count only on success).
   recent_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
-  if (failure.empty()) {
-    if (gap_id < 0) {
-      slot.calibration_units += units;
-      ++slot.calibration_steps;
-    } else {
-      slot.units += units;
-      ++slot.steps;
-    }
-  }
+  if (failure.empty()) slot.count_step(gap_id < 0, units);
   const bool outlier = failure.empty() && runaway(slot, gap_id, duration, predicted, units > 0, &failure);
   if (!failure.empty()) {
     quarantine(slot, failure);
@@ -411,13 +413,7 @@ bool GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id
     quarantine(slot, failure);
     return false;
   }
-  if (gap_id < 0) {
-    slot.calibration_units += units;
-    ++slot.calibration_steps;
-  } else {
-    slot.units += units;
-    ++slot.steps;
-  }
+  slot.count_step(gap_id < 0, units);
   slot.finished = slot.lane->finished();
   return true;
 }

@@ -160,34 +160,39 @@ fp32_peak=$(sed -n 's/.*"fp32_tflops":\([0-9.e+-]*\).*/\1/p' <<<"$peak_line")
 dense_bf16_tflops=${GPU_CHECK_DENSE_BF16_TFLOPS:-989}
 data=$OUT/synthetic.h5
 [ -f "$data" ] || "$tool" make-data "$data" 400000 50257 >/dev/null
-mfu_stage() {  # NAME LAYERS D_MODEL HEADS
-  local name=$1 dir=$OUT/run_$1
-  rm -rf "$dir"
-  cat >"$OUT/$name.ini" <<EOF
+# write_train_ini FILE RUN_DIR LAYERS D_MODEL HEADS SEQ_LEN MICRO_BATCH STEPS [TRAIN_LINE]: a config
+# for `pipelane train` on the GPU over the synthetic corpus, one warm-up step, no evaluation.
+write_train_ini() {
+  cat >"$1" <<EOF
 [runtime]
 backend = cuda
 [model]
-layers = $2
-d_model = $3
-heads = $4
-seq_len = 1024
+layers = $3
+d_model = $4
+heads = $5
+seq_len = $6
 vocab_size = 50304
 [train]
-micro_batch = 8
-global_batch = 8
-steps = 13
+micro_batch = $7
+global_batch = $7
+steps = $8
 warmup_steps = 1
 eval_every = 0
 threads = 4
-peak_gflops = $((dense_bf16_tflops * 1000))
+${9:-}
 [data]
 path = $data
 tokenizer = gpt2
 [run]
-dir = $dir
+dir = $2
 log_every = 1
 resume = none
 EOF
+}
+mfu_stage() {  # NAME LAYERS D_MODEL HEADS
+  local name=$1 dir=$OUT/run_$1
+  rm -rf "$dir"
+  write_train_ini "$OUT/$name.ini" "$dir" "$2" "$3" "$4" 1024 8 13 "peak_gflops = $((dense_bf16_tflops * 1000))"
   run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini"
   if [ $rc -ne 0 ] || [ ! -f "$dir/summary.json" ]; then
     stage "$name" error "$elapsed" "pipelane train failed (rc $rc)" "$(tail_text "$output")"
@@ -231,33 +236,10 @@ stage lanes "$lanes_status" 0 "median step time per mode (overhead = mode / off 
 # stage, whose only wait is the gradient sync: the lane gets its calibration and little more here;
 # pipeline gaps need a stage per GPU (pp >= 2).
 lanes_train_run() {  # MODE [EXTRA OPTIONS...]: trains into $OUT/lanes_train_MODE
-  local mode=$1 dir=$OUT/lanes_train_$1
+  local dir=$OUT/lanes_train_$1
   shift
   rm -rf "$dir"
-  cat >"$OUT/lanes_train.ini" <<EOF
-[runtime]
-backend = cuda
-[model]
-layers = 4
-d_model = 512
-heads = 8
-seq_len = 512
-vocab_size = 50304
-[train]
-micro_batch = 4
-global_batch = 4
-steps = 12
-warmup_steps = 1
-eval_every = 0
-threads = 4
-[data]
-path = $data
-tokenizer = gpt2
-[run]
-dir = $dir
-log_every = 1
-resume = none
-EOF
+  write_train_ini "$OUT/lanes_train.ini" "$dir" 4 512 8 512 4 12
   run_timed 240 "$build/pipelane" train --config "$OUT/lanes_train.ini" "$@"
 }
 lanes_train_facts() {  # MODE: {"median_step_ms", "lane_steps", "lane_status", "losses"} of $OUT/lanes_train_MODE
