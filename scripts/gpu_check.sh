@@ -85,7 +85,7 @@ stage environment ok 0 "$env_note"
 arch=${GPU_CHECK_ARCH:-$($have_gpu && echo 90 || echo "80;90")}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-targets=(pipelane test_backend_ops test_cuda_backend)
+targets=(pipelane test_backend_ops test_cuda_backend test_cuda_lanes)
 $have_gpu || targets+=(test_cuda_plans)
 run_timed 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPIPELANE_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$arch"
@@ -114,6 +114,10 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
   run_timed 600 "$build/tests/cuda/test_cuda_backend"
   stage emulated_backend "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
     "streams, events, memory, bf16 ops, tiny GPT vs CPU (1e-5), lane load bit-identical" "$(tail_text "$output" 3)"
+  run_timed 300 "$build/tests/cuda/test_cuda_lanes"
+  stage emulated_lanes "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+    "prefill and smalltrain lanes on the device through the executor: bit-identical, planned steps, pool quota" \
+    "$(tail_text "$output" 3)"
   if [ -x "$build/tests/cuda/test_cuda_plans" ]; then
     run_timed 300 "$build/tests/cuda/test_cuda_plans"
     stage plans "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
