@@ -791,6 +791,7 @@ StageLaneSummary GapScheduler::summary() const {
     if (slot.quarantined) lane.quarantine_reason = slot.reason;
     lane.memory_high_water_bytes = slot.lane->memory_high_water();
     lane.isolation = isolation_name(slot.lane->isolation());
+    lane.runs_on = slot.on_device ? "device" : "cpu";
     try {
       lane.report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
     } catch (const std::exception& error) {

@@ -256,6 +256,8 @@ lanes = ((s.get("lanes") or {}).get("total") or {}).get("lanes") or {}
 print(json.dumps({"median_step_ms": s.get("step_ms_median"),
                   "lane_steps": {k: v.get("steps") for k, v in lanes.items()},
                   "lane_status": {k: v.get("quarantine_reason") or "ok" for k, v in lanes.items()},
+                  "runs_on": {k: v.get("runs_on") for r in (s.get("lanes") or {}).get("per_rank") or [] if r
+                              for k, v in (r.get("lanes") or {}).items()},
                   "losses": losses}))
 PY
 }

@@ -207,6 +207,7 @@ TEST_F(CudaEmulatedLanes, PrefillAndSmalltrainRunOnTheDeviceAndChangeNoBit) {
       SCOPED_TRACE(lane);
       EXPECT_TRUE(r.on_device.at(lane));
       const LaneStats& stats = r.summary.lanes.at(lane);
+      EXPECT_EQ(stats.runs_on, "device");
       EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
       EXPECT_GT(stats.steps, stats.calibration_steps) << "no step ran in a gap";
       EXPECT_GT(stats.units, stats.calibration_units);
