@@ -94,6 +94,64 @@ struct LaneSetup {
   int greedy_fails_at = 0;  // 0: no greedy lane
 };
 
+// One stage of `pp` (this rank's topology) trained on `backend` with the lanes `lanes` asks for
+// (none: off).
+void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneSetup& lanes,
+                 const std::string& corpus, StageResult& out) {
+  std::vector<LaneSpec> specs;
+  const auto tiny = [](std::map<std::string, std::string> extra) {
+    std::map<std::string, std::string> o = {{"layers", "1"}, {"d_model", "16"}, {"heads", "2"},
+                                            {"seq_len", "8"}, {"vocab_size", "32"}};
+    o.insert(extra.begin(), extra.end());
+    return o;
+  };
+  if (lanes.prefill)
+    specs.push_back({make_prefill_lane(),
+                     LaneOptions("prefill", tiny({{"chunk_tokens", "4"}, {"rate_per_s", "100000"},
+                                                  {"requests", "400"}, {"prompt_min", "4"}}),
+                                 "test")});
+  if (lanes.smalltrain)
+    specs.push_back({make_smalltrain_lane(),
+                     LaneOptions("smalltrain",
+                                 tiny({{"data", corpus}, {"micro_batch", "1"}, {"accumulation", "1"},
+                                       {"steps", "100000"}, {"eval_batches", "0"}}),
+                                 "test")});
+  if (lanes.greedy_fails_at > 0)
+    specs.push_back({std::make_unique<GreedyLane>(lanes.greedy_fails_at, &out.greedy_arena), {}});
+  if (specs.empty()) {
+    out.run = train_tiny(topo, *backend, pp, kSteps);
+    return;
+  }
+  GapSchedulerOptions options;
+  options.stage = rank;
+  options.rank = rank;
+  options.seed = 3;
+  options.lane_memory_bytes = kQuota;
+  options.stage_memory_bytes = 4 * kQuota;
+  options.profile_iterations = 1;
+  options.calibration_steps = 2;
+  // The emulator's gaps are short next to its kernels, and a gap can be measured at a microsecond
+  // (the transfer already there; one process's gradient sync always is): a huge margin places
+  // steps in every gap and the bound keeps them few, whatever the timing. What is checked is that
+  // they run where the frozen plan put them and change no bit, not how many would fit.
+  options.margin = 1e9;
+  options.max_device_steps_per_gap = 4;
+  // Host-side deadlines and runaway rules judge a busy 2-core machine, not the lanes here.
+  options.step_deadline_min_s = 60;
+  options.lane_timing = false;
+  options.quarantine_factor = 1e9;
+  GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [](const std::string&) {});
+  scheduler.calibrate();
+  out.run = train_tiny(topo, *backend, pp, kSteps, &scheduler);
+  scheduler.teardown();
+  out.summary = scheduler.summary();
+  out.plan = scheduler.plan();
+  out.gaps = scheduler.gap_records();
+  out.steps = scheduler.step_records();
+  for (const std::string& name : scheduler.lane_names()) out.on_device[name] = scheduler.on_device(name);
+}
+
 // Both stages as threads; lanes on every stage when `lanes` asks for any.
 std::vector<StageResult> train_two_stages(const LaneSetup& lanes, const std::string& corpus) {
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);  // the thread planes copy at call time
@@ -103,68 +161,32 @@ std::vector<StageResult> train_two_stages(const LaneSetup& lanes, const std::str
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < dims.world(); ++rank)
     ranks.emplace_back([&, rank] {
-      StageResult& out = results[rank];
       try {
         Topology topo = job.topology(rank);
         const auto backend = cuda_emu::make_emulated_cuda_backend();
-        std::vector<LaneSpec> specs;
-        const auto tiny = [](std::map<std::string, std::string> extra) {
-          std::map<std::string, std::string> o = {{"layers", "1"}, {"d_model", "16"}, {"heads", "2"},
-                                                  {"seq_len", "8"}, {"vocab_size", "32"}};
-          o.insert(extra.begin(), extra.end());
-          return o;
-        };
-        if (lanes.prefill)
-          specs.push_back({make_prefill_lane(),
-                           LaneOptions("prefill", tiny({{"chunk_tokens", "4"}, {"rate_per_s", "100000"},
-                                                        {"requests", "400"}, {"prompt_min", "4"}}),
-                                       "test")});
-        if (lanes.smalltrain)
-          specs.push_back({make_smalltrain_lane(),
-                           LaneOptions("smalltrain",
-                                       tiny({{"data", corpus}, {"micro_batch", "1"}, {"accumulation", "1"},
-                                             {"steps", "100000"}, {"eval_batches", "0"}}),
-                                       "test")});
-        if (lanes.greedy_fails_at > 0) specs.push_back({std::make_unique<GreedyLane>(lanes.greedy_fails_at, &out.greedy_arena), {}});
-        if (specs.empty()) {
-          out.run = train_tiny(topo, *backend, kPipelineStages, kSteps);
-          return;
-        }
-        GapSchedulerOptions options;
-        options.stage = rank;
-        options.rank = rank;
-        options.seed = 3;
-        options.lane_memory_bytes = kQuota;
-        options.stage_memory_bytes = 4 * kQuota;
-        options.profile_iterations = 1;
-        options.calibration_steps = 2;
-        // The emulator's gaps are short next to its kernels, and on a loaded machine a gap can be
-        // measured at microseconds (the transfer already there): a huge margin places steps in
-        // every gap and the bound keeps them few, whatever the timing. What is checked is that
-        // they run where the frozen plan put them and change no bit, not how many would fit.
-        options.margin = 1e5;
-        options.max_device_steps_per_gap = 4;
-        // Host-side deadlines and runaway rules judge a busy 2-core machine, not the lanes here.
-        options.step_deadline_min_s = 60;
-        options.lane_timing = false;
-        options.quarantine_factor = 1e9;
-        GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
-                               [](const std::string&) {});
-        scheduler.calibrate();
-        out.run = train_tiny(topo, *backend, kPipelineStages, kSteps, &scheduler);
-        scheduler.teardown();
-        out.summary = scheduler.summary();
-        out.plan = scheduler.plan();
-        out.gaps = scheduler.gap_records();
-        out.steps = scheduler.step_records();
-        for (const std::string& name : scheduler.lane_names()) out.on_device[name] = scheduler.on_device(name);
+        train_stage(topo, backend.get(), rank, dims.pp, lanes, corpus, results[rank]);
       } catch (const std::exception& e) {
-        out.error = e.what();
+        results[rank].error = e.what();
       }
     });
   for (std::thread& t : ranks) t.join();
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
   return results;
+}
+
+// One process, one stage, deferred streams (each its own thread: lane kernels really run next to
+// training's, and events complete later than recorded). Its one wait is the gradient sync.
+StageResult train_one_process(const LaneSetup& lanes, const std::string& corpus) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  StageResult out;
+  try {
+    const auto backend = cuda_emu::make_emulated_cuda_backend();
+    Topology topo = Topology::single_process(*backend);
+    train_stage(topo, backend.get(), 0, 1, lanes, corpus, out);
+  } catch (const std::exception& e) {
+    out.error = e.what();
+  }
+  return out;
 }
 
 void expect_bit_identical(const TrainRun& got, const TrainRun& want) {
@@ -246,6 +268,21 @@ TEST_F(CudaEmulatedLanes, AnOverQuotaAllocationQuarantinesTheLaneAndTrainingGoes
     EXPECT_NE(greedy.quarantine_reason.find("lane greedy stage " + std::to_string(rank)), std::string::npos)
         << greedy.quarantine_reason;
     EXPECT_GE(greedy.steps, 3) << "it ran in a gap before it failed";
+  }
+}
+
+TEST_F(CudaEmulatedLanes, DeferredStreamsOneProcessChangeNoBit) {
+  const StageResult off = train_one_process({}, corpus_);
+  const StageResult on = train_one_process({true, true, 0}, corpus_);
+  ASSERT_EQ(off.error, "");
+  ASSERT_EQ(on.error, "");
+  expect_bit_identical(on.run, off.run);
+  for (const char* lane : {"prefill", "smalltrain"}) {
+    SCOPED_TRACE(lane);
+    const LaneStats& stats = on.summary.lanes.at(lane);
+    EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
+    EXPECT_GT(stats.steps, stats.calibration_steps) << "no step ran in the gradient sync's gap";
+    EXPECT_GT(stats.lane_s, 0) << "event timing";
   }
 }
 
