@@ -9,16 +9,15 @@
 #include <cstring>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "datasets/token_store.h"
 #include "lanes/builtin/prefill_lane.h"
 #include "lanes/builtin/smalltrain_lane.h"
 #include "lanes/gap_scheduler.h"
-#include "parallel/thread_planes.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/emulated_stages.h"
 #include "tests/cuda/executor_runs.h"
 #include "tests/datasets/test_files.h"
 
@@ -154,23 +153,12 @@ void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneS
 
 // Both stages as threads; lanes on every stage when `lanes` asks for any.
 std::vector<StageResult> train_two_stages(const LaneSetup& lanes, const std::string& corpus) {
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);  // the thread planes copy at call time
   const ParallelDims dims{1, 1, kPipelineStages};
-  ThreadJob job(dims);
   std::vector<StageResult> results(dims.world());
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < dims.world(); ++rank)
-    ranks.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const auto backend = cuda_emu::make_emulated_cuda_backend();
-        train_stage(topo, backend.get(), rank, dims.pp, lanes, corpus, results[rank]);
-      } catch (const std::exception& e) {
-        results[rank].error = e.what();
-      }
-    });
-  for (std::thread& t : ranks) t.join();
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const std::vector<std::string> errors = run_emulated_stages(dims, [&](int rank, Topology& topo, Backend& backend) {
+    train_stage(topo, &backend, rank, dims.pp, lanes, corpus, results[rank]);
+  });
+  for (int rank = 0; rank < dims.world(); ++rank) results[rank].error += errors[rank];
   return results;
 }
 

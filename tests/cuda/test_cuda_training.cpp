@@ -10,10 +10,10 @@
 #include <cstring>
 #include <thread>
 
-#include "parallel/thread_planes.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/emulated_stages.h"
 #include "tests/cuda/executor_runs.h"
 
 namespace pipelane::cuda_test {
@@ -80,25 +80,12 @@ TEST(CudaEmulatedTraining, LaneWorkOnALowPriorityStreamChangesNoBit) {
 TEST(CudaEmulatedTraining, TwoPipelineStagesMatchTheCpuBackend) {
   const auto cpu = make_cpu_backend(1);
   const TrainRun want = train_one_process(*cpu);
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);
   const ParallelDims dims{1, 1, 2};
-  ThreadJob job(dims);
   TrainRun got;
-  std::vector<std::string> errors(dims.world());
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < dims.world(); ++rank)
-    ranks.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const auto backend = cuda_emu::make_emulated_cuda_backend();
-        TrainRun mine = train_tiny(topo, *backend, dims.pp);
-        if (rank == 0) got = mine;
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (std::thread& t : ranks) t.join();
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const std::vector<std::string> errors = run_emulated_stages(dims, [&](int rank, Topology& topo, Backend& backend) {
+    TrainRun mine = train_tiny(topo, backend, dims.pp);
+    if (rank == 0) got = mine;
+  });
   for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   expect_close(got, want);
 }
