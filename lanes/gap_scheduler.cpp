@@ -19,6 +19,12 @@ struct GapScheduler::LaneSlot {
   LaneOptions options;
   std::unique_ptr<Arena> arena;
   std::unique_ptr<Stream> stream;
+  // A device lane (device backend, Lane::runs_on_device): its steps are timed by events on its
+  // stream against `origin`, recorded there at start and seen complete at origin_s.
+  bool on_device = false;
+  std::unique_ptr<Event> origin;
+  double origin_s = 0;
+  std::vector<std::pair<double, bool>> calibration_device;  // event seconds, did work
   std::string output_dir;
   std::unique_ptr<LaneContext> ctx;
   bool set_up = false;
@@ -48,6 +54,27 @@ struct GapScheduler::LaneSlot {
   double calibration_units = 0;
   long calibration_steps = 0;
   double calibration_s = 0;
+
+  void count_step(bool calibration, double step_units) {
+    if (calibration) {
+      calibration_units += step_units;
+      ++calibration_steps;
+    } else {
+      units += step_units;
+      ++steps;
+    }
+  }
+};
+
+// A device lane's step, enqueued between two events on its stream and accounted once they complete.
+struct GapScheduler::DeviceStep {
+  LaneSlot* slot = nullptr;
+  std::unique_ptr<Event> start, end;
+  LaneStepRecord record;  // start_s/end_s from the events
+  // The gap it was enqueued in (set when fill() returns; calibration steps have gap_id -1).
+  double gap_start_s = 0, gap_arrived_s = 0;
+  bool profiling = false;
+  std::size_t gap_record = static_cast<std::size_t>(-1);  // its GapRecord in gaps_, if kept
 };
 
 namespace {
@@ -76,6 +103,27 @@ std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"
 
 constexpr double kMinStepCost = 1e-6;  // a planned step never counts as free
 constexpr std::size_t kMaxPlannedStepsPerGap = 100000;
+
+// Calls the lane's step(); returns what went wrong as the lane's quarantine reason ("" when the
+// step succeeded, its units in *units).
+std::string call_step(GuardedLane& lane, LaneContext& ctx, double* units) {
+  try {
+    *units = lane.step(ctx);
+    return "";
+  } catch (const LaneTimeout& error) {  // the host's own sentence (deadline, what was killed)
+    return error.what();
+  } catch (const LaneCrash& error) {
+    return error.what();
+  } catch (const ArenaQuotaError& error) {
+    return "went past its arena quota: " + std::string(error.what());
+  } catch (const LaneError& error) {
+    return "step failed: " + std::string(error.what());
+  } catch (const std::exception& error) {
+    return "step threw: " + std::string(error.what());
+  } catch (...) {
+    return "step threw a non-standard exception";
+  }
+}
 
 }  // namespace
 
@@ -125,7 +173,8 @@ LaneIsolationOptions::Mode parse_isolation_mode(const std::string& text) {
 
 GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSchedulerOptions options,
                            std::chrono::steady_clock::time_point origin, Logger logger, Clock clock)
-    : backend_(backend), options_(std::move(options)), clock_(std::move(clock)) {
+    : backend_(backend), device_backend_(backend.kind() != DeviceKind::Cpu), options_(std::move(options)),
+      clock_(std::move(clock)) {
   if (!logger) logger = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   // Every line says once where it comes from; the messages themselves do not repeat it.
   logger_ = [logger, prefix = "lanes: stage " + std::to_string(options_.stage) + " rank " +
@@ -143,6 +192,7 @@ GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSch
     slot->name = spec.lane->name();
     if (find(slot->name)) throw LaneError("lane '" + slot->name + "' given twice");
     slot->work_unit = spec.lane->work_unit();
+    slot->on_device = device_backend_ && spec.lane->runs_on_device();
     if (dynamic_cast<GuardedLane*>(spec.lane.get()))
       slot->lane.reset(static_cast<GuardedLane*>(spec.lane.release()));
     else
@@ -152,9 +202,20 @@ GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSch
     slot->lane->set_limits(slot->limits);
     slot->late.assign(static_cast<std::size_t>(std::max(1, options_.runaway_window)), 0);
     slot->options = std::move(spec.options);
-    slot->arena = backend_.create_arena("lane " + slot->name + " stage " + std::to_string(options_.stage),
-                                        options_.lane_memory_bytes, MemoryKind::Device);
+    std::string arena_name = "lane " + slot->name + " stage " + std::to_string(options_.stage);
+    if (!device_backend_)  // the CPU backend: its "device" memory is host memory
+      slot->arena = backend_.create_arena(std::move(arena_name), options_.lane_memory_bytes, MemoryKind::Device);
+    else if (slot->on_device)  // the pool refuses past the quota too
+      slot->arena = backend_.create_arena(std::move(arena_name), options_.lane_memory_bytes, MemoryKind::DevicePool);
+    else  // its code dereferences its memory on the CPU
+      slot->arena = std::make_unique<Arena>(std::move(arena_name), options_.lane_memory_bytes);
     slot->stream = backend_.create_stream(StreamPriority::Low);
+    if (slot->on_device) {
+      slot->origin = backend_.create_event();
+      slot->origin->record(*slot->stream);
+      slot->origin->synchronize();
+      slot->origin_s = clock_();
+    }
     if (!options_.output_root.empty())
       slot->output_dir = (std::filesystem::path(options_.output_root) / slot->name /
                           ("rank" + std::to_string(options_.rank))).string();
@@ -188,6 +249,11 @@ std::vector<std::string> GapScheduler::lane_names() const {
   std::vector<std::string> names;
   for (const auto& slot : lanes_) names.push_back(slot->name);
   return names;
+}
+
+bool GapScheduler::on_device(const std::string& lane) const {
+  const LaneSlot* slot = find(lane);
+  return slot && slot->on_device;
 }
 
 bool GapScheduler::quarantined(const std::string& lane) const {
@@ -299,35 +365,12 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
   slot.lane->set_limits(slot.limits);
   const double start = clock_();
   double units = 0;
-  std::string failure;
-  try {
-    units = slot.lane->step(*slot.ctx);
-  } catch (const LaneTimeout& error) {  // the host's own sentence (deadline, what was killed)
-    failure = error.what();
-  } catch (const LaneCrash& error) {
-    failure = error.what();
-  } catch (const ArenaQuotaError& error) {
-    failure = "went past its arena quota: " + std::string(error.what());
-  } catch (const LaneError& error) {
-    failure = "step failed: " + std::string(error.what());
-  } catch (const std::exception& error) {
-    failure = "step threw: " + std::string(error.what());
-  } catch (...) {
-    failure = "step threw a non-standard exception";
-  }
+  std::string failure = call_step(*slot.lane, *slot.ctx, &units);
   const double end = clock_();
   const double duration = end - start;
   // Recorded even when it failed: the time was spent either way (units count only on success).
   recent_.push_back({iteration, gap_id, kind, slot.name, start, end, failure.empty() ? units : 0.0});
-  if (failure.empty()) {
-    if (gap_id < 0) {
-      slot.calibration_units += units;
-      ++slot.calibration_steps;
-    } else {
-      slot.units += units;
-      ++slot.steps;
-    }
-  }
+  if (failure.empty()) slot.count_step(gap_id < 0, units);
   const bool outlier = failure.empty() && runaway(slot, gap_id, duration, predicted, units > 0, &failure);
   if (!failure.empty()) {
     quarantine(slot, failure);
@@ -349,6 +392,72 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
   return true;
 }
 
+bool GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted) {
+  // The deadline bounds the host's part (enqueueing, and the lane's own waits on its stream).
+  slot.limits.step_deadline_s =
+      gap_id < 0 ? options_.call_deadline_s
+                 : std::max(options_.step_deadline_factor * predicted, options_.step_deadline_min_s);
+  slot.lane->set_limits(slot.limits);
+  auto step = std::make_unique<DeviceStep>();
+  step->slot = &slot;
+  step->start = backend_.create_event();
+  step->end = backend_.create_event();
+  step->start->record(*slot.stream);
+  double units = 0;
+  const std::string failure = call_step(*slot.lane, *slot.ctx, &units);
+  step->end->record(*slot.stream);
+  // Kept even when it failed: the time was spent either way (units count only on success).
+  step->record = {iteration, gap_id, kind, slot.name, 0, 0, failure.empty() ? units : 0.0};
+  device_steps_.push_back(std::move(step));
+  if (!failure.empty()) {
+    quarantine(slot, failure);
+    return false;
+  }
+  slot.count_step(gap_id < 0, units);
+  slot.finished = slot.lane->finished();
+  return true;
+}
+
+void GapScheduler::settle_device_steps(bool wait) {
+  std::size_t done = 0;
+  for (; done < device_steps_.size(); ++done) {
+    DeviceStep& d = *device_steps_[done];
+    if (wait) {
+      d.end->synchronize();
+    } else if (!d.end->query()) {
+      break;  // in enqueue order: the rest at a later call
+    }
+    LaneSlot& slot = *d.slot;
+    d.record.start_s = slot.origin_s + d.start->elapsed_ms_since(*slot.origin) * 1e-3;
+    d.record.end_s = slot.origin_s + d.end->elapsed_ms_since(*slot.origin) * 1e-3;
+    const double duration = std::max(0.0, d.record.end_s - d.record.start_s);
+    const bool did_work = d.record.units > 0;
+    if (d.record.gap_id < 0) {
+      slot.calibration_s += duration;
+      slot.calibration_device.emplace_back(duration, did_work);
+    } else {
+      // On the device a step may start before the gap (queued behind earlier lane work) or after
+      // the arrival: only its overlap with [gap start, arrival] is harvest.
+      const double inside = std::max(0.0, std::min(d.record.end_s, d.gap_arrived_s) -
+                                              std::max(d.record.start_s, d.gap_start_s));
+      const double after = std::max(0.0, d.record.end_s - std::max(d.record.start_s, d.gap_arrived_s));
+      slot.lane_s += duration;
+      slot.harvested_s += inside;
+      slot.overrun_s += after;
+      if (d.gap_record < gaps_.size()) gaps_[d.gap_record].harvested_s += inside;
+      if (!d.profiling) gap_totals_.harvested_after_profiling_s += inside;
+      if (did_work) {  // what the summary predicts; the plan's counts stay as frozen
+        slot.predicted_s = slot.cost_from_work
+                               ? options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s
+                               : std::max(duration, kMinStepCost);
+        slot.cost_from_work = slot.has_cost = true;
+      }
+    }
+    keep_records({d.record});
+  }
+  device_steps_.erase(device_steps_.begin(), device_steps_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
 void GapScheduler::keep_records(const std::vector<LaneStepRecord>& steps) {
   for (const LaneStepRecord& step : steps)
     if (steps_.size() < options_.max_records) steps_.push_back(step);
@@ -361,7 +470,16 @@ std::map<std::string, double> GapScheduler::calibrate() {
     if (!ensure_setup(slot)) continue;
     slot.finished = slot.lane->finished();
     std::vector<double> durations, productive;
-    for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k) {
+    if (slot.on_device) {  // the steps' event times, waited for (before training starts)
+      for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k)
+        if (!enqueue_device_step(slot, -1, -1, WaitKind::None, 0)) break;
+      settle_device_steps(true);
+      for (const auto& [seconds, did_work] : slot.calibration_device) {
+        durations.push_back(seconds);
+        if (did_work) productive.push_back(seconds);
+      }
+    }
+    for (int k = 0; k < options_.calibration_steps && !slot.finished && !slot.on_device; ++k) {
       recent_.clear();
       const bool ok = run_step(slot, -1, -1, WaitKind::None, 0);
       keep_records(recent_);
@@ -419,25 +537,36 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
     warned_uncalibrated_ = true;
     logger_("GapScheduler::calibrate() was not called before training; lanes stay idle until it is");
   }
+  if (device_backend_) settle_device_steps(false);
+  const std::size_t first_device_step = device_steps_.size();
   if (!profiling && calibrated_ && !torn_down_ && !lanes_.empty()) {
-    if (options_.deterministic) {
-      // The frozen sequence, whatever arrived() says; polls only time the arrival.
+    // Deterministic mode, and device lanes always: the frozen sequence, whatever arrived() says;
+    // polls only time the arrival. Device steps are only enqueued (the plan puts them first).
+    if (options_.deterministic || device_backend_) {
       const auto planned = plan_.find(gap_id);
       if (plan_frozen_ && planned != plan_.end()) {
         for (const std::size_t index : planned->second) {
           LaneSlot& slot = *lanes_[index];
           if (!schedulable(slot)) continue;
+          if (slot.on_device) {
+            enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
+            continue;
+          }
           poll_idle();
           run_step(slot, iteration, gap_id, kind, slot.predicted_s);
           poll_after_step(recent_.back().start_s, recent_.back().end_s);
         }
       }
-    } else {
+    }
+    if (!options_.deterministic) {  // host lanes fitted to the measured time
       const double budget = gap_budget(predicted_gap, options_.margin);
+      const auto host_cost = [&](std::size_t i) {
+        const LaneSlot& slot = *lanes_[i];
+        return schedulable(slot) && !slot.on_device ? std::optional(slot.predicted_s) : std::nullopt;
+      };
       while (!poll_idle()) {
-        const GapFitChoice choice = next_fitting_step(
-            lanes_.size(), next_lane_, clock_() - record.start_s, budget,
-            [&](std::size_t i) { return schedulable(*lanes_[i]) ? std::optional(lanes_[i]->predicted_s) : std::nullopt; });
+        const GapFitChoice choice =
+            next_fitting_step(lanes_.size(), next_lane_, clock_() - record.start_s, budget, host_cost);
         if (!choice.found) break;
         next_lane_ = choice.cursor;
         LaneSlot* chosen = lanes_[choice.lane].get();
@@ -448,7 +577,14 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   }
   while (!poll_idle()) std::this_thread::yield();
   record.end_s = clock_();
-  record.lane_steps = static_cast<int>(recent_.size());
+  record.lane_steps = static_cast<int>(recent_.size() + (device_steps_.size() - first_device_step));
+  for (std::size_t i = first_device_step; i < device_steps_.size(); ++i) {
+    DeviceStep& d = *device_steps_[i];
+    d.gap_start_s = record.start_s;
+    d.gap_arrived_s = record.arrived_s;
+    d.profiling = record.profiling;
+    if (gaps_.size() < options_.max_records) d.gap_record = gaps_.size();
+  }
 
   for (const LaneStepRecord& step : recent_) {
     LaneSlot* slot = find(step.lane);
@@ -475,6 +611,7 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
 }
 
 void GapScheduler::end_iteration(int) {
+  if (device_backend_) settle_device_steps(false);
   ++completed_iterations_;
   // Once the gaps are known: a lane whose step is longer than every gap's budget will never run
   // (its cost is only re-measured when it runs), which the user should hear about.
@@ -494,28 +631,44 @@ void GapScheduler::end_iteration(int) {
       }
     }
   }
-  if (options_.deterministic && !plan_frozen_ && calibrated_ && completed_iterations_ >= options_.profile_iterations)
+  const bool device_lanes =
+      std::any_of(lanes_.begin(), lanes_.end(), [](const auto& slot) { return slot->on_device; });
+  if ((options_.deterministic || device_lanes) && !plan_frozen_ && calibrated_ &&
+      completed_iterations_ >= options_.profile_iterations)
     freeze_plan();
 }
 
 void GapScheduler::freeze_plan() {
   plan_.clear();
   const std::size_t n = lanes_.size();
-  std::size_t cursor = 0;
+  // Device lanes fill the gap on the device, host lanes on the CPU: each kind is fitted into the
+  // gap on its own, device steps first (they are only enqueued). Host lanes are planned only in
+  // deterministic mode.
+  std::size_t device_cursor = 0, cursor = 0;
   for (const auto& [gap_id, predicted_gap] : gap_ewma_) {  // ascending gap id: the order of the list
     std::vector<std::size_t>& sequence = plan_[gap_id];
     const double budget = gap_budget(predicted_gap, options_.margin);
-    const auto planned_cost = [&](std::size_t i) {
-      return schedulable(*lanes_[i]) ? std::optional(std::max(lanes_[i]->predicted_s, kMinStepCost)) : std::nullopt;
+    const auto fit = [&](bool device, std::size_t& lane_cursor) {
+      const auto planned_cost = [&](std::size_t i) {
+        const LaneSlot& slot = *lanes_[i];
+        return schedulable(slot) && slot.on_device == device ? std::optional(std::max(slot.predicted_s, kMinStepCost))
+                                                             : std::nullopt;
+      };
+      double elapsed = 0;
+      const std::size_t limit =
+          device && options_.max_device_steps_per_gap > 0
+              ? std::min(kMaxPlannedStepsPerGap, static_cast<std::size_t>(options_.max_device_steps_per_gap))
+              : kMaxPlannedStepsPerGap;
+      while (sequence.size() < limit) {
+        const GapFitChoice choice = next_fitting_step(n, lane_cursor, elapsed, budget, planned_cost);
+        if (!choice.found) break;
+        sequence.push_back(choice.lane);
+        elapsed += *planned_cost(choice.lane);
+        lane_cursor = choice.cursor;
+      }
     };
-    double elapsed = 0;
-    while (sequence.size() < kMaxPlannedStepsPerGap) {
-      const GapFitChoice choice = next_fitting_step(n, cursor, elapsed, budget, planned_cost);
-      if (!choice.found) break;
-      sequence.push_back(choice.lane);
-      elapsed += *planned_cost(choice.lane);
-      cursor = choice.cursor;
-    }
+    fit(true, device_cursor);
+    if (options_.deterministic) fit(false, cursor);
   }
   plan_frozen_ = true;
 }
@@ -549,6 +702,11 @@ void GapScheduler::set_plan(const LanePlan& plan) {
 void GapScheduler::teardown() {
   if (torn_down_) return;
   torn_down_ = true;
+  if (device_backend_) {  // every enqueued step accounted, and done before its arena can go
+    settle_device_steps(true);
+    for (auto& owned : lanes_)
+      if (owned->on_device && !owned->lane->abandoned()) owned->stream->synchronize();
+  }
   for (auto& owned : lanes_) {
     LaneSlot& slot = *owned;
     if (!slot.set_up || slot.torn_down) continue;
@@ -633,6 +791,7 @@ StageLaneSummary GapScheduler::summary() const {
     if (slot.quarantined) lane.quarantine_reason = slot.reason;
     lane.memory_high_water_bytes = slot.lane->memory_high_water();
     lane.isolation = isolation_name(slot.lane->isolation());
+    lane.runs_on = slot.on_device ? "device" : "cpu";
     try {
       lane.report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
     } catch (const std::exception& error) {

@@ -21,6 +21,15 @@
 //              preempted step forgiven) is torn down and quarantined; training carries on.
 //   record   - the first `max_records` step and gap records are kept (trace.json); every later one
 //              only adds to the totals, so a run of days keeps bounded memory.
+//   device   - on a device backend (CUDA), a lane that runs_on_device() gets an arena of pool
+//              memory (MemoryKind::DevicePool: the pool's limit is its quota) and its steps are
+//              enqueued on its low-priority stream: each gap gets the fixed sequence of its steps
+//              frozen when profiling ends (whatever `deterministic` says, so placement is
+//              repeatable), enqueued without polling arrived() in between and without any wait on
+//              training's streams; the lane's time is measured by events recorded on its stream
+//              around each step, read once they complete (later gaps, end_iteration, teardown).
+//              Its cost prediction is that event time. Other lanes (imageproc, pagerank, plugins,
+//              workers) keep host arenas and run on the CPU as on the CPU backend.
 //
 // Not thread-safe: one GapScheduler per stage, used by that stage's thread.
 #pragma once
@@ -79,6 +88,9 @@ struct GapSchedulerOptions {
   double call_deadline_s = 60;
   std::uint64_t lane_output_bytes = 0;  // disk quota of each lane's output directory; 0: none
   std::size_t max_records = 20000;      // step and gap records kept (see `record` above)
+  // Device lanes: at most this many steps enqueued in one gap (0: as many as the gap's prediction
+  // fits), so that one mismeasured gap cannot queue a long stretch of lane work.
+  int max_device_steps_per_gap = 0;
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
   // Where this stage's lanes sit in the job (LaneContext's world_size, instance_index/count).
   int world_size = 1;
@@ -185,9 +197,12 @@ class GapScheduler : public GapFiller {
   bool quarantined(const std::string& lane) const;
   std::vector<std::string> lane_names() const;
   double now() const { return clock_(); }
+  // True when `lane` runs on the device (device backend and Lane::runs_on_device()).
+  bool on_device(const std::string& lane) const;
 
  private:
   struct LaneSlot;
+  struct DeviceStep;
 
   bool ensure_setup(LaneSlot& slot);
   bool schedulable(const LaneSlot& slot) const;
@@ -199,10 +214,16 @@ class GapScheduler : public GapFiller {
   bool runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work, std::string* reason);
   void keep_records(const std::vector<LaneStepRecord>& steps);
   void freeze_plan();
+  // Device lanes: enqueues one step of `slot` between two events on its stream (units counted
+  // now, time once the events complete); false when the lane was quarantined.
+  bool enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
+  // Accounts the enqueued steps whose events have completed (all of them, waiting, with `wait`).
+  void settle_device_steps(bool wait);
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
 
   Backend& backend_;
+  bool device_backend_ = false;  // lanes that run_on_device() get pool arenas and event timing
   GapSchedulerOptions options_;
   Logger logger_;
   Clock clock_;
@@ -218,6 +239,7 @@ class GapScheduler : public GapFiller {
   std::vector<LaneStepRecord> steps_;
   std::vector<GapRecord> gaps_;
   std::vector<LaneStepRecord> recent_;  // steps of the current gap (or calibration step)
+  std::vector<std::unique_ptr<DeviceStep>> device_steps_;  // enqueued, not yet accounted
   // Sums over every gap, kept or not.
   struct GapTotals {
     std::size_t count = 0;

@@ -77,6 +77,12 @@ class Lane {
   // One bounded unit of work; returns the work units it did. Throws LaneError on failure.
   virtual double step(LaneContext& ctx) = 0;
   virtual bool finished() const = 0;
+  // True when setup() and step() touch the lane's arena only through ctx.backend's copies and ops
+  // on ctx.stream (never dereferencing it on the host): on a device backend such a lane gets a
+  // device arena from a pool whose limit is its quota, and its steps are enqueued on its
+  // low-priority stream. Otherwise (the default) its arena is host memory and its code runs on the
+  // CPU, whatever the backend.
+  virtual bool runs_on_device() const { return false; }
   // Progress that survives a restart: save() after any step, load() after setup().
   virtual std::string save() const = 0;
   virtual void load(const std::string& state) = 0;

@@ -45,6 +45,7 @@ LaneStats lane_stats_from_json(const nlohmann::json& j) {
   s.quarantine_reason = read<std::string>(j, "quarantine_reason", "");
   s.memory_high_water_bytes = read<std::size_t>(j, "memory_high_water_bytes", 0);
   s.isolation = read<std::string>(j, "isolation", "");
+  s.runs_on = read<std::string>(j, "runs_on", "");
   const auto report = j.find("report");
   if (report != j.end()) s.report = *report;
   return s;
@@ -129,6 +130,7 @@ nlohmann::json to_json(const LaneStats& s) {
       {"quarantined", s.quarantined},
       {"memory_high_water_bytes", s.memory_high_water_bytes},
       {"isolation", s.isolation},
+      {"runs_on", s.runs_on},
       {"report", s.report},
   };
   if (s.quarantined) out["quarantine_reason"] = s.quarantine_reason;

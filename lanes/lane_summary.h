@@ -35,6 +35,7 @@ struct LaneStats {
   std::string quarantine_reason;  // empty unless quarantined
   std::size_t memory_high_water_bytes = 0;
   std::string isolation;  // where it ran: "thread" or "process" (lanes/isolation/)
+  std::string runs_on;    // "device" (a device lane on a GPU backend: pool arena, Low stream) or "cpu"
   nlohmann::json report;  // the lane's own Lane::report() (lane-specific fields); null if never set up
 
   double units_per_s() const { return lane_s > 0 ? units / lane_s : 0.0; }

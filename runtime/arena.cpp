@@ -11,6 +11,7 @@ const char* memory_kind_name(MemoryKind kind) {
     case MemoryKind::Host: return "host";
     case MemoryKind::PinnedHost: return "pinned host";
     case MemoryKind::Device: return "device";
+    case MemoryKind::DevicePool: return "device pool";
   }
   return "?";
 }

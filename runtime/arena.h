@@ -19,7 +19,11 @@ class ArenaQuotaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class MemoryKind { Host, PinnedHost, Device };
+// DevicePool is asked of Backend::create_arena, never reported by an arena: device memory reserved
+// in stream order from a pool whose limit is the arena's quota (the lanes' kind: on CUDA a
+// cudaMemPool with maxSize = quota, so the pool itself refuses past the quota). A backend without
+// pools gives it Device memory; its arenas report Device.
+enum class MemoryKind { Host, PinnedHost, Device, DevicePool };
 const char* memory_kind_name(MemoryKind kind);
 
 // Where an arena's one reservation comes from. Implementations live in the backends.

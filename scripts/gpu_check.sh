@@ -85,7 +85,7 @@ stage environment ok 0 "$env_note"
 arch=${GPU_CHECK_ARCH:-$($have_gpu && echo 90 || echo "80;90")}
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-targets=(pipelane test_backend_ops test_cuda_backend)
+targets=(pipelane test_backend_ops test_cuda_backend test_cuda_lanes)
 $have_gpu || targets+=(test_cuda_plans)
 run_timed 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPIPELANE_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$arch"
@@ -115,6 +115,10 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
   stage emulated_backend "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
     "streams, events, memory, bf16 ops, bf16 compute, tiny GPT vs CPU (1e-5; bf16 vs the CPU's bf16), lane load bit-identical" \
     "$(tail_text "$output" 3)"
+  run_timed 300 "$build/tests/cuda/test_cuda_lanes"
+  stage emulated_lanes "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+    "prefill and smalltrain lanes on the device through the executor: bit-identical, planned steps, pool quota" \
+    "$(tail_text "$output" 3)"
   if [ -x "$build/tests/cuda/test_cuda_plans" ]; then
     run_timed 300 "$build/tests/cuda/test_cuda_plans"
     stage plans "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
@@ -123,7 +127,7 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
 fi
 
 if ! $have_gpu; then
-  for s in device op_parity_fp32 op_parity_bf16 train_parity gemm_peak mfu_350m mfu_1p3b lanes pool_quota; do
+  for s in device op_parity_fp32 op_parity_bf16 train_parity gemm_peak mfu_350m mfu_1p3b lanes lanes_train pool_quota; do
     stage "$s" skipped 0 "no GPU"
   done
   echo "gpu_check: report in $report" >&2
@@ -163,34 +167,39 @@ fp32_peak=$(sed -n 's/.*"fp32_tflops":\([0-9.e+-]*\).*/\1/p' <<<"$peak_line")
 dense_bf16_tflops=${GPU_CHECK_DENSE_BF16_TFLOPS:-989}
 data=$OUT/synthetic.h5
 [ -f "$data" ] || "$tool" make-data "$data" 400000 50257 >/dev/null
-mfu_stage() {  # NAME LAYERS D_MODEL HEADS
-  local name=$1 dir=$OUT/run_$1
-  rm -rf "$dir"
-  cat >"$OUT/$name.ini" <<EOF
+# write_train_ini FILE RUN_DIR LAYERS D_MODEL HEADS SEQ_LEN MICRO_BATCH STEPS [TRAIN_LINE]: a config
+# for `pipelane train` on the GPU over the synthetic corpus, one warm-up step, no evaluation.
+write_train_ini() {
+  cat >"$1" <<EOF
 [runtime]
 backend = cuda
 [model]
-layers = $2
-d_model = $3
-heads = $4
-seq_len = 1024
+layers = $3
+d_model = $4
+heads = $5
+seq_len = $6
 vocab_size = 50304
 [train]
-micro_batch = 8
-global_batch = 8
-steps = 13
+micro_batch = $7
+global_batch = $7
+steps = $8
 warmup_steps = 1
 eval_every = 0
 threads = 4
-peak_gflops = $((dense_bf16_tflops * 1000))
+${9:-}
 [data]
 path = $data
 tokenizer = gpt2
 [run]
-dir = $dir
+dir = $2
 log_every = 1
 resume = none
 EOF
+}
+mfu_stage() {  # NAME LAYERS D_MODEL HEADS
+  local name=$1 dir=$OUT/run_$1
+  rm -rf "$dir"
+  write_train_ini "$OUT/$name.ini" "$dir" "$2" "$3" "$4" 1024 8 13 "peak_gflops = $((dense_bf16_tflops * 1000))"
   run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini" --train.precision=bf16
   if [ $rc -ne 0 ] || [ ! -f "$dir/summary.json" ]; then
     stage "$name" error "$elapsed" "pipelane train failed (rc $rc)" "$(tail_text "$output")"
@@ -226,6 +235,53 @@ lanes_data+="}"
 lanes_status=pass
 grep -q '_bit_identical": false' <<<"$lanes_data" && lanes_status=fail
 stage lanes "$lanes_status" 0 "median step time per mode (overhead = mode / off - 1); losses bit-identical to lanes off" "$lanes_data"
+
+# Lanes through the trainer: `pipelane train` on the GPU with the prefill lane (a device lane: pool
+# arena, steps enqueued on its Low stream, timed by events) against lanes off: losses bit for bit
+# (metrics.jsonl prints each loss so that it reads back to the same double), median step times,
+# and the lane's steps (calibration included) from summary.json. One process is one pipeline
+# stage, whose only wait is the gradient sync: the lane gets its calibration and little more here;
+# pipeline gaps need a stage per GPU (pp >= 2).
+lanes_train_run() {  # MODE [EXTRA OPTIONS...]: trains into $OUT/lanes_train_MODE
+  local dir=$OUT/lanes_train_$1
+  shift
+  rm -rf "$dir"
+  write_train_ini "$OUT/lanes_train.ini" "$dir" 4 512 8 512 4 12
+  run_timed 240 "$build/pipelane" train --config "$OUT/lanes_train.ini" "$@"
+}
+lanes_train_facts() {  # MODE: {"median_step_ms", "lane_steps", "lane_status", "losses"} of $OUT/lanes_train_MODE
+  python3 - "$OUT/lanes_train_$1" <<'PY' 2>/dev/null || echo '{}'
+import json, sys
+d = sys.argv[1]
+losses = [json.loads(line)["loss"] for line in open(d + "/metrics.jsonl") if '"loss"' in line]
+s = json.load(open(d + "/summary.json"))
+lanes = ((s.get("lanes") or {}).get("total") or {}).get("lanes") or {}
+print(json.dumps({"median_step_ms": s.get("step_ms_median"),
+                  "lane_steps": {k: v.get("steps") for k, v in lanes.items()},
+                  "lane_status": {k: v.get("quarantine_reason") or "ok" for k, v in lanes.items()},
+                  "runs_on": {k: v.get("runs_on") for r in (s.get("lanes") or {}).get("per_rank") or [] if r
+                              for k, v in (r.get("lanes") or {}).items()},
+                  "losses": losses}))
+PY
+}
+lanes_train_run off
+off_rc=$rc off_s=$elapsed
+off_facts=$(lanes_train_facts off)
+lanes_train_run prefill --lanes.enabled=prefill --lanes.profile_iterations=2
+on_rc=$rc on_output=$output
+on_facts=$(lanes_train_facts prefill)
+off_losses=$(sed -n 's/.*"losses": *\(\[[^]]*\]\).*/\1/p' <<<"$off_facts")
+on_losses=$(sed -n 's/.*"losses": *\(\[[^]]*\]\).*/\1/p' <<<"$on_facts")
+identical=false
+[ -n "$off_losses" ] && [ "$off_losses" = "$on_losses" ] && identical=true
+if [ $off_rc -ne 0 ] || [ $on_rc -ne 0 ]; then
+  stage lanes_train error "$((off_s + elapsed))" "pipelane train failed (off rc $off_rc, prefill rc $on_rc)" \
+    "$(tail_text "$on_output")"
+else
+  stage lanes_train "$($identical && echo pass || echo fail)" "$((off_s + elapsed))" \
+    "pipelane train on the GPU with the prefill lane vs lanes off: losses bit-identical, median step, lane steps" \
+    "{\"off\": $off_facts, \"prefill\": $on_facts, \"bit_identical\": $identical}"
+fi
 
 run_timed 60 "$tool" pool-quota
 line=$(last_json_line "$output")

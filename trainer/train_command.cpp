@@ -120,7 +120,7 @@ void maybe_inject_fault(int rank) {
 
 // The backend named by [runtime] backend, with this rank's share of the host: CPU threads, or the
 // GPU of its local rank when the config says `cuda` without an index (one process per GPU), in
-// the compute precision of [train] precision. Then what it cannot run: lanes on a device backend.
+// the compute precision of [train] precision (a backend without a bf16 mode refuses bf16).
 // BackendUnavailable or ConfigError, one line.
 std::unique_ptr<Backend> make_training_backend(const TrainOptions& opts, int ranks_here, int local_rank,
                                                int* device) {
@@ -137,10 +137,6 @@ std::unique_ptr<Backend> make_training_backend(const TrainOptions& opts, int ran
   *device = spec.rfind("cuda:", 0) == 0 ? std::stoi(spec.substr(5)) : 0;
   if (opts.train.precision == "bf16" && backend->compute_precision() != DType::BF16)
     throw ConfigError("[train] precision = bf16: backend " + backend->name() + " has no bf16 compute mode");
-  if (backend->kind() != DeviceKind::Cpu && !opts.lanes.enabled_lanes().empty())
-    throw ConfigError("[lanes] enabled = " + opts.lanes.enabled + " with [runtime] backend = " + opts.runtime.backend +
-                      ": lanes do not run on a GPU yet (their arenas would be device memory that their CPU code "
-                      "cannot touch; see runtime/cuda/README.md)");
   return backend;
 }
 

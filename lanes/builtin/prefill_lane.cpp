@@ -210,6 +210,8 @@ void PrefillLane::setup(LaneContext& ctx) {
   fchg_ = bufs[i++];
   scores_ = bufs[i++];
   logits_ = bufs[i++];
+  prompt_host_.assign(static_cast<std::size_t>(s_.seq_len), 0);
+  logits_host_.assign(static_cast<std::size_t>(s_.model.padded_vocab()), 0.f);
   {
     std::vector<float> staging(stage_->layout().total_floats());  // written on the host, copied in
     GptStage::init_parameters(stage_->layout(), staging.data(), s_.seed);
@@ -265,7 +267,11 @@ double PrefillLane::step(LaneContext&) {
   const PrefillRequest& r = requests_[results_.size()];
   const double t0 = now_ms();
   if (pos_ == 0 && r.arrival_ms > t0) return 0;  // the queue is empty
-  if (pos_ == 0) prefill_prompt_tokens(s_.seed, r.id, r.prompt_tokens, s_.model.vocab_size, prompt_);
+  if (pos_ == 0) {  // made on the host, copied in (in the lane stream's order)
+    prefill_prompt_tokens(s_.seed, r.id, r.prompt_tokens, s_.model.vocab_size, prompt_host_.data());
+    stage_->backend().copy(prompt_, prompt_host_.data(), static_cast<std::size_t>(r.prompt_tokens) * sizeof(std::int32_t),
+                           stage_->stream());
+  }
   const int p0 = pos_;
   const int p1 = std::min(p0 + std::min(s_.chunk_tokens, s_.seq_len), r.prompt_tokens);
   prefill_chunk(p0, p1);
@@ -279,10 +285,11 @@ double PrefillLane::step(LaneContext&) {
     Backend& b = stage_->backend();
     b.layernorm_forward(ln_, mean_, rstd_, last, params_ + L.lnfw, params_ + L.lnfb, 1, C, stage_->stream());
     b.lm_head_logits(logits_, ln_, params_ + L.wte, 1, C, Vp, stage_->stream());
+    b.copy(logits_host_.data(), logits_, logits_host_.size() * sizeof(float), stage_->stream());
     stage_->stream().synchronize();  // the argmax below reads the logits on the host
     std::int32_t best = 0;
     for (int v = 1; v < s_.model.vocab_size; ++v)
-      if (logits_[v] > logits_[best]) best = v;
+      if (logits_host_[v] > logits_host_[best]) best = v;
     PrefillResult res;
     res.id = r.id;
     res.arrival_ms = r.arrival_ms;

@@ -95,6 +95,8 @@ class PrefillLane : public Lane {
 
   std::string name() const override { return "prefill"; }
   std::string work_unit() const override { return "prompt tokens"; }
+  // Its buffers are touched through backend copies and ops only: on a GPU it runs there.
+  bool runs_on_device() const override { return true; }
   void setup(LaneContext& ctx) override;
   double step(LaneContext& ctx) override;
   bool finished() const override;
@@ -104,14 +106,15 @@ class PrefillLane : public Lane {
 
   // Replaces the steady clock (call before setup()).
   void set_clock(Clock clock) { clock_ = std::move(clock); }
-  // Weights hook (after setup()): the frozen model's flat parameters in GptStage's layout.
+  // Weights hook (after setup()): the frozen model's flat parameters in GptStage's layout (in the
+  // lane's arena: device memory on a device backend, reached through the backend's copies).
   const ParamLayout& layout() const { return stage_->layout(); }
   float* parameters() { return params_; }
   const PrefillSettings& settings() const { return s_; }
   const std::vector<PrefillRequest>& requests() const { return requests_; }
   const std::vector<PrefillResult>& results() const { return results_; }
   // Logits [padded_vocab] of the last position of the most recently completed request.
-  const float* last_logits() const { return logits_; }
+  const float* last_logits() const { return logits_host_.data(); }
   std::size_t queue_length() const;
   static std::size_t arena_bytes_needed(const PrefillSettings& s);
 
@@ -137,6 +140,10 @@ class PrefillLane : public Lane {
   float *x_ = nullptr, *ln_ = nullptr, *mean_ = nullptr, *rstd_ = nullptr, *qkv_ = nullptr,
         *atty_ = nullptr, *proj_ = nullptr, *fch_ = nullptr, *fchg_ = nullptr, *scores_ = nullptr,
         *logits_ = nullptr;
+  // Host sides of the two buffers the host reads or writes: the prompt's tokens are made here and
+  // copied in, the last logits copied out for the argmax.
+  std::vector<std::int32_t> prompt_host_;
+  std::vector<float> logits_host_;
 };
 
 std::unique_ptr<Lane> make_prefill_lane();

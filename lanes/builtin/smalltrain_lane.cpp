@@ -96,6 +96,8 @@ void SmallTrainLane::setup(LaneContext& ctx) {
   const std::size_t BT = static_cast<std::size_t>(s_.micro_batch) * s_.seq_len;
   inputs_ = ctx.arena.allocate_n<std::int32_t>(BT, "smalltrain.inputs");
   targets_ = ctx.arena.allocate_n<std::int32_t>(BT, "smalltrain.targets");
+  inputs_host_.assign(BT, 0);
+  targets_host_.assign(BT, 0);
   std::vector<float> staging(P);  // initial values are written on the host, then copied in
   GptStage::init_parameters(stage_->layout(), staging.data(), s_.seed);
   ctx.backend.copy(params_, staging.data(), P * sizeof(float), ctx.stream);
@@ -116,9 +118,16 @@ void SmallTrainLane::append_metrics(const nlohmann::json& line) {
   out << line.dump() << "\n";
 }
 
+void SmallTrainLane::upload_tokens() {
+  const std::size_t bytes = inputs_host_.size() * sizeof(std::int32_t);
+  stage_->backend().copy(inputs_, inputs_host_.data(), bytes, stage_->stream());
+  stage_->backend().copy(targets_, targets_host_.data(), bytes, stage_->stream());
+}
+
 void SmallTrainLane::run_eval_batch() {
   fill_eval_batch(store_->valid(), s_.seq_len, s_.micro_batch, static_cast<int>(eval_done_),
-                  inputs_, targets_);
+                  inputs_host_.data(), targets_host_.data());
+  upload_tokens();
   const double sum = stage_->forward(params_, nullptr, acts_, scratch_, inputs_, nullptr, targets_, 1.f);
   eval_sum_ += sum / (static_cast<double>(s_.micro_batch) * s_.seq_len);
   ++eval_done_;
@@ -138,7 +147,8 @@ double SmallTrainLane::step(LaneContext&) {
   }
   if (micro_in_step_ == 0)
     stage_->backend().memset_zero(grads_, stage_->layout().total_floats() * sizeof(float), stage_->stream());
-  sampler_->next_batch(s_.micro_batch, inputs_, targets_);
+  sampler_->next_batch(s_.micro_batch, inputs_host_.data(), targets_host_.data());
+  upload_tokens();
   windows_drawn_ += static_cast<std::uint64_t>(s_.micro_batch);
   const float loss_scale = 1.0f / static_cast<float>(BT * s_.accumulation);
   const double sum =
@@ -190,7 +200,12 @@ std::string SmallTrainLane::save() const {
   w.bytes(losses_.data(), losses_.size() * sizeof(double));
   const std::size_t P = stage_->layout().total_floats();
   w.put<std::uint64_t>(P);
-  for (const float* buf : {params_, grads_, m_, v_}) w.bytes(buf, P * sizeof(float));
+  std::vector<float> host(P);  // copied out: the buffers may be device memory
+  for (const float* buf : {params_, grads_, m_, v_}) {
+    stage_->backend().copy(host.data(), buf, P * sizeof(float), stage_->stream());
+    stage_->stream().synchronize();
+    w.bytes(host.data(), P * sizeof(float));
+  }
   return w.take();
 }
 
@@ -230,8 +245,13 @@ void SmallTrainLane::load(const std::string& state) {
   r.bytes(losses.data(), n_losses * sizeof(double));
   const std::size_t P = stage_->layout().total_floats();
   if (r.get<std::uint64_t>() != P) throw LaneError("lane smalltrain: saved state has another parameter count");
-  for (float* buf : {params_, grads_, m_, v_}) r.bytes(buf, P * sizeof(float));
+  std::vector<std::vector<float>> saved(4, std::vector<float>(P));
+  for (std::vector<float>& host : saved) r.bytes(host.data(), P * sizeof(float));
   if (!r.at_end()) throw LaneError("lane smalltrain: saved state has trailing bytes");
+  float* const buffers[] = {params_, grads_, m_, v_};
+  for (std::size_t i = 0; i < saved.size(); ++i)
+    stage_->backend().copy(buffers[i], saved[i].data(), P * sizeof(float), stage_->stream());
+  stage_->stream().synchronize();
 
   opt_steps_ = opt_steps;
   micro_in_step_ = micro_in_step;
@@ -245,7 +265,7 @@ void SmallTrainLane::load(const std::string& state) {
   // The sampler's position: a fresh sampler with the same seed, advanced by the windows drawn
   // (each window costs one draw; copying seq_len tokens per replayed window is cheap).
   sampler_ = std::make_unique<WindowSampler>(store_->train(), s_.seq_len, s_.seed);
-  for (std::uint64_t i = 0; i < windows; ++i) sampler_->next_batch(1, inputs_, targets_);
+  for (std::uint64_t i = 0; i < windows; ++i) sampler_->next_batch(1, inputs_host_.data(), targets_host_.data());
   windows_drawn_ = windows;
   metrics_append_ = true;
 }

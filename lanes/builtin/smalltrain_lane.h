@@ -55,6 +55,8 @@ class SmallTrainLane : public Lane {
  public:
   std::string name() const override { return "smalltrain"; }
   std::string work_unit() const override { return "tokens"; }
+  // Its buffers are touched through backend copies and ops only: on a GPU it runs there.
+  bool runs_on_device() const override { return true; }
   void setup(LaneContext& ctx) override;
   double step(LaneContext& ctx) override;
   bool finished() const override;
@@ -68,7 +70,7 @@ class SmallTrainLane : public Lane {
   const std::vector<double>& losses() const { return losses_; }  // per optimizer step
   std::optional<double> val_loss() const { return val_loss_; }
   const ParamLayout& layout() const { return stage_->layout(); }
-  const float* parameters() const { return params_; }
+  const float* parameters() const { return params_; }  // in the arena (device memory on a GPU)
   // Bytes setup() takes from the arena for these settings (parameters x4, activations, scratch,
   // token buffers), alignment included.
   std::size_t arena_bytes_needed() const;  // after setup()
@@ -76,6 +78,7 @@ class SmallTrainLane : public Lane {
  private:
   void append_metrics(const nlohmann::json& line);
   void run_eval_batch();
+  void upload_tokens();  // the host token buffers into the arena's, in the lane stream's order
 
   SmallTrainSettings s_;
   std::string output_dir_;
@@ -86,6 +89,7 @@ class SmallTrainLane : public Lane {
   MicrobatchActivations acts_;
   StageScratch scratch_;
   std::int32_t *inputs_ = nullptr, *targets_ = nullptr;
+  std::vector<std::int32_t> inputs_host_, targets_host_;  // where the sampler writes
   std::int64_t eval_total_ = 0;  // validation batches to run at the end (0: no validation)
 
   // Progress (saved).

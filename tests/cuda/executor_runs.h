@@ -32,9 +32,10 @@ inline GptConfig gpt(int layers, int d_model, int heads, int seq_len, int vocab)
 }
 inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
 
-// `steps` optimizer steps of `microbatches` x `micro_batch` sequences of `seq` tokens.
+// `steps` optimizer steps of `microbatches` x `micro_batch` sequences of `seq` tokens; the waits go
+// to `filler` when one is given (lanes).
 inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,
-                            int seq, int microbatches, int steps) {
+                            int seq, int microbatches, int steps, GapFiller* filler = nullptr) {
   ExecutorOptions o;
   o.model = model;
   o.schedule = {ScheduleKind::OneFOneB, pp, 1, microbatches};
@@ -42,6 +43,7 @@ inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& m
   o.seq_len = seq;
   o.seed = 5;
   PipelineExecutor exec(o, topo, backend);
+  if (filler) exec.set_gap_filler(filler);
   const float loss_scale = 1.0f / (static_cast<float>(microbatches) * micro_batch * seq);
   const auto token = [&](int step, int mb, std::size_t i, int shift) {
     return static_cast<std::int32_t>((step * 131 + mb * 31 + static_cast<int>(i) * 7 + shift) % model.vocab_size);
@@ -64,8 +66,8 @@ inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& m
 }
 
 // The tiny GPT of the tests: `steps` steps of 2 microbatches of 2 x 8 tokens.
-inline TrainRun train_tiny(Topology& topo, Backend& backend, int pp = 1, int steps = 3) {
-  return train_steps(topo, backend, tiny_gpt(), pp, 2, 8, 2, steps);
+inline TrainRun train_tiny(Topology& topo, Backend& backend, int pp = 1, int steps = 3, GapFiller* filler = nullptr) {
+  return train_steps(topo, backend, tiny_gpt(), pp, 2, 8, 2, steps, filler);
 }
 
 // The tiny GPT on the ranks of `dims` as threads (thread planes), each with its own backend from

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <thread>
 
-#include "parallel/thread_planes.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/emulated_stages.h"
 #include "tests/cuda/executor_runs.h"
 
 namespace pipelane::cuda_test {
@@ -80,12 +80,12 @@ TEST(CudaEmulatedTraining, LaneWorkOnALowPriorityStreamChangesNoBit) {
 TEST(CudaEmulatedTraining, TwoPipelineStagesMatchTheCpuBackend) {
   const auto cpu = make_cpu_backend(1);
   const TrainRun want = train_one_process(*cpu);
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);
   const ParallelDims dims{1, 1, 2};
-  std::vector<std::string> errors;
-  const TrainRun got = train_tiny_on_threads(
-      dims, [] { return std::unique_ptr<Backend>(cuda_emu::make_emulated_cuda_backend()); }, 3, errors);
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  TrainRun got;
+  const std::vector<std::string> errors = run_emulated_stages(dims, [&](int rank, Topology& topo, Backend& backend) {
+    TrainRun mine = train_tiny(topo, backend, dims.pp);
+    if (rank == 0) got = mine;
+  });
   for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   expect_close(got, want);
 }

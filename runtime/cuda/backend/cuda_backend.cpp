@@ -77,6 +77,7 @@ std::unique_ptr<Arena> CudaBackendImpl::create_arena(std::string name, std::size
     case MemoryKind::Host: return std::make_unique<Arena>(std::move(name), bytes);
     case MemoryKind::PinnedHost: return std::make_unique<Arena>(std::move(name), bytes, pinned_memory_);
     case MemoryKind::Device: return std::make_unique<Arena>(std::move(name), bytes, *device_memory_);
+    case MemoryKind::DevicePool: return create_pool_arena(std::move(name), bytes);
   }
   throw std::invalid_argument("CUDA backend: unknown memory kind");
 }

@@ -111,7 +111,15 @@ void PoolMemory::zero(void* p, std::size_t bytes) {
 std::uint64_t PoolMemory::used_bytes() const { return pool_attribute(pool_, cudaMemPoolAttrUsedMemCurrent); }
 std::uint64_t PoolMemory::used_high() const { return pool_attribute(pool_, cudaMemPoolAttrUsedMemHigh); }
 
-ScratchPool::ScratchPool(int device) : pool_(make_pool(device, 0)) {}
+ScratchPool::ScratchPool(int device) : pool_(make_pool(device, 0)) {
+  // Every stream's temporaries come from this pool: by default CUDA may hand a block freed on one
+  // stream to another by making the second wait for the first, so training's op could wait for a
+  // lane's kernels. Without internal dependencies a block is reused only once its free is done
+  // (or already ordered before the allocation); otherwise the pool reserves more.
+  int no = 0;
+  check_cuda(cudaMemPoolSetAttribute(pool_, cudaMemPoolReuseAllowInternalDependencies, &no),
+             "cudaMemPoolSetAttribute(reuse with internal dependencies)");
+}
 ScratchPool::~ScratchPool() { cudaMemPoolDestroy(pool_); }
 void* ScratchPool::allocate(std::size_t bytes, cudaStream_t stream) {
   void* p = nullptr;

@@ -474,6 +474,11 @@ cudaError_t CUDARTAPI cudaMemPoolDestroy(cudaMemPool_t memPool) {
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void* value) {
+  // The reuse policies are accepted and have nothing to change here: a fake pool never reuses a
+  // block before its free has run in its stream's order.
+  if (attr == cudaMemPoolReuseAllowInternalDependencies || attr == cudaMemPoolReuseAllowOpportunistic ||
+      attr == cudaMemPoolReuseFollowEventDependencies)
+    return cudaSuccess;
   if (attr != cudaMemPoolAttrReleaseThreshold) return note(cudaErrorInvalidValue);
   memPool->release_threshold = *static_cast<std::uint64_t*>(value);
   return cudaSuccess;
