@@ -31,10 +31,21 @@ double now_s() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+constexpr const char* kUsage =
+    "usage: wan_message_probe --bytes N [--rounds K] [--peer R | --all-pairs] [--one-way]\n"
+    "  (run under scripts/wan/emulate.sh like a job; prints one JSON line of message times)\n"
+    "  --bytes N      message size (1..2^30)\n"
+    "  --rounds K     exchanges, the first two left out (default 12, at least 3)\n"
+    "  --peer R       the rank that exchanges with rank 0 (default: world size / 2)\n"
+    "  --all-pairs    every rank r < size/2 with r + size/2, all at once\n"
+    "  --one-way      rank 0 (or the first half) sends, its peer receives\n";
+
+// Every rank parses the same arguments and stops alike; rank 0 says why.
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "wan_message_probe: %s\nusage: wan_message_probe --bytes N [--rounds K] [--peer R] [--one-way]\n",
-               why);
-  MPI_Abort(MPI_COMM_WORLD, 2);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) std::fprintf(stderr, "wan_message_probe: %s\n%s", why, kUsage);
+  MPI_Finalize();
   std::exit(2);
 }
 
@@ -66,7 +77,11 @@ int main(int argc, char** argv) {
     else if (a == "--peer") peer = static_cast<int>(value());
     else if (a == "--one-way") both_ways = false;
     else if (a == "--all-pairs") all_pairs = true;
-    else if (a == "-h" || a == "--help") usage("measures MPI messages between two ranks (see the source's header)");
+    else if (a == "-h" || a == "--help") {
+      if (rank == 0) std::printf("wan_message_probe: what one message costs between ranks of two sites\n%s", kUsage);
+      MPI_Finalize();
+      return 0;
+    }
     else usage(("unknown option '" + a + "'").c_str());
   }
   if (bytes <= 0 || bytes > (1L << 30)) usage("--bytes must be in 1..2^30");
