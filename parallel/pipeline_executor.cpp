@@ -62,12 +62,8 @@ struct Slot {
     const void* reads;  // the buffer the send reads until it completes
     std::unique_ptr<Event> done;
   };
-  std::vector<PendingSend> pending;  // sends reading this slot's buffers
+  std::vector<PendingSend> pending;  // sends reading this slot's buffers (settle_before_writing)
   bool busy = false;
-  void settle() {
-    for (auto& p : pending) p.done->synchronize();
-    pending.clear();
-  }
 };
 
 struct Chunk {
@@ -533,7 +529,7 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
       if (s.watchdog)
         s.watchdog->beat("evaluation microbatch " + std::to_string(mb) + " chunk " + std::to_string(c) +
                          (ch.first() ? "" : " (waiting for stage " + std::to_string(s.prev_stage()) + ")"));
-      slot.settle();
+      s.settle_before_writing(slot, nullptr);
       if (!ch.first()) {
         std::unique_ptr<Event> arrived =
             s.topo.pp_forward->recv(slot.recv_input, s.act_floats * sizeof(float), s.prev_stage(), *s.comm);
@@ -548,7 +544,7 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
         slot.pending.push_back({slot.acts.output(), s.send(*s.topo.pp_forward, slot.acts.output(), s.next_stage())});
     }
   }
-  for (Chunk& ch : s.chunks) ch.slots[0].settle();
+  for (Chunk& ch : s.chunks) s.settle_before_writing(ch.slots[0], nullptr);
   if (s.topo.me.tp != 0) loss_sum = 0.0;
   s.topo.world->all_reduce_sum(&loss_sum, 1);
   // Every dp replica evaluated the same batches: count them once.

@@ -266,8 +266,7 @@ TEST(ExecutorThreadsRendezvous, ReceivesArePostedWhileTheSlotsSendsDrain) {
   const ParallelDims dims{1, 1, 2};
   RendezvousLog log;
   const JobResult plain = run_job(dims, ScheduleKind::OneFOneB, 1, false);
-  const JobResult got = run_job(dims, ScheduleKind::OneFOneB, 1, false, {}, std::nullopt, [&](Topology& t, int rank) {
-    (void)rank;
+  const JobResult got = run_job(dims, ScheduleKind::OneFOneB, 1, false, {}, std::nullopt, [&](Topology& t, int) {
     t.pp_forward = std::make_unique<RendezvousPlane>(std::move(t.pp_forward), 0, "fwd", log);
     t.pp_backward = std::make_unique<RendezvousPlane>(std::move(t.pp_backward), 1, "bwd", log);
   });
