@@ -41,7 +41,8 @@ MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T,
     x.ln1_mean = alloc(N, "activations.ln1_mean");
     x.ln1_rstd = alloc(N, "activations.ln1_rstd");
     x.qkv = alloc(N * 3 * CA, "activations.qkv");
-    x.att = alloc(B * NH * T * T, "activations.att");
+    x.att = alloc(backend_.attention_saved_floats(B, T, static_cast<int>(CA), static_cast<int>(NH)),
+                  "activations.att");
     x.atty = alloc(N * CA, "activations.atty");
     x.res_attn = alloc(N * C, "activations.res_attn");
     x.ln2 = alloc(N * C, "activations.ln2");
@@ -274,7 +275,7 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     // Attention: res_attn = x + attproj(attention(qkv(ln1(x))))
     backend_.matmul_backward(s.dtmp, grads + o.attprojw, grads + o.attprojb, s.dres, h.atty,
                          params + o.attprojw, N, CA, C, stream_);  // s.dtmp holds [N, CA] here
-    backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.att, B, T, CA, NH, stream_);
+    backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.atty, h.att, B, T, CA, NH, stream_);
     backend_.matmul_backward(s.dtmp, grads + o.qkvw, grads + o.qkvb, s.dqkv, h.ln1, params + o.qkvw, N,
                          C, 3 * CA, stream_);
     reduce_sum(s.dtmp, NC);  // backward of column-parallel c_attn's input ("f")
@@ -353,7 +354,7 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
     backend_.layernorm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params + o.ln2w, h.ln2_mean,
                                   h.ln2_rstd, N, C, stream_);
     backend_.matmul_backward_input(s.dtmp, h.d_res_attn, params + o.attprojw, N, CA, C, stream_);  // [N, CA]
-    backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.att, B, T, CA, NH, stream_);
+    backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.atty, h.att, B, T, CA, NH, stream_);
     backend_.matmul_backward_input(h.d_ln1, h.d_qkv, params + o.qkvw, N, C, 3 * CA, stream_);
     reduce_sum(h.d_ln1, NC);  // backward of column-parallel c_attn's input ("f")
     float* dx = grad_of_layer_input(l);

@@ -157,12 +157,20 @@ class Backend {
   virtual void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N,
                                      int C, int OC, Stream& s) = 0;
 
-  // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v]; att[B,NH,T,T] keeps
-  // the probabilities for backward.
+  // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v]. `att` holds
+  // attention_saved_floats() floats the forward keeps for backward: the probabilities
+  // [B,NH,T,T], or less (the CUDA backend's cuDNN attention keeps the softmax statistics
+  // [B,NH,T] and recomputes the rest from qkv and out).
+  virtual std::size_t attention_saved_floats(int B, int T, int C, int NH) const {
+    (void)C;
+    return static_cast<std::size_t>(B) * NH * T * T;
+  }
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                  int NH, Stream& s) = 0;
+  // `out` is the forward's output, unchanged since.
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* att, int B, int T, int C, int NH, Stream& s) = 0;
+                                  const float* out, const float* att, int B, int T, int C, int NH,
+                                  Stream& s) = 0;
   // Incremental (KV-cache) causal attention for inference: qkv[n,3C] holds positions
   // [past, past + n) of one sequence; their K and V are appended to k_cache/v_cache ([max_T, C])
   // and each position attends to every cached position up to itself. scores holds n*NH*(past+n)

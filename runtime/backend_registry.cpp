@@ -104,6 +104,7 @@ std::unique_ptr<Backend> create_cuda(const BackendOptions& options) {
   o.device_index = options.device_index;
   o.lane_sm_partition = options.lane_sm_partition;
   o.compute_bf16 = options.compute == DType::BF16 ? 1 : 0;
+  o.cudnn_attention = options.cudnn_attention ? 1 : 0;
   Backend* backend = lib.create(&o, error, sizeof error);
   if (!backend)
     throw BackendUnavailable("backend cuda:" + std::to_string(options.device_index) + ": " +

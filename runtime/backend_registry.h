@@ -16,6 +16,7 @@ struct BackendOptions {
   int device_index = 0;       // "cuda:N"
   int lane_sm_partition = 0;  // CUDA: [lanes] sm_partition (SMs of the lanes' green context)
   DType compute = DType::F32;  // F32 or BF16 (autocast-style GEMM operands: runtime/backend.h)
+  bool cudnn_attention = false;  // CUDA: [model] attention = cudnn (cuDNN's fused attention graphs)
 };
 
 // What one backend can see on this machine, for `pipelane devices`.

@@ -11,12 +11,13 @@ namespace pipelane {
 class Backend;
 class DeviceComm;  // runtime/backend_registry.h
 
-inline constexpr int kCudaBackendAbiVersion = 4;
+inline constexpr int kCudaBackendAbiVersion = 5;
 
 struct CudaBackendCreateOptions {
   int device_index = 0;
   int lane_sm_partition = 0;  // [lanes] sm_partition: SMs of the lanes' green context; 0 = none
   int compute_bf16 = 0;       // 1: bf16 GEMM operands, fp32 everything else (runtime/backend.h)
+  int cudnn_attention = 0;    // 1: [model] attention = cudnn (cuDNN's fused attention graphs)
 };
 
 inline constexpr const char* kCudaBackendLibrary = "libpipelane_cuda_backend.so";

@@ -127,7 +127,7 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
 fi
 
 if ! $have_gpu; then
-  for s in device op_parity_fp32 op_parity_bf16 train_parity gemm_peak mfu_350m mfu_1p3b lanes lanes_train pool_quota; do
+  for s in device op_parity_fp32 op_parity_bf16 cudnn_attention train_parity gemm_peak mfu_350m mfu_1p3b mfu_350m_cudnn lanes lanes_train pool_quota; do
     stage "$s" skipped 0 "no GPU"
   done
   echo "gpu_check: report in $report" >&2
@@ -143,10 +143,18 @@ stage op_parity_fp32 "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
   "every op of the op table on the CUDA backend (cuBLASLt) vs the double reference and the CPU backend" \
   "$(tail_text "$output" 8)"
 
-run_timed 120 "$build/tests/cuda/test_cuda_gpu"
+run_timed 120 "$build/tests/cuda/test_cuda_gpu" --gtest_filter='-CudnnAttention*'
 stage op_parity_bf16 "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
   "bf16 matmul, attention, LM head, AdamW copy vs the CPU fp32 ops (llm.c tolerance); bf16 compute (fp32 storage, bf16 GEMM operands) vs its double reference and the CPU's bf16 emulation" \
   "$(tail_text "$output" 8)"
+
+# [model] attention = cudnn: does an engine of the installed cuDNN fuse our causal-attention graphs
+# on this GPU (fp32 and bf16 compute), and do they match the CPU backend? A missing engine fails
+# the test with cuDNN's one-line reason, which the report keeps.
+run_timed 120 "$build/tests/cuda/test_cuda_gpu" --gtest_filter='CudnnAttention*'
+stage cudnn_attention "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
+  "cuDNN fused causal attention (graphs of plans/attention_graph.h), fp32 and bf16 compute, odd sizes, vs the CPU backend" \
+  "$(tail_text "$output" 12)"
 
 run_timed 120 "$tool" train-parity
 line=$(last_json_line "$output")
@@ -196,11 +204,11 @@ log_every = 1
 resume = none
 EOF
 }
-mfu_stage() {  # NAME LAYERS D_MODEL HEADS
+mfu_stage() {  # NAME LAYERS D_MODEL HEADS [PIPELANE_TRAIN_OPTION...]
   local name=$1 dir=$OUT/run_$1
   rm -rf "$dir"
   write_train_ini "$OUT/$name.ini" "$dir" "$2" "$3" "$4" 1024 8 13 "peak_gflops = $((dense_bf16_tflops * 1000))"
-  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini" --train.precision=bf16
+  run_timed 240 "$build/pipelane" train --config "$OUT/$name.ini" --train.precision=bf16 "${@:5}"
   if [ $rc -ne 0 ] || [ ! -f "$dir/summary.json" ]; then
     stage "$name" error "$elapsed" "pipelane train failed (rc $rc)" "$(tail_text "$output")"
     return
@@ -214,10 +222,17 @@ mfu_stage() {  # NAME LAYERS D_MODEL HEADS
     a = t * f / 1e12;
     printf "{\"tokens_per_s\": %s, \"flops_per_token\": %s, \"achieved_tflops\": %.2f, \"mfu_vs_dense_bf16_peak\": %.4f, \"mfu_vs_measured_bf16_gemm\": %.4f, \"mfu_vs_measured_fp32_gemm\": %.4f}",
       t, f, a, a / d, (b > 0 ? a / b : 0), (s > 0 ? a / s : 0) }')
-  stage "$name" ok "$elapsed" "bf16 training (--train.precision=bf16); 3 warm-up + 10 steps of 8 x 1024 tokens" "$mfu"
+  stage "$name" ok "$elapsed" "bf16 training (--train.precision=bf16${5:+ $5}); 3 warm-up + 10 steps of 8 x 1024 tokens" "$mfu"
 }
 mfu_stage mfu_350m 24 1024 16
 mfu_stage mfu_1p3b 24 2048 16
+# The 350M model again with cuDNN's fused attention (saves the [B,NH,T,T] probabilities' memory
+# and traffic); skipped when the cudnn_attention stage found no bf16 engine.
+if grep -q '"name": "cudnn_attention", "status": "pass"' "$stages"; then
+  mfu_stage mfu_350m_cudnn 24 1024 16 --model.attention=cudnn
+else
+  stage mfu_350m_cudnn skipped 0 "the cudnn_attention stage did not pass"
+fi
 
 # Lanes: training alone, then with a lane load at equal priority, at the lowest priority, and in
 # an SM partition (green context); losses must not change by one bit.

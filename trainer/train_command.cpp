@@ -131,6 +131,7 @@ std::unique_ptr<Backend> make_training_backend(const TrainOptions& opts, int ran
   // bf16 is the backend's compute precision (autocast-style GEMM operands, runtime/backend.h):
   // the model and executor keep fp32 buffers either way.
   o.compute = opts.train.precision == "bf16" ? DType::BF16 : DType::F32;
+  o.cudnn_attention = opts.model.attention == "cudnn";
   std::string spec = opts.runtime.backend;
   if (spec == "cuda") spec += ":" + std::to_string(local_rank);
   std::unique_ptr<Backend> backend = BackendRegistry::with_builtins().create(spec, o);

@@ -204,7 +204,8 @@ std::vector<OptionKey> train_option_keys() {
       .integer("vocab_size", &ModelOptions::vocab_size, 2, "rows of the token embedding")
       .text("attention", &ModelOptions::attention, {"cublas", "cudnn"},
             "causal attention on the CUDA backend: cublas (strided-batched cuBLASLt GEMMs and own softmax "
-            "kernels) or cudnn (cuDNN's fused attention: not wired in yet, refused)");
+            "kernels; saves the probabilities [B,heads,T,T]) or cudnn (cuDNN's fused attention graphs; saves "
+            "only the softmax statistics [B,heads,T]; needs backend = cuda)");
   SectionKeys<TrainLoopOptions>(keys, "train", &TrainOptions::train)
       .integer("micro_batch", &TrainLoopOptions::micro_batch, 1, "sequences per forward/backward pass")
       .integer("global_batch", &TrainLoopOptions::global_batch, 1,
@@ -621,10 +622,10 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
     throw ConfigError(location_of(settings, "train.min_lr", "train.lr") + ": [train] min_lr = " +
                       format_number(train.min_lr) + " is greater than lr = " + format_number(train.lr));
   }
-  if (model.attention == "cudnn")
-    throw ConfigError(location_of(settings, "model.attention", "model.attention") +
-                      ": [model] attention = cudnn: cuDNN's fused attention is not wired into the CUDA backend "
-                      "yet (its operation graphs are built and checked on the CPU only); use cublas");
+  if (model.attention == "cudnn" && options.runtime.backend.rfind("cuda", 0) != 0)
+    throw ConfigError(location_of(settings, "model.attention", "runtime.backend") +
+                      ": [model] attention = cudnn runs cuDNN's fused attention on a GPU: it needs [runtime] "
+                      "backend = cuda (backend is " + options.runtime.backend + ")");
   if (options.lanes.sm_partition > 0 && options.runtime.backend.rfind("cuda", 0) != 0)
     throw ConfigError(location_of(settings, "lanes.sm_partition", "runtime.backend") + ": [lanes] sm_partition = " +
                       std::to_string(options.lanes.sm_partition) + " partitions a GPU's SMs: it needs [runtime] "

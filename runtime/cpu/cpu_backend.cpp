@@ -191,8 +191,8 @@ class CpuBackend final : public Backend {
     if (bf16_) cpu::bf16::attention_forward(out, att, qkv, B, T, C, NH);
     else cpu::attention_forward(out, att, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                          int B, int T, int C, int NH, Stream&) override {
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*,
+                          const float* att, int B, int T, int C, int NH, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
     else cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);

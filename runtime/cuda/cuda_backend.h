@@ -17,6 +17,12 @@
 namespace pipelane::cuda {
 
 class GemmEngine;
+class AttentionEngine;
+
+// [model] attention: strided-batched cuBLASLt GEMMs around own softmax kernels, saving the
+// probabilities [B,NH,T,T] for backward; or cuDNN's fused (flash) attention graphs, saving only
+// the softmax statistics [B,NH,T] (backend/cuda_backend_cudnn.cpp).
+enum class AttentionImpl : std::uint8_t { Cublas, Cudnn };
 
 struct CudaBackendConfig {
   int device = 0;
@@ -31,6 +37,7 @@ struct CudaBackendConfig {
   // F32, or BF16: the matmul family's GEMMs read bf16 copies of their fp32 operands and write
   // fp32 (runtime/backend.h; backend/cuda_backend_autocast.cpp). Anything else is refused.
   DType compute = DType::F32;
+  AttentionImpl attention = AttentionImpl::Cublas;
 };
 
 // What the backend holds outside its arenas, for reports (gpu_check.sh, `pipelane devices`).
@@ -77,7 +84,10 @@ class CudaBackend : public Backend {
 };
 
 // Throws std::runtime_error with one line when the device, the GEMM engine or the lane partition
-// cannot be had.
+// cannot be had. `attention` runs the cuDNN graphs; config.attention = Cudnn needs one.
+std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendConfig& config,
+                                               std::unique_ptr<GemmEngine> gemm,
+                                               std::unique_ptr<AttentionEngine> attention);
 std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendConfig& config,
                                                std::unique_ptr<GemmEngine> gemm);
 

@@ -100,6 +100,9 @@ inline std::size_t matmul_backward_bias_scratch_floats(int N, int OC) { return r
 // storage (runtime/backend.h), made in op temporaries.
 template <typename floatX>
 void convert_from_float(floatX* out, const float* in, std::size_t n, cudaStream_t stream);
+// out[i] = in[i] in fp32 (exact): a bf16 result of a cuDNN graph back to fp32 storage.
+template <typename floatX>
+void convert_to_float(float* out, const floatX* in, std::size_t n, cudaStream_t stream);
 template <typename floatX>
 void matmul_backward_bias(float* dbias, const floatX* dout, int N, int OC, float* scratch,
                           cudaStream_t stream);

@@ -15,6 +15,7 @@
 #include "runtime/cpu/cpu_ops.h"
 #include "tests/cuda/compare.h"
 #include "runtime/cuda/emu/gemm_interpreter.h"
+#include "runtime/cuda/emu/graph_interpreter.h"
 
 namespace pipelane::cuda_test {
 namespace {
@@ -30,98 +31,6 @@ using cuda::GraphOpKind;
 using cuda::GraphTensor;
 using cuda::GraphType;
 using Index = std::array<std::int64_t, 4>;
-
-// Runs a graph over caller buffers (fp32 values, stored as fp32 or bf16 bits per the tensors).
-class Interpreter {
- public:
-  Interpreter(const Graph& g, std::map<GraphBuffer, void*> buffers)
-      : g_(g), buffers_(std::move(buffers)) {
-    for (const GraphTensor& t : g.tensors)
-      if (t.is_virtual)
-        virtual_[t.uid].assign(
-            static_cast<std::size_t>(t.dims[0] * t.dims[1] * t.dims[2] * t.dims[3]), 0.0);
-  }
-
-  void run() {
-    for (const auto& op : g_.ops) {
-      const GraphTensor& y = g_.tensor(op.y);
-      for_each(y.dims, [&](const Index& i) { set(y, i, eval(op, i)); });
-      if (op.kind == GraphOpKind::ReduceMax || op.kind == GraphOpKind::ReduceAdd) reduce(op);
-    }
-  }
-
- private:
-  template <typename F>
-  static void for_each(const Index& dims, F f) {
-    Index i{};
-    for (i[0] = 0; i[0] < dims[0]; ++i[0])
-      for (i[1] = 0; i[1] < dims[1]; ++i[1])
-        for (i[2] = 0; i[2] < dims[2]; ++i[2])
-          for (i[3] = 0; i[3] < dims[3]; ++i[3]) f(i);
-  }
-  static std::int64_t at(const GraphTensor& t, const Index& i) {
-    std::int64_t off = 0;
-    for (int d = 0; d < 4; ++d) off += (t.dims[d] == 1 ? 0 : i[d]) * t.strides[d];  // broadcast
-    return off;
-  }
-  double get(std::int64_t uid, const Index& i) const {
-    const GraphTensor& t = g_.tensor(uid);
-    if (t.by_value) return t.value;
-    if (t.is_virtual) return virtual_.at(uid)[static_cast<std::size_t>(at(t, i))];
-    return load(buffers_.at(t.buffer),
-                t.type == GraphType::BF16 ? cuda::DataType::BF16 : cuda::DataType::F32,
-                t.offset + at(t, i));
-  }
-  void set(const GraphTensor& t, const Index& i, double v) {
-    if (t.type == GraphType::BF16)
-      v = bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
-    if (t.type == GraphType::F32) v = static_cast<float>(v);
-    if (t.is_virtual)
-      virtual_[t.uid][static_cast<std::size_t>(at(t, i))] = v;
-    else
-      store(buffers_.at(t.buffer),
-            t.type == GraphType::BF16 ? cuda::DataType::BF16 : cuda::DataType::F32,
-            t.offset + at(t, i), v);
-  }
-  double eval(const cuda::GraphOp& op, const Index& i) const {
-    switch (op.kind) {
-      case GraphOpKind::Matmul: {
-        const std::int64_t K = g_.tensor(op.x).dims[3];
-        double s = 0.0;
-        for (std::int64_t k = 0; k < K; ++k)
-          s += get(op.x, {i[0], i[1], i[2], k}) * get(op.b, {i[0], i[1], k, i[3]});
-        return s;
-      }
-      case GraphOpKind::Mul: return get(op.x, i) * get(op.b, i);
-      case GraphOpKind::Sub: return get(op.x, i) - get(op.b, i);
-      case GraphOpKind::Div: return get(op.x, i) / get(op.b, i);
-      case GraphOpKind::Add: return get(op.x, i) + get(op.b, i);
-      case GraphOpKind::Exp: return std::exp(get(op.x, i));
-      case GraphOpKind::Log: return std::log(get(op.x, i));
-      case GraphOpKind::Identity: return get(op.x, i);
-      case GraphOpKind::GenIndex: return static_cast<double>(i[op.axis]);
-      case GraphOpKind::CmpGe: return get(op.x, i) >= get(op.b, i) ? 1.0 : 0.0;
-      case GraphOpKind::BinarySelect: return get(op.t, i) != 0.0 ? get(op.x, i) : get(op.b, i);
-      case GraphOpKind::Transpose: return get(op.x, {i[0], i[1], i[3], i[2]});
-      case GraphOpKind::ReduceMax: return -std::numeric_limits<double>::infinity();
-      case GraphOpKind::ReduceAdd: return 0.0;
-    }
-    return 0.0;
-  }
-  // y starts at the identity (set by eval); fold every x element into y at its reduced index.
-  void reduce(const cuda::GraphOp& op) {
-    const GraphTensor& x = g_.tensor(op.x);
-    const GraphTensor& y = g_.tensor(op.y);
-    for_each(x.dims, [&](const Index& i) {
-      const double v = get(op.x, i), cur = get(op.y, i);  // y broadcasts over the reduced axes
-      set(y, i, op.kind == GraphOpKind::ReduceMax ? std::max(cur, v) : cur + v);
-    });
-  }
-
-  const Graph& g_;
-  std::map<GraphBuffer, void*> buffers_;
-  std::map<std::int64_t, std::vector<double>> virtual_;
-};
 
 // fp32 or bf16-bit storage of given values.
 struct Storage {
@@ -166,8 +75,8 @@ TEST(AttentionGraph, ForwardAndBackwardMatchTheCpuOps) {
                                            {GraphBuffer::Stats, stats.data()},
                                            {GraphBuffer::DOut, dout.data()},
                                            {GraphBuffer::DQkv, dqkv.data()}};
-      Interpreter(cuda::causal_attention_forward_graph(B, T, C, NH, dt), buffers).run();
-      Interpreter(cuda::causal_attention_backward_graph(B, T, C, NH, dt), buffers).run();
+      cuda_emu::GraphInterpreter(cuda::causal_attention_forward_graph(B, T, C, NH, dt), buffers).run();
+      cuda_emu::GraphInterpreter(cuda::causal_attention_backward_graph(B, T, C, NH, dt), buffers).run();
 
       // The CPU ops on the same (rounded) inputs.
       std::vector<float> cout(n), catt(static_cast<std::size_t>(B) * NH * T * T), cdqkv(3 * n);

@@ -7,12 +7,15 @@
 // rows in fixed chunks: limit 1e-11 (as layernorm's parameter gradients).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/cuda/kernels/elementwise.cuh"
 #include "tests/cuda/kernel_check.h"
 #include "tests/cuda/reference.h"
 #include "tests/runtime/reference_ops.h"
+#include "runtime/cpu/bf16_round.h"
 #if !PIPELANE_CUDA_TEST_SANITIZER
 #include "runtime/cpu/cpu_ops.h"
 #endif
@@ -155,6 +158,29 @@ TYPED_TEST(Elementwise, BiasGradient) {
                          zeros.data(), N, 1, OC);
     EXPECT_TRUE(matches("dbias vs cpu", db, cdb, 4 * kColumnSumNmse));
 #endif
+  }
+}
+
+// The conversions around bf16 GEMM operands and cuDNN graphs: fp32 -> bf16 is the CPU's bf16
+// rounding (nearest even) bit for bit, bf16 -> fp32 is exact; non-finite values survive both.
+TEST(ElementwiseConversions, Bf16RoundingIsTheCpusAndWideningIsExact) {
+  for (const std::size_t n : sizes()) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    std::mt19937 rng(static_cast<unsigned>(n) + 11);
+    const std::vector<float> x = with_nonfinite(random_values<float>(rng, n, 3.0f));
+    Guarded<float> gx(x), widened(n);
+    Guarded<bf16> narrowed(n);
+    cuda::convert_from_float<bf16>(narrowed.data(), gx.data(), n, nullptr);
+    cuda::convert_to_float<bf16>(widened.data(), narrowed.data(), n, nullptr);
+    EXPECT_TRUE(intact("narrowed", narrowed));
+    EXPECT_TRUE(intact("widened", widened));
+    int wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float want = cpu::round_to_bf16(x[i]), got = widened.data()[i];
+      const bool both_nan = std::isnan(want) && std::isnan(got);
+      wrong += !both_nan && std::memcmp(&want, &got, sizeof(float)) != 0;
+    }
+    EXPECT_EQ(wrong, 0) << "elements not rounded to bf16 as the CPU rounds them";
   }
 }
 

@@ -58,18 +58,23 @@ TEST(TrainWithoutGpu, CudaBackendStopsWithOneLineAndNoRunDirectory) {
   test_support::TempDir dir;
   if (run("devices", dir).out.find("\ncuda:0: ") != std::string::npos) GTEST_SKIP() << "this machine has a GPU";
   write_data(dir.file("data.h5"));
-  const std::string run_dir = dir.file("run");
-  const Outcome o = run("train --runtime.backend=cuda --data.path=" + dir.file("data.h5") + " --run.dir=" + run_dir +
-                            kTinyRun,
-                        dir);
-  EXPECT_NE(o.exit_code, 0) << o.out << o.err;
-  ASSERT_FALSE(o.err.empty());
-  EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << "more than one line:\n" << o.err;
-  EXPECT_EQ(o.err.rfind("pipelane train: backend cuda:0: ", 0), 0u) << o.err;
-  // The reason: no device (the library is there, the driver is not) or no library (no nvcc).
-  EXPECT_TRUE(o.err.find("no device") != std::string::npos || o.err.find("has no CUDA backend") != std::string::npos)
-      << o.err;
-  EXPECT_FALSE(fs::exists(run_dir)) << "a run directory was created";
+  // Also with the GPU-only options: they are accepted for the cuda backend, and the run still
+  // stops at the missing device.
+  for (const std::string extra : {"", " --model.attention=cudnn --train.precision=bf16 --lanes.sm_partition=8"}) {
+    SCOPED_TRACE(extra);
+    const std::string run_dir = dir.file("run");
+    const Outcome o = run("train --runtime.backend=cuda --data.path=" + dir.file("data.h5") + " --run.dir=" + run_dir +
+                              kTinyRun + extra,
+                          dir);
+    EXPECT_NE(o.exit_code, 0) << o.out << o.err;
+    ASSERT_FALSE(o.err.empty());
+    EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << "more than one line:\n" << o.err;
+    EXPECT_EQ(o.err.rfind("pipelane train: backend cuda:0: ", 0), 0u) << o.err;
+    // The reason: no device (the library is there, the driver is not) or no library (no nvcc).
+    EXPECT_TRUE(o.err.find("no device") != std::string::npos || o.err.find("has no CUDA backend") != std::string::npos)
+        << o.err;
+    EXPECT_FALSE(fs::exists(run_dir)) << "a run directory was created";
+  }
 }
 
 // bf16 on the CPU backend is its emulation of bf16 compute (runtime/backend.h): it trains, says so

@@ -298,9 +298,11 @@ std::vector<OpCase> all_cases(std::uint32_t seed) {
                      [=](DeviceBuffers& b, bool poison) {
                        float* q = b.upload(qkv);
                        float* att = b.zeros(att_n);
-                       b.backend().attention_forward(b.zeros(N * C), att, q, B, T, C, NH, b.stream());
+                       float* out = b.zeros(N * C);
+                       b.backend().attention_forward(out, att, q, B, T, C, NH, b.stream());
                        float* dqkv = b.upload(std::vector<float>(N * 3 * C, 5.f));  // overwritten
-                       b.backend().attention_backward(dqkv, b.upload(poisoned(dout, poison)), q, att, B, T, C, NH, b.stream());
+                       b.backend().attention_backward(dqkv, b.upload(poisoned(dout, poison)), q, out, att, B, T, C, NH,
+                                                      b.stream());
                        return Outputs{{"dqkv", b.download(dqkv, N * 3 * C)}};
                      },
                      [=] {

@@ -209,7 +209,7 @@ inline Outputs run_ops(Backend& backend, const Inputs& in) {
   float *qkv = up(in.qkv), *att_in = up(in.att), *adout = up(in.adout);
   float *y = zeros(ny), *att = zeros(na), *dqkv = zeros(in.qkv.size());
   backend.attention_forward(y, att, qkv, s.B, s.T, s.AC, s.NH, *stream);
-  backend.attention_backward(dqkv, adout, qkv, att_in, s.B, s.T, s.AC, s.NH, *stream);
+  backend.attention_backward(dqkv, adout, qkv, y, att_in, s.B, s.T, s.AC, s.NH, *stream);
   down("attention.out", y, ny);
   down("attention.att", att, na);
   down("attention.dqkv", dqkv, in.qkv.size());

@@ -300,8 +300,10 @@ TEST_F(TrainOptionsTest, CombinationFromCommandLineSaysCommandLine) {
 TEST_F(TrainOptionsTest, GpuKeysRefuseWhatCannotRun) {
   EXPECT_EQ(parse_error({"--model.attention=flash"}),
             "command line: --model.attention=flash: expected one of cublas cudnn");
-  EXPECT_NE(parse_error({"--model.attention=cudnn"}).find("command line: [model] attention = cudnn: cuDNN's fused"),
-            std::string::npos);
+  EXPECT_EQ(parse_error({"--model.attention=cudnn"}),
+            "command line: [model] attention = cudnn runs cuDNN's fused attention on a GPU: it needs [runtime] "
+            "backend = cuda (backend is cpu)");
+  EXPECT_EQ(parse({"--runtime.backend=cuda", "--model.attention=cudnn"}).model.attention, "cudnn");
   EXPECT_EQ(parse_error({"--train.precision=fp16"}),
             "command line: --train.precision=fp16: expected one of fp32 bf16");
   EXPECT_EQ(parse_error({"--lanes.sm_partition=8"}),

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "runtime/cuda/backend/cublaslt_engine.h"
+#include "runtime/cuda/backend/cudnn_attention_engine.h"
 #include "runtime/cuda/backend/nccl_comm.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda_backend_abi.h"
@@ -98,8 +99,12 @@ __attribute__((visibility("default"))) pipelane::Backend* pipelane_cuda_backend_
     config.device = options->device_index;
     config.lane_sm_partition = options->lane_sm_partition;
     config.compute = options->compute_bf16 ? pipelane::DType::BF16 : pipelane::DType::F32;
+    config.attention = options->cudnn_attention ? pipelane::cuda::AttentionImpl::Cudnn : pipelane::cuda::AttentionImpl::Cublas;
     cudaSetDevice(config.device);
-    return pipelane::cuda::make_cuda_backend(config, pipelane::cuda::make_cublaslt_engine()).release();
+    return pipelane::cuda::make_cuda_backend(
+               config, pipelane::cuda::make_cublaslt_engine(),
+               options->cudnn_attention ? pipelane::cuda::make_cudnn_attention_engine() : nullptr)
+        .release();
   } catch (const std::exception& e) {
     write_text(error, error_len, e.what());
   } catch (...) {

@@ -21,8 +21,9 @@ DeviceInts::DeviceInts(ScratchPool& pool, const std::int32_t* ids, std::size_t n
   ptr_ = staged_->get();
 }
 
-CudaBackendImpl::CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm)
-    : config_(config), gemm_(std::move(gemm)) {
+CudaBackendImpl::CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm,
+                                 std::unique_ptr<AttentionEngine> attention)
+    : config_(config), gemm_(std::move(gemm)), attention_(std::move(attention)) {
   if (config_.compute != DType::F32 && config_.compute != DType::BF16)
     throw std::invalid_argument(std::string("cuda backend: compute precision ") + dtype_name(config_.compute) +
                                 ": expected f32 or bf16");
@@ -30,7 +31,8 @@ CudaBackendImpl::CudaBackendImpl(const CudaBackendConfig& config, std::unique_pt
   check_cuda(cudaSetDevice(config_.device), ("cudaSetDevice(" + std::to_string(config_.device) + ")").c_str());
   cudaDeviceProp prop{};
   check_cuda(cudaGetDeviceProperties(&prop, config_.device), "cudaGetDeviceProperties");
-  name_ = which + " (" + prop.name + (config_.compute == DType::BF16 ? ", bf16 compute" : "") + ")";
+  name_ = which + " (" + prop.name + (config_.compute == DType::BF16 ? ", bf16 compute" : "") +
+          (config_.attention == AttentionImpl::Cudnn ? ", cuDNN attention" : "") + ")";
   check_cuda(cudaDeviceGetStreamPriorityRange(&priority_least_, &priority_greatest_),
              "cudaDeviceGetStreamPriorityRange");
   priorities_ = stream_priorities(priority_least_, priority_greatest_);

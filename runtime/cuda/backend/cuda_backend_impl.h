@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "runtime/cuda/backend/attention_engine.h"
 #include "runtime/cuda/backend/cuda_memory.h"
 #include "runtime/cuda/backend/cuda_streams.h"
 #include "runtime/cuda/backend/gemm_engine.h"
@@ -70,7 +71,8 @@ class CudaBf16OpsImpl final : public CudaBf16Ops {
 
 class CudaBackendImpl final : public CudaBackend {
  public:
-  CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm);
+  CudaBackendImpl(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm,
+                  std::unique_ptr<AttentionEngine> attention);
   ~CudaBackendImpl() override;
 
   DeviceKind kind() const override { return DeviceKind::Cuda; }
@@ -132,8 +134,9 @@ class CudaBackendImpl final : public CudaBackend {
   void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
                              Stream& s) override;
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s) override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T, int C,
-                          int NH, Stream& s) override;
+  std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* att, int B,
+                          int T, int C, int NH, Stream& s) override;
   void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache, float* v_cache, int past,
                             int n, int C, int NH, Stream& s) override;
   void gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) override;
@@ -169,6 +172,10 @@ class CudaBackendImpl final : public CudaBackend {
   void attention_forward_autocast(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
   void attention_backward_autocast(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                                    int C, int NH, Stream& s);
+  // [model] attention = cudnn (cuda_backend_cudnn.cpp): att holds the softmax statistics.
+  void attention_forward_cudnn(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
+  void attention_backward_cudnn(float* dqkv, const float* dout, const float* qkv, const float* out, const float* att,
+                                int B, int T, int C, int NH, Stream& s);
   void lm_head_logits_autocast(float* logits, const float* x, const float* wte, int N, int C, int Vp, Stream& s);
   double lm_head_cross_entropy_autocast(float* losses, float* dx, float* dwte, const float* x, const float* wte,
                                         const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
@@ -191,6 +198,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   CudaBackendConfig config_;
   std::unique_ptr<GemmEngine> gemm_;
+  std::unique_ptr<AttentionEngine> attention_;
   std::string name_;
   StreamPriorities priorities_{};
   int priority_least_ = 0, priority_greatest_ = 0;

@@ -122,13 +122,20 @@ void CudaBackendImpl::attention_backward_t(X* dqkv, const X* dout, const X* qkv,
   attention_permute_qkv_backward<X>(dqkv, dq, dk, dv, B, T, C, NH, h);
 }
 
+std::size_t CudaBackendImpl::attention_saved_floats(int B, int T, int C, int NH) const {
+  if (config_.attention == AttentionImpl::Cudnn) return static_cast<std::size_t>(B) * NH * T;
+  return Backend::attention_saved_floats(B, T, C, NH);
+}
 void CudaBackendImpl::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                                         Stream& s) {
+  if (config_.attention == AttentionImpl::Cudnn) return attention_forward_cudnn(out, att, qkv, B, T, C, NH, s);
   if (bf16_compute()) return attention_forward_autocast(out, att, qkv, B, T, C, NH, s);
   attention_forward_t(out, att, qkv, B, T, C, NH, s);
 }
-void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                                         int T, int C, int NH, Stream& s) {
+void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                         const float* att, int B, int T, int C, int NH, Stream& s) {
+  if (config_.attention == AttentionImpl::Cudnn)
+    return attention_backward_cudnn(dqkv, dout, qkv, out, att, B, T, C, NH, s);
   if (bf16_compute()) return attention_backward_autocast(dqkv, dout, qkv, att, B, T, C, NH, s);
   attention_backward_t(dqkv, dout, qkv, att, B, T, C, NH, s);
 }
@@ -322,9 +329,15 @@ void CudaBf16OpsImpl::adamw_update(float* param, const float* grad, float* m, fl
   b_.adamw_update_t(param, grad, m, v, n, h, grad_scale, param_copy, s);
 }
 
-std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm) {
+std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm,
+                                               std::unique_ptr<AttentionEngine> attention) {
   if (!gemm) throw std::invalid_argument("make_cuda_backend: no GEMM engine");
-  return std::make_unique<CudaBackendImpl>(config, std::move(gemm));
+  if (config.attention == AttentionImpl::Cudnn && !attention)
+    throw std::invalid_argument("make_cuda_backend: attention = cudnn without an attention engine");
+  return std::make_unique<CudaBackendImpl>(config, std::move(gemm), std::move(attention));
+}
+std::unique_ptr<CudaBackend> make_cuda_backend(const CudaBackendConfig& config, std::unique_ptr<GemmEngine> gemm) {
+  return make_cuda_backend(config, std::move(gemm), nullptr);
 }
 
 }  // namespace pipelane::cuda

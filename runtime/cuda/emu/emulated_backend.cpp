@@ -1,8 +1,14 @@
 #include "runtime/cuda/emu/emulated_backend.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "runtime/cuda/backend/attention_engine.h"
 #include "runtime/cuda/backend/gemm_engine.h"
 #include "runtime/cuda/emu/emulated_stream.h"
 #include "runtime/cuda/emu/gemm_interpreter.h"
+#include "runtime/cuda/emu/graph_interpreter.h"
 
 namespace pipelane::cuda_emu {
 
@@ -22,6 +28,35 @@ class InterpretedGemm final : public cuda::GemmEngine {
   }
 };
 
+// cuDNN's stand-in: each attention graph interpreted (graph_interpreter.h), in the stream's order.
+class InterpretedAttention final : public cuda::AttentionEngine {
+ public:
+  std::string name() const override { return "attention graph interpreter (emulated cuDNN)"; }
+  std::size_t prepare(const cuda::AttentionGraphKey& key) override {
+    graph(key);
+    return 0;
+  }
+  void run(const cuda::AttentionGraphKey& key, const std::map<cuda::GraphBuffer, void*>& buffers, void*,
+           cudaStream_t stream) override {
+    const cuda::Graph& g = graph(key);  // lives as long as the engine
+    auto work = [&g, buffers] { GraphInterpreter(g, buffers).run(); };
+    if (stream)
+      stream->submit(work);
+    else
+      work();
+  }
+
+ private:
+  const cuda::Graph& graph(const cuda::AttentionGraphKey& key) {
+    const std::lock_guard<std::mutex> lock(mutex_);  // lanes and training share the backend
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, std::make_unique<cuda::Graph>(cuda::attention_graph(key))).first;
+    return *it->second;
+  }
+  std::mutex mutex_;
+  std::map<cuda::AttentionGraphKey, std::unique_ptr<cuda::Graph>> graphs_;
+};
+
 }  // namespace
 
 cuda::CudaBackendConfig emulated_backend_config() {
@@ -32,7 +67,8 @@ cuda::CudaBackendConfig emulated_backend_config() {
 }
 
 std::unique_ptr<cuda::CudaBackend> make_emulated_cuda_backend(const cuda::CudaBackendConfig& config) {
-  return cuda::make_cuda_backend(config, std::make_unique<InterpretedGemm>());
+  return cuda::make_cuda_backend(config, std::make_unique<InterpretedGemm>(),
+                                 std::make_unique<InterpretedAttention>());
 }
 
 }  // namespace pipelane::cuda_emu

@@ -107,8 +107,19 @@ struct ConvertFromFloat {
 };
 
 template <typename floatX>
+struct ConvertToFloat {
+  float* out;
+  const floatX* in;
+  __device__ void operator()(std::size_t i) const { out[i] = to_float(in[i]); }
+};
+
+template <typename floatX>
 void convert_from_float(floatX* out, const float* in, std::size_t n, cudaStream_t stream) {
   for_each_element(ConvertFromFloat<floatX>{out, in}, n, stream);
+}
+template <typename floatX>
+void convert_to_float(float* out, const floatX* in, std::size_t n, cudaStream_t stream) {
+  for_each_element(ConvertToFloat<floatX>{out, in}, n, stream);
 }
 template <typename floatX>
 void gelu_forward(floatX* out, const floatX* inp, std::size_t n, cudaStream_t stream) {
