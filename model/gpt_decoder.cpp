@@ -89,8 +89,7 @@ void GptDecoder::run_chunk(const std::int32_t* tokens, int n) {
     b.matmul_forward(proj_, atty_, P + o.attprojw, P + o.attprojb, n, C, C, s);
     b.add_inplace(x_, proj_, nC, s);
     b.layernorm_forward(ln_, mean_, rstd_, x_, P + o.ln2w, P + o.ln2b, n, C, s);
-    b.matmul_forward(fch_, ln_, P + o.fcw, P + o.fcb, n, C, 4 * C, s);
-    b.gelu_forward(fch_gelu_, fch_, static_cast<std::size_t>(n) * 4 * C, s);
+    b.matmul_gelu_forward(fch_, fch_gelu_, ln_, P + o.fcw, P + o.fcb, n, C, 4 * C, s);
     b.matmul_forward(proj_, fch_gelu_, P + o.fcprojw, P + o.fcprojb, n, 4 * C, C, s);
     b.add_inplace(x_, proj_, nC, s);
   }

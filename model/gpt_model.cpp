@@ -202,8 +202,7 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
     backend_.add(h.res_attn, x, s.proj, NC, stream_);
     backend_.layernorm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params + o.ln2w,
                            params + o.ln2b, N, C, stream_);
-    backend_.matmul_forward(h.fch, h.ln2, params + o.fcw, params + o.fcb, N, C, CM, stream_);
-    backend_.gelu_forward(h.fch_gelu, h.fch, static_cast<std::size_t>(N) * CM, stream_);
+    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, h.ln2, params + o.fcw, params + o.fcb, N, C, CM, stream_);
     backend_.matmul_forward(s.proj, h.fch_gelu, params + o.fcprojw, tp_ ? nullptr : params + o.fcprojb,
                         N, CM, C, stream_);
     if (tp_) {
@@ -262,11 +261,10 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     const LayerOffsets& o = L.layers[l];
     LayerActivations& h = a.layers[l];
     const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
-    const std::size_t NM = static_cast<std::size_t>(N) * CM;
     // MLP: res_out = res_attn + fcproj(gelu(fc(ln2(res_attn))))
-    backend_.matmul_backward(s.d4c, grads + o.fcprojw, grads + o.fcprojb, s.dres, h.fch_gelu,
+    backend_.matmul_backward(nullptr, grads + o.fcprojw, grads + o.fcprojb, s.dres, h.fch_gelu,
                          params + o.fcprojw, N, CM, C, stream_);
-    backend_.gelu_backward(s.d4c, h.fch, s.d4c, NM, stream_);
+    backend_.matmul_backward_input_dgelu(s.d4c, s.dres, params + o.fcprojw, h.fch, N, CM, C, stream_);
     backend_.matmul_backward(s.dtmp, grads + o.fcw, grads + o.fcb, s.d4c, h.ln2, params + o.fcw, N, C,
                          CM, stream_);
     reduce_sum(s.dtmp, NC);  // backward of column-parallel c_fc's input ("f")
@@ -320,7 +318,6 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
   const int NH = L.local_heads(), CA = L.local_attn_width(), CM = L.local_mlp_width();
   const int N = B * T;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
-  const std::size_t NM = static_cast<std::size_t>(N) * CM;
   const int nl = static_cast<int>(a.layers.size());
   // Where the gradient of layer l's input goes: layer l-1's d_res_out, or for l == 0 the stage's
   // input gradient (kept for the embedding's W on the first stage, else the caller's grad_input).
@@ -346,8 +343,7 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
     const LayerOffsets& o = L.layers[l];
     LayerActivations& h = a.layers[l];
     const float* x = l == 0 ? a.input : a.layers[l - 1].res_out;
-    backend_.matmul_backward_input(h.d_fch, h.d_res_out, params + o.fcprojw, N, CM, C, stream_);
-    backend_.gelu_backward(h.d_fch, h.fch, h.d_fch, NM, stream_);
+    backend_.matmul_backward_input_dgelu(h.d_fch, h.d_res_out, params + o.fcprojw, h.fch, N, CM, C, stream_);
     backend_.matmul_backward_input(h.d_ln2, h.d_fch, params + o.fcw, N, C, CM, stream_);
     reduce_sum(h.d_ln2, NC);  // backward of column-parallel c_fc's input ("f")
     backend_.copy(h.d_res_attn, h.d_res_out, NC * sizeof(float), stream_);

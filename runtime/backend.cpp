@@ -25,6 +25,8 @@ const char* op_kind_name(OpKind op) {
     case OpKind::MatmulForward: return "matmul_forward";
     case OpKind::MatmulBackward: return "matmul_backward";
     case OpKind::MatmulBackwardInput: return "matmul_backward_input";
+    case OpKind::MatmulGeluForward: return "matmul_gelu_forward";
+    case OpKind::MatmulBackwardInputDgelu: return "matmul_backward_input_dgelu";
     case OpKind::AttentionForward: return "attention_forward";
     case OpKind::AttentionBackward: return "attention_backward";
     case OpKind::AttentionForwardKv: return "attention_forward_kv";

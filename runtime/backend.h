@@ -62,7 +62,7 @@ class Event {
 enum class OpKind : std::uint8_t {
   EmbeddingForward, EmbeddingBackward, EmbeddingLookupLocal, AddPositions, EmbeddingBackwardLocal,
   LayerNormForward, LayerNormBackward, LayerNormBackwardInput, LayerNormBackwardParams,
-  MatmulForward, MatmulBackward, MatmulBackwardInput,
+  MatmulForward, MatmulBackward, MatmulBackwardInput, MatmulGeluForward, MatmulBackwardInputDgelu,
   AttentionForward, AttentionBackward, AttentionForwardKv,
   GeluForward, GeluBackward, Add, AddInplace, AddBias, Scale, SumSquares,
   LmHeadLogits, LmHeadCrossEntropy, LmHeadCrossEntropyVocabParallel,
@@ -156,6 +156,21 @@ class Backend {
   // Only dinp (=), bit-identical to matmul_backward's.
   virtual void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N,
                                      int C, int OC, Stream& s) = 0;
+  // The MLP's first layer with its GeLU: pre = inp @ weight^T + bias (kept for backward), out =
+  // gelu(pre). By default the two ops; the CUDA backend fuses the GeLU into the GEMM's epilogue
+  // (cuBLASLt's GELU_AUX_BIAS) where the width fits.
+  virtual void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                                   const float* bias, int N, int C, int OC, Stream& s) {
+    matmul_forward(pre, inp, weight, bias, N, C, OC, s);
+    gelu_forward(out, pre, static_cast<std::size_t>(N) * OC, s);
+  }
+  // The input gradient of a layer whose input was gelu(pre), through the GeLU: dpre (=) =
+  // (dout @ weight) * gelu'(pre). By default the two ops; fused by the CUDA backend (DGELU).
+  virtual void matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight,
+                                           const float* pre, int N, int C, int OC, Stream& s) {
+    matmul_backward_input(dpre, dout, weight, N, C, OC, s);
+    gelu_backward(dpre, pre, dpre, static_cast<std::size_t>(N) * C, s);
+  }
 
   // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v]. `att` holds
   // attention_saved_floats() floats the forward keeps for backward: the probabilities

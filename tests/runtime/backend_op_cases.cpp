@@ -279,6 +279,39 @@ std::vector<OpCase> all_cases(std::uint32_t seed) {
                      },
                      [=] { return Expected{{"dinp", matmul_grads().at("dinp")}}; }});
 
+    // The MLP's layers with their GeLU (matmul_gelu_forward, matmul_backward_input_dgelu): width
+    // 4C (a multiple of 8: the CUDA backend fuses the GeLU into cuBLASLt's epilogue) and 4C + 1
+    // (it cannot: the two-op default).
+    for (const int M : {4 * C, 4 * C + 1}) {
+      const std::string mtag = tag + " width " + std::to_string(M);
+      const auto W1 = rnd(static_cast<std::size_t>(M) * C, 0.3f), b1 = rnd(M, 0.3f);
+      const auto W2 = rnd(static_cast<std::size_t>(C) * M, 0.3f), pre = rnd(static_cast<std::size_t>(N) * M);
+      cases.push_back({OpKind::MatmulGeluForward, "matmul_gelu_forward" + mtag, kReduction,
+                       [=](DeviceBuffers& b, bool poison) {
+                         float* p = b.zeros(N * M);
+                         float* out = b.zeros(N * M);
+                         b.backend().matmul_gelu_forward(p, out, b.upload(poisoned(x, poison)), b.upload(W1), b.upload(b1),
+                                                         N, C, M, b.stream());
+                         return Outputs{{"pre", b.download(p, N * M)}, {"out", b.download(out, N * M)}};
+                       },
+                       [=] {
+                         const Vec p = ref::matmul(to_double(x), to_double(W1), to_double(b1), N, C, M);
+                         return Expected{{"pre", p}, {"out", ref::gelu(p)}};
+                       }});
+      cases.push_back({OpKind::MatmulBackwardInputDgelu, "matmul_backward_input_dgelu" + mtag, kReduction,
+                       [=](DeviceBuffers& b, bool poison) {
+                         float* dpre = b.upload(std::vector<float>(N * M, 5.f));  // overwritten
+                         b.backend().matmul_backward_input_dgelu(dpre, b.upload(poisoned(dout, poison)), b.upload(W2),
+                                                                 b.upload(pre), N, M, C, b.stream());
+                         return Outputs{{"dpre", b.download(dpre, N * M)}};
+                       },
+                       [=] {
+                         const Vec no_bias(C, 0.0);
+                         const auto f = [&](const Vec& p) { return ref::matmul(ref::gelu(p), to_double(W2), no_bias, N, M, C); };
+                         return Expected{{"dpre", fd(f, pre, dout)}};
+                       }});
+    }
+
     // Attention.
     const auto qkv = rnd(static_cast<std::size_t>(N) * 3 * C);
     const std::size_t att_n = static_cast<std::size_t>(B) * NH * T * T;

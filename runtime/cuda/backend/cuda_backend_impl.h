@@ -133,6 +133,10 @@ class CudaBackendImpl final : public CudaBackend {
                        const float* weight, int N, int C, int OC, Stream& s) override;
   void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
                              Stream& s) override;
+  void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int N,
+                           int C, int OC, Stream& s) override;
+  void matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight, const float* pre, int N,
+                                   int C, int OC, Stream& s) override;
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s) override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* att, int B,

@@ -1,0 +1,43 @@
+// The MLP's GeLU fused into the GEMMs around it, through cuBLASLt's epilogues: GELU_AUX_BIAS on
+// the first layer (pre = x W^T + b kept as the auxiliary output, out = gelu(pre)) and DGELU on
+// the second layer's input gradient (dpre = (dout W) * gelu'(pre)). One kernel less each way,
+// and neither pre nor out is read back by a separate elementwise pass. cuBLASLt wants the
+// auxiliary output's leading dimension a multiple of 8 (gelu_epilogue_fits); other widths take
+// Backend's two-op defaults. In bf16 compute the GEMMs read bf16 copies, as every GEMM does there.
+#include "runtime/cuda/backend/cuda_backend_impl.h"
+
+namespace pipelane::cuda {
+
+namespace {
+
+std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
+
+}  // namespace
+
+void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+                                          const float* bias, int N, int C, int OC, Stream& s) {
+  if (!gelu_epilogue_fits(OC)) return Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC, s);
+  const cudaStream_t h = enter(s);
+  expect_device("matmul_gelu_forward", {pre, out, inp, weight, bias});
+  if (!bf16_compute()) {
+    gemm(matmul_forward_gemm(out, inp, weight, bias, N, C, OC, DataType::F32, pre), s);
+    return;
+  }
+  const Bf16Copy x(*scratch_, inp, count(N, C), h), w(*scratch_, weight, count(OC, C), h);
+  gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
+}
+
+void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight,
+                                                  const float* pre, int N, int C, int OC, Stream& s) {
+  if (!gelu_epilogue_fits(C)) return Backend::matmul_backward_input_dgelu(dpre, dout, weight, pre, N, C, OC, s);
+  const cudaStream_t h = enter(s);
+  expect_device("matmul_backward_input_dgelu", {dpre, dout, weight, pre});
+  if (!bf16_compute()) {
+    gemm(matmul_backward_input_gemm(dpre, dout, weight, N, C, OC, DataType::F32, pre), s);
+    return;
+  }
+  const Bf16Copy d(*scratch_, dout, count(N, OC), h), w(*scratch_, weight, count(OC, C), h);
+  gemm(matmul_backward_input_gemm(dpre, d.get(), w.get(), N, C, OC, kAutocast, pre), s);
+}
+
+}  // namespace pipelane::cuda
