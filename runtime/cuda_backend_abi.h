@@ -11,7 +11,7 @@ namespace pipelane {
 class Backend;
 class DeviceComm;  // runtime/backend_registry.h
 
-inline constexpr int kCudaBackendAbiVersion = 4;
+inline constexpr int kCudaBackendAbiVersion = 5;  // 5: Backend::pagerank_step
 
 struct CudaBackendCreateOptions {
   int device_index = 0;
