@@ -41,9 +41,12 @@ class PagerankDeviceRun {
   // Enqueues the next slice and returns its in-edges; 0 once the run is known to be over, or when
   // every iteration up to max_iterations is already enqueued. Never waits.
   std::uint64_t step();
-  // Known to be over (converged or at max_iterations). Can lag the device by the steps enqueued
-  // before the host read the state; sync() makes it exact.
-  bool finished() const { return finished_; }
+  // Known to be over (converged or at max_iterations): reads the state if its copy has arrived,
+  // never waits. Can lag the device by the steps enqueued before that; sync() makes it exact.
+  bool finished() {
+    poll();
+    return finished_;
+  }
   // Waits for the lane stream; state() and finished() are then the device's.
   void sync();
   const PagerankState& state() const { return known_; }
