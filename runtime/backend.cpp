@@ -41,6 +41,7 @@ const char* op_kind_name(OpKind op) {
     case OpKind::LmHeadCrossEntropy: return "lm_head_cross_entropy";
     case OpKind::LmHeadCrossEntropyVocabParallel: return "lm_head_cross_entropy_vocab_parallel";
     case OpKind::AdamW: return "adamw_update";
+    case OpKind::PagerankStep: return "pagerank_step";
     case OpKind::Count: break;
   }
   return "?";

@@ -67,6 +67,7 @@ enum class OpKind : std::uint8_t {
   GeluForward, GeluBackward, Add, AddInplace, AddBias, Scale, SumSquares,
   LmHeadLogits, LmHeadCrossEntropy, LmHeadCrossEntropyVocabParallel,
   AdamW,
+  PagerankStep,
   Count  // not an op
 };
 const char* op_kind_name(OpKind op);
@@ -82,6 +83,52 @@ struct GroupReduce {
 struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay;
   int t;
+};
+
+// ---- PageRank: one bounded slice of a power iteration (the pagerank lane's step) ----
+// Graph: a CSR by destination (the in-edges of v are sources[offsets[v] .. offsets[v + 1]), in
+// that order); contrib[u] = rank[u] / out_degree[u], 0 for a vertex without out-edges. For every
+// v in [v_begin, v_end): acc = the fp32 sum of contrib_in[source] in CSR order, r = fmaf(damping,
+// acc, state->base), rank_out[v] = r, contrib_out[v] = r / out_degree[v] (0 without out-edges),
+// delta[v] = |r - rank_in[v]|. Then the slice's sums of delta and of r over the vertices without
+// out-edges, in double over a fixed partition: kPagerankSumLanes lanes, lane t adding vertices
+// v_begin + t, v_begin + t + kPagerankSumLanes, ... in order, the lanes then combined pairwise
+// (t += t + h for h = kPagerankSumLanes / 2, ..., 1); they are added to state->residual_sum and
+// dangling_sum, the slice's in-edges to state->edges. A slice ending at `vertices` ends the
+// iteration: residual = residual_sum, iterations + 1, base = float(fma(damping, dangling_sum / N,
+// (1 - damping) / N)) in double, the sums back to 0, done = residual < tolerance || iterations >=
+// max_iterations. Once done is set every later step does nothing, so a caller may enqueue steps
+// before it has read whether the run has converged. An empty slice does nothing. No atomics, no
+// order that depends on threads: every backend gives the same bits (each output is one thread's,
+// and the sums run over the partition above).
+inline constexpr int kPagerankSumLanes = 256;
+
+// Written by the caller once (the initial base, zeros), then only by pagerank_step.
+struct PagerankState {
+  double residual_sum = 0;    // the running iteration's sum of delta over its slices so far
+  double dangling_sum = 0;    // ... and of its new ranks without out-edges
+  double residual = 0;        // the L1 change of the last complete iteration
+  std::uint64_t edges = 0;    // in-edges pulled by the steps that ran (not the no-ops after done)
+  std::int64_t iterations = 0;  // complete iterations
+  float base = 0;             // (1 - damping)/N + damping * (dangling rank of the input)/N
+  std::uint32_t done = 0;     // 1: converged or at max_iterations; later steps are no-ops
+};
+
+struct PagerankStep {
+  const std::uint64_t* offsets;       // [vertices + 1]
+  const std::uint32_t* sources;       // [edges]
+  const std::uint32_t* out_degree;    // [vertices]
+  std::uint32_t vertices;
+  const float* rank_in;               // the iteration's input: ranks and contributions
+  const float* contrib_in;
+  float* rank_out;                    // its output (other buffers than the input's)
+  float* contrib_out;
+  float* delta;                       // |rank_out - rank_in|, per vertex
+  PagerankState* state;               // in the op's memory (device memory on a GPU)
+  float damping;
+  double tolerance;
+  std::int64_t max_iterations;
+  std::uint32_t v_begin, v_end;       // the slice: a caller bounds a step's edges by it
 };
 
 class Backend {
@@ -227,6 +274,10 @@ class Backend {
   // grad_scale multiplies the gradient first (global-norm clipping).
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                             const AdamWParams& h, float grad_scale, Stream& s) = 0;
+
+  // One slice of a PageRank power iteration (above); every buffer, state included, in this
+  // backend's memory (device memory on a GPU). Stream-ordered, never waits.
+  virtual void pagerank_step(const PagerankStep& step, Stream& s) = 0;
 
   // Best sustained fp32 matmul throughput over `reps` n x n x n products, in GFLOP/s: a measured
   // peak for MFU.

@@ -11,7 +11,7 @@ namespace pipelane {
 class Backend;
 class DeviceComm;  // runtime/backend_registry.h
 
-inline constexpr int kCudaBackendAbiVersion = 5;
+inline constexpr int kCudaBackendAbiVersion = 6;  // 5: attention = cudnn; 6: Backend::pagerank_step
 
 struct CudaBackendCreateOptions {
   int device_index = 0;

@@ -1,5 +1,7 @@
 #include "lanes/builtin/pagerank_lane.h"
 
+#include "lanes/builtin/pagerank_lane_device.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -114,6 +116,9 @@ class PageRankLane final : public Lane {
  public:
   std::string name() const override { return "pagerank"; }
   std::string work_unit() const override { return "edges"; }
+  // Its fp32 step touches the arena only through the backend's copies and Backend::pagerank_step.
+  // On the CPU backend the default fp64 step dereferences its (host) arena, as it always did.
+  bool runs_on_device() const override { return true; }
 
   void setup(LaneContext& ctx) override {
     const LaneOptions& o = ctx.options;
@@ -127,7 +132,14 @@ class PageRankLane final : public Lane {
     max_iterations_ = o.get_int("max_iterations", 100, 1, 100000000);
     slice_edges_ = o.get_int("slice_edges", 1 << 21, 1, INT64_MAX);
     top_k_ = o.get_int("top_k", 10, 0, 100000000);
+    const std::string precision = o.get_string("precision", "auto");
     o.reject_unknown();
+    const bool device_backend = ctx.backend.kind() != DeviceKind::Cpu;
+    if (precision != "auto" && precision != "fp64" && precision != "fp32")
+      throw LaneError(o.source() + ": [lane.pagerank] precision = '" + precision + "': expected auto, fp64 or fp32");
+    if (precision == "fp64" && device_backend)
+      throw LaneError(o.source() + ": [lane.pagerank] precision = fp64: the device step is fp32 (use auto or fp32)");
+    fp32_ = precision == "fp32" || (precision == "auto" && device_backend);
     if (graph_path_.empty() == generate_.empty())
       throw LaneError("[lane.pagerank]: set exactly one of 'graph = PATH' or 'generate = rmat'");
     if (!generate_.empty() && generate_ != "rmat")
@@ -137,14 +149,15 @@ class PageRankLane final : public Lane {
     output_dir_ = ctx.output_dir;
 
     try {
-      build_graph(ctx.arena);
+      build_graph(ctx);
     } catch (const ArenaQuotaError& e) {
       throw LaneError(std::string("pagerank: graph does not fit the lane's memory quota: ") + e.what());
     }
-    start();
+    if (!fp32_) start();
   }
 
   double step(LaneContext&) override {
+    if (device_) return static_cast<double>(device_->step());
     if (finished_) return 0.0;
     std::int64_t budget = slice_edges_;
     std::uint64_t edges_done = 0;
@@ -180,9 +193,16 @@ class PageRankLane final : public Lane {
     return static_cast<double>(edges_done);
   }
 
-  bool finished() const override { return finished_; }
+  bool finished() const override { return device_ ? device_->finished() : finished_; }
+
+  void teardown(LaneContext&) override {
+    if (!device_) return;
+    device_->sync();  // training is over: waiting for the lane stream costs it nothing
+    if (device_->finished()) write_top_k();
+  }
 
   std::string save() const override {
+    if (device_) return save_fp32();
     nlohmann::json j;
     j["vertices"] = n_;
     j["edges"] = m_;
@@ -205,11 +225,11 @@ class PageRankLane final : public Lane {
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(state);
-      if (j.at("vertices").get<std::uint64_t>() != n_ || j.at("edges").get<std::uint64_t>() != m_)
-        throw LaneError("pagerank: saved state is for a graph of " +
-                        std::to_string(j.at("vertices").get<std::uint64_t>()) + " vertices / " +
-                        std::to_string(j.at("edges").get<std::uint64_t>()) + " edges, this one has " +
-                        std::to_string(n_) + " / " + std::to_string(m_));
+      if (j.value("precision", std::string("fp64")) != (device_ ? "fp32" : "fp64"))
+        throw LaneError(std::string("pagerank: saved state is from the ") + j.value("precision", std::string("fp64")) +
+                        " step, this run uses the " + (device_ ? "fp32" : "fp64") + " one ([lane.pagerank] precision)");
+      if (device_) return load_fp32(j);
+      check_saved_graph(j);
       const auto v = j.at("vertex").get<std::uint64_t>();
       const auto e = j.at("edge").get<std::uint64_t>();
       if (v > n_ || (v < n_ && (e < off_[v] || e > off_[v + 1])) || (v == n_ && e != m_))
@@ -239,6 +259,7 @@ class PageRankLane final : public Lane {
   }
 
   nlohmann::json report() const override {
+    if (device_) device_->sync();  // summary time: the state as the device has it
     nlohmann::json j;
     j["source"] = graph_path_.empty() ? "rmat scale " + std::to_string(scale_) + " edge_factor " +
                                             std::to_string(edge_factor_) + " seed " + std::to_string(seed_)
@@ -246,15 +267,17 @@ class PageRankLane final : public Lane {
     j["vertices"] = n_;
     j["edges"] = m_;
     j["dangling_vertices"] = dangling_count_;
-    j["iterations"] = iteration_;
-    j["converged"] = converged_;
-    j["residual"] = residual_;
-    j["finished"] = finished_;
-    j["edges_processed"] = edges_processed_;
+    j["precision"] = device_ ? "fp32" : "fp64";
+    j["step"] = device_ ? "Backend::pagerank_step on " + backend_name_ : std::string("host loop (cpu)");
+    j["iterations"] = iterations();
+    j["converged"] = converged();
+    j["residual"] = residual();
+    j["finished"] = finished();
+    j["edges_processed"] = device_ ? device_->state().edges : edges_processed_;
     nlohmann::json top = nlohmann::json::array();
     for (const auto& [vertex, score] : top_k()) top.push_back({{"vertex", vertex}, {"score", score}});
     j["top"] = top;
-    if (finished_) j["top_k_file"] = output_dir_ + "/top_k.txt";
+    if (finished()) j["top_k_file"] = output_dir_ + "/top_k.txt";
     return j;
   }
 
@@ -265,7 +288,10 @@ class PageRankLane final : public Lane {
     else read_edge_list(graph_path_, emit);
   }
 
-  void build_graph(Arena& arena) {
+  // The fp64 step builds the CSR in its arena (host memory) and keeps it there; the fp32 step
+  // builds it in host vectors, which PagerankDeviceRun uploads into the arena and which go after.
+  void build_graph(LaneContext& ctx) {
+    Arena& arena = ctx.arena;
     // Pass 1: vertex and edge counts (and file validation).
     std::uint64_t max_id = 0, m = 0;
     if (graph_path_.empty()) {
@@ -280,12 +306,23 @@ class PageRankLane final : public Lane {
     }
     n_ = max_id + 1;
     m_ = m;
-    off_ = arena.allocate_n<std::uint64_t>(n_ + 1, "pagerank in-edge offsets");
-    outdeg_ = arena.allocate_n<std::uint32_t>(n_, "pagerank out-degrees");
-    src_ = arena.allocate_n<std::uint32_t>(m_, "pagerank in-edge sources");
-    rank_ = arena.allocate_n<double>(n_, "pagerank ranks");
-    contrib_ = arena.allocate_n<double>(n_, "pagerank contributions");
-    next_contrib_ = arena.allocate_n<double>(n_, "pagerank next contributions");
+    std::vector<std::uint64_t> host_off;
+    std::vector<std::uint32_t> host_outdeg, host_src;
+    if (fp32_) {
+      host_off.assign(n_ + 1, 0);
+      host_outdeg.assign(n_, 0);
+      host_src.assign(m_, 0);
+      off_ = host_off.data();
+      outdeg_ = host_outdeg.data();
+      src_ = host_src.data();
+    } else {
+      off_ = arena.allocate_n<std::uint64_t>(n_ + 1, "pagerank in-edge offsets");
+      outdeg_ = arena.allocate_n<std::uint32_t>(n_, "pagerank out-degrees");
+      src_ = arena.allocate_n<std::uint32_t>(m_, "pagerank in-edge sources");
+      rank_ = arena.allocate_n<double>(n_, "pagerank ranks");
+      contrib_ = arena.allocate_n<double>(n_, "pagerank contributions");
+      next_contrib_ = arena.allocate_n<double>(n_, "pagerank next contributions");
+    }
     // Pass 2: degrees. Pass 3: stable counting sort of the edges by destination.
     std::uint64_t seen = 0;
     for_each_edge([&](std::uint32_t s, std::uint32_t d) {
@@ -303,6 +340,58 @@ class PageRankLane final : public Lane {
     off_[0] = 0;
     dangling_count_ = 0;
     for (std::uint64_t v = 0; v < n_; ++v) dangling_count_ += outdeg_[v] == 0;
+    if (fp32_) {
+      device_ = std::make_unique<PagerankDeviceRun>(ctx, PagerankHostCsr{off_, src_, outdeg_, n_, m_},
+                                                    static_cast<float>(damping_), tolerance_, max_iterations_,
+                                                    slice_edges_);
+      off_ = nullptr;  // the host vectors go now
+      outdeg_ = src_ = nullptr;
+      backend_name_ = ctx.backend.name();
+    }
+  }
+
+  std::int64_t iterations() const { return device_ ? device_->state().iterations : iteration_; }
+  double residual() const { return device_ ? device_->state().residual : residual_; }
+  bool converged() const {
+    return device_ ? device_->state().done != 0 && device_->state().residual < tolerance_ : converged_;
+  }
+
+  // The fp32 run's state: the device's (waited for), raw bytes where they must resume bit-exactly.
+  std::string save_fp32() const {
+    const PagerankDeviceRun::Snapshot snap = device_->snapshot();
+    nlohmann::json j;
+    j["precision"] = "fp32";
+    j["vertices"] = n_;
+    j["edges"] = m_;
+    j["vertex"] = snap.vertex;
+    j["state"] = base64_encode(&snap.state, sizeof snap.state);
+    for (int k = 0; k < 2; ++k) {
+      j["rank"].push_back(base64_encode(snap.rank[k].data(), n_ * sizeof(float)));
+      j["contrib"].push_back(base64_encode(snap.contrib[k].data(), n_ * sizeof(float)));
+    }
+    return j.dump();
+  }
+
+  void load_fp32(const nlohmann::json& j) {
+    check_saved_graph(j);
+    PagerankDeviceRun::Snapshot snap;
+    snap.vertex = j.at("vertex").get<std::uint32_t>();
+    base64_decode_into(j.at("state").get<std::string>(), &snap.state, sizeof snap.state, "state");
+    for (int k = 0; k < 2; ++k) {
+      snap.rank[k].resize(n_);
+      snap.contrib[k].resize(n_);
+      base64_decode_into(j.at("rank").at(k).get<std::string>(), snap.rank[k].data(), n_ * sizeof(float), "rank");
+      base64_decode_into(j.at("contrib").at(k).get<std::string>(), snap.contrib[k].data(), n_ * sizeof(float),
+                         "contrib");
+    }
+    device_->restore(snap);
+  }
+
+  void check_saved_graph(const nlohmann::json& j) const {
+    if (j.at("vertices").get<std::uint64_t>() != n_ || j.at("edges").get<std::uint64_t>() != m_)
+      throw LaneError("pagerank: saved state is for a graph of " + std::to_string(j.at("vertices").get<std::uint64_t>()) +
+                      " vertices / " + std::to_string(j.at("edges").get<std::uint64_t>()) + " edges, this one has " +
+                      std::to_string(n_) + " / " + std::to_string(m_));
   }
 
   void start() {
@@ -344,8 +433,9 @@ class PageRankLane final : public Lane {
     };
     std::priority_queue<Entry, std::vector<Entry>, decltype(better)> heap(better);  // top = worst
     const auto k = static_cast<std::size_t>(top_k_);
+    const std::vector<float> fp32 = device_ && k > 0 ? device_->ranks() : std::vector<float>();
     for (std::uint64_t v = 0; v < n_ && k > 0; ++v) {
-      const Entry e{rank_[v], v};
+      const Entry e{device_ ? static_cast<double>(fp32[v]) : rank_[v], v};
       if (heap.size() < k) heap.push(e);
       else if (better(e, heap.top())) { heap.pop(); heap.push(e); }
     }
@@ -361,7 +451,7 @@ class PageRankLane final : public Lane {
     if (!f) throw LaneError("pagerank: cannot write '" + path + "': " + std::strerror(errno));
     std::fprintf(f, "# vertex score (pagerank, %llu vertices, %llu edges, %lld iterations, %s, L1 residual %.3e)\n",
                  static_cast<unsigned long long>(n_), static_cast<unsigned long long>(m_),
-                 static_cast<long long>(iteration_), converged_ ? "converged" : "not converged", residual_);
+                 static_cast<long long>(iterations()), converged() ? "converged" : "not converged", residual());
     for (const auto& [v, s] : top_k())
       std::fprintf(f, "%llu %.17g\n", static_cast<unsigned long long>(v), s);
     if (std::fclose(f) != 0) throw LaneError("pagerank: error writing '" + path + "'");
@@ -382,7 +472,11 @@ class PageRankLane final : public Lane {
   double* rank_ = nullptr;
   double* contrib_ = nullptr;       // r[u]/outdeg(u) of the current iteration (0 for dangling)
   double* next_contrib_ = nullptr;  // the same for the next one, filled as vertices finalize
-  // progress
+  // the fp32 step through the backend (precision fp32, or auto on a device backend)
+  bool fp32_ = false;
+  std::unique_ptr<PagerankDeviceRun> device_;
+  std::string backend_name_;
+  // progress of the fp64 step
   std::int64_t iteration_ = 0;
   std::uint64_t v_ = 0, e_ = 0, edges_processed_ = 0;
   double acc_ = 0, dangling_ = 0, next_dangling_ = 0, residual_acc_ = 0, residual_ = 0;

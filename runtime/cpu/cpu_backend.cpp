@@ -277,6 +277,11 @@ class CpuBackend final : public Backend {
     cpu::adamw_update(param, grad, m, v, n, h, grad_scale);
   }
 
+  void pagerank_step(const PagerankStep& step, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::pagerank_step(step);
+  }
+
   double measure_matmul_gflops(int n, int reps) override {
     ThreadScope t(threads_);
     return cpu::measure_sgemm_gflops(n, reps);

@@ -165,4 +165,7 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
                                             const GroupReduce& reduce);
 }  // namespace bf16
 
+// PageRank's bounded step: Backend::pagerank_step (runtime/backend.h), synchronously.
+void pagerank_step(const PagerankStep& step);
+
 }  // namespace pipelane::cpu

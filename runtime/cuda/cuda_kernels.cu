@@ -68,8 +68,6 @@ template void convert_from_float<bf16>(bf16*, const float*, std::size_t, cudaStr
 template void convert_to_float<bf16>(float*, const bf16*, std::size_t, cudaStream_t);
 
 // Not a storage-type op: the pagerank lane's step is fp32.
-template void pagerank_step<float>(float*, float*, float*, const float*, const float*, const std::uint64_t*,
-                                   const std::uint32_t*, const std::uint32_t*, float, float, std::uint32_t,
-                                   std::uint32_t, cudaStream_t);
+template void pagerank_step<float>(const PagerankStep&, cudaStream_t);
 
 }  // namespace pipelane::cuda

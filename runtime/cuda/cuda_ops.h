@@ -198,16 +198,13 @@ template <typename floatX>
 void sum_squares(double* result, const floatX* x, std::size_t n, double* scratch,
                  cudaStream_t stream);
 
-// ---- pagerank (kernels/pagerank.cuh): the pagerank lane's device step, fp32 ----
-// For every destination v in [v_begin, v_end) of a CSR by destination (in-edges offsets[v] ..
-// offsets[v + 1], their sources in `sources`): r = fma(damping, sum of contrib[source] in CSR
-// order, base); rank_out[v] = r, contrib_out[v] = r / out_degree[v] (0 for a vertex without
-// out-edges), delta[v] = |r - rank_in[v]|. One thread per vertex, no atomics: a CPU loop over the
-// same CSR in the same order (with one fused multiply-add) gives the same bits. A caller bounds
-// the edges of a launch by its choice of [v_begin, v_end).
+// ---- pagerank (kernels/pagerank.cuh): Backend::pagerank_step, fp32 ----
+// One slice of a power iteration with the semantics of runtime/backend.h: a kernel of one thread
+// per destination vertex (in-edges summed in CSR order, one fused multiply-add), then one block
+// summing the slice over the fixed partition there and finishing the iteration in `state`. No
+// atomics: the CPU backend's loop gives the same bits. A caller bounds the edges of a launch by its
+// choice of [v_begin, v_end).
 template <typename real>
-void pagerank_step(real* rank_out, real* contrib_out, real* delta, const real* rank_in, const real* contrib,
-                   const std::uint64_t* offsets, const std::uint32_t* sources, const std::uint32_t* out_degree,
-                   real base, real damping, std::uint32_t v_begin, std::uint32_t v_end, cudaStream_t stream);
+void pagerank_step(const PagerankStep& step, cudaStream_t stream);
 
 }  // namespace pipelane::cuda

@@ -7,14 +7,19 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "datasets/token_store.h"
+#include "lanes/builtin/imageproc_lane.h"
+#include "lanes/builtin/pagerank_lane.h"
 #include "lanes/builtin/prefill_lane.h"
 #include "lanes/builtin/smalltrain_lane.h"
 #include "lanes/gap_scheduler.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
 #include "tests/cuda/emulated_stages.h"
@@ -91,6 +96,8 @@ struct StageResult {
 struct LaneSetup {
   bool prefill = false, smalltrain = false;
   int greedy_fails_at = 0;  // 0: no greedy lane
+  bool pagerank = false, imageproc = false;
+  std::string output_root;  // the lanes' output directories (imageproc writes files)
 };
 
 // One stage of `pp` (this rank's topology) trained on `backend` with the lanes `lanes` asks for
@@ -115,6 +122,14 @@ void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneS
                                  tiny({{"data", corpus}, {"micro_batch", "1"}, {"accumulation", "1"},
                                        {"steps", "100000"}, {"eval_batches", "0"}}),
                                  "test")});
+  if (lanes.pagerank)
+    specs.push_back({make_pagerank_lane(),
+                     LaneOptions("pagerank", {{"generate", "rmat"}, {"scale", "8"}, {"edge_factor", "4"},
+                                              {"slice_edges", "300"}, {"max_iterations", "1000"}, {"tolerance", "0"}},
+                                 "test")});
+  if (lanes.imageproc)
+    specs.push_back({make_imageproc_lane(),
+                     LaneOptions("imageproc", {{"generate", "1000"}, {"width", "32"}, {"height", "24"}, {"out_width", "16"}, {"out_height", "12"}}, "test")});
   if (lanes.greedy_fails_at > 0)
     specs.push_back({std::make_unique<GreedyLane>(lanes.greedy_fails_at, &out.greedy_arena), {}});
   if (specs.empty()) {
@@ -139,6 +154,7 @@ void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneS
   options.step_deadline_min_s = 60;
   options.lane_timing = false;
   options.quarantine_factor = 1e9;
+  options.output_root = lanes.output_root;
   GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
                          [](const std::string&) {});
   scheduler.calibrate();
@@ -239,6 +255,32 @@ TEST_F(CudaEmulatedLanes, PrefillAndSmalltrainRunOnTheDeviceAndChangeNoBit) {
   }
 }
 
+// pagerank's step is Backend::pagerank_step on the lane stream; imageproc stays a host lane.
+TEST_F(CudaEmulatedLanes, PagerankRunsOnTheDeviceImageprocOnTheCpuAndNoBitChanges) {
+  TempDir out;
+  LaneSetup setup;
+  setup.pagerank = setup.imageproc = true;
+  setup.output_root = out.path().string();
+  const std::vector<StageResult> on = train_two_stages(setup, corpus_);
+  for (int rank = 0; rank < kPipelineStages; ++rank) {
+    const StageResult& r = on[rank];
+    ASSERT_EQ(r.error, "") << "rank " << rank;
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    expect_bit_identical(r.run, (*off_)[0].run);
+    EXPECT_TRUE(r.on_device.at("pagerank"));
+    EXPECT_FALSE(r.on_device.at("imageproc"));
+    const LaneStats& pagerank = r.summary.lanes.at("pagerank");
+    EXPECT_EQ(pagerank.runs_on, "device");
+    EXPECT_EQ(r.summary.lanes.at("imageproc").runs_on, "cpu");
+    EXPECT_FALSE(pagerank.quarantined) << pagerank.quarantine_reason;
+    EXPECT_GT(pagerank.steps, pagerank.calibration_steps) << "no step ran in a gap";
+    EXPECT_GT(pagerank.units, pagerank.calibration_units);
+    EXPECT_GT(pagerank.lane_s, 0) << "event timing";
+    EXPECT_EQ(pagerank.report.at("precision"), "fp32");
+    EXPECT_GT(pagerank.report.at("edges_processed").get<std::uint64_t>(), 0u);
+  }
+}
+
 TEST_F(CudaEmulatedLanes, AnOverQuotaAllocationQuarantinesTheLaneAndTrainingGoesOn) {
   // The greedy lane's 4th step (2 calibration steps, then the gaps) asks past its quota.
   const std::vector<StageResult> on = train_two_stages({false, false, 4}, corpus_);
@@ -313,6 +355,67 @@ TEST_F(CudaEmulatedLanes, SmalltrainResumesBitIdenticallyOnTheDevice) {
   for (std::size_t s = 0; s < 4; ++s)
     EXPECT_EQ(std::memcmp(&resumed.losses()[s], &straight.losses()[s], sizeof(double)), 0) << "step " << s + 1;
   EXPECT_NE(straight.losses().front(), straight.losses().back()) << "the lane does not train";
+}
+
+// The pagerank lane on the emulated device (pool arena, deferred stream) against the same lane on
+// the CPU backend with precision = fp32 (the same op, run by the CPU backend): the same ranks bit
+// for bit, the same iterations and residual; and a device run saved mid-iteration (ranks copied
+// back) and resumed in a fresh instance ends with the same bits.
+TEST_F(CudaEmulatedLanes, PagerankOnTheDeviceEqualsTheCpuBackendsFp32StepAndResumes) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const auto cuda = cuda_emu::make_emulated_cuda_backend();
+  const auto cpu = make_cpu_backend(1);
+  std::map<std::string, std::string> values = {{"generate", "rmat"}, {"scale", "9"}, {"edge_factor", "5"},
+                                               {"slice_edges", "700"}, {"tolerance", "1e-7"}, {"top_k", "512"}};
+  const LaneOptions on_device("pagerank", values, "test");
+  values["precision"] = "fp32";
+  const LaneOptions on_cpu("pagerank", values, "test");
+  struct Instance {
+    TempDir dir;
+    std::unique_ptr<Stream> stream;
+    std::unique_ptr<Arena> arena;
+    std::unique_ptr<LaneContext> ctx;
+    std::unique_ptr<Lane> lane = make_pagerank_lane();
+    Instance(Backend& b, const LaneOptions& o, MemoryKind kind)
+        : stream(b.create_stream(StreamPriority::Low)), arena(b.create_arena("lane", kQuota, kind)),
+          ctx(new LaneContext{b, *stream, *arena, o, dir.path().string(), 0, 7}) {
+      lane->setup(*ctx);
+    }
+    ~Instance() { stream->synchronize(); }
+    int run_to_end() {
+      int steps = 0;
+      for (; !lane->finished() && steps < 100000; ++steps) lane->step(*ctx);
+      lane->teardown(*ctx);
+      return steps;
+    }
+  };
+  Instance device(*cuda, on_device, MemoryKind::DevicePool), host(*cpu, on_cpu, MemoryKind::Device);
+  EXPECT_EQ(device.arena->kind(), MemoryKind::Device);  // the pool's
+  device.run_to_end();
+  host.run_to_end();
+  const nlohmann::json got = device.lane->report(), want = host.lane->report();
+  EXPECT_EQ(got.at("precision"), "fp32");
+  EXPECT_TRUE(got.at("converged").get<bool>());
+  EXPECT_EQ(got.at("iterations"), want.at("iterations"));
+  const double got_residual = got.at("residual"), want_residual = want.at("residual");
+  EXPECT_EQ(std::memcmp(&got_residual, &want_residual, sizeof(double)), 0);
+  EXPECT_EQ(got.at("edges_processed"), want.at("edges_processed"));
+  EXPECT_EQ(got.at("top"), want.at("top"));  // 512 vertices: every rank, bit for bit
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(read(device.dir.file("top_k.txt")), read(host.dir.file("top_k.txt")));
+  EXPECT_FALSE(read(host.dir.file("top_k.txt")).empty());
+
+  Instance first(*cuda, on_device, MemoryKind::DevicePool);
+  for (int i = 0; i < 9; ++i) first.lane->step(*first.ctx);  // mid-iteration: an iteration is ~5 slices
+  const std::string state = first.lane->save();
+  Instance resumed(*cuda, on_device, MemoryKind::DevicePool);
+  resumed.lane->load(state);
+  resumed.run_to_end();
+  EXPECT_EQ(resumed.lane->report().at("top"), want.at("top"));
+  EXPECT_EQ(resumed.lane->report().at("edges_processed"), want.at("edges_processed"));
 }
 
 }  // namespace

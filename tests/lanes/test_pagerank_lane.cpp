@@ -147,6 +147,92 @@ TEST(PageRankLane, SaveLoadMidIterationResumesExactly) {
   EXPECT_THROW(other->load(state), LaneError);
 }
 
+// precision = fp32: the step through Backend::pagerank_step (what a GPU runs), here on the CPU
+// backend. Same graph as GeneratedRmatMatchesReference; fp32 ranks (rounding 2^-24 per operation,
+// a few dozen per rank and iteration) within 1e-4 relative of the double reference, which is far
+// below the gaps between the top scores it must order alike.
+TEST(PageRankLane, Fp32StepThroughTheBackendMatchesReference) {
+  Edges edges;
+  for_each_rmat_edge(10, 8, 7, [&](std::uint32_t s, std::uint32_t d) { edges.emplace_back(s, d); });
+  LaneEnv run("pagerank", {{"generate", "rmat"}, {"scale", "10"}, {"edge_factor", "8"}, {"seed", "7"},
+                           {"slice_edges", "5000"}, {"tolerance", "1e-6"}, {"precision", "fp32"}});
+  auto lane = make_pagerank_lane();
+  EXPECT_TRUE(lane->runs_on_device());
+  lane->setup(run.ctx);
+  const int steps = run_to_end(*lane, run.ctx);
+  ASSERT_TRUE(lane->finished());
+  lane->teardown(run.ctx);
+  int ref_it = 0;
+  const auto ref = reference_pagerank(1024, edges, 0.85, 1e-6, 100, &ref_it);
+  const auto rep = lane->report();
+  EXPECT_EQ(rep["precision"], "fp32");
+  EXPECT_TRUE(rep["converged"].get<bool>());
+  EXPECT_LT(rep["residual"].get<double>(), 1e-6);
+  EXPECT_NEAR(rep["iterations"].get<int>(), ref_it, 1);  // the residual crosses 1e-6 at about the same iteration
+  // Each step a slice of whole vertices of at most ~5000 units: an iteration of 8192 edges and
+  // 1024 vertices takes two steps.
+  EXPECT_EQ(steps, 2 * rep["iterations"].get<int>());
+  EXPECT_EQ(rep["edges_processed"].get<std::uint64_t>(), rep["iterations"].get<std::uint64_t>() * edges.size());
+  const auto want = top_of(ref, 10);
+  ASSERT_EQ(rep["top"].size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(rep["top"][i]["vertex"].get<std::uint64_t>(), want[i].first) << i;
+    EXPECT_NEAR(rep["top"][i]["score"].get<double>(), want[i].second, 1e-4 * want[i].second) << i;
+  }
+  const std::string top = testing_io::read_file(run.dir + "/top_k.txt");
+  EXPECT_NE(top.find("\n" + std::to_string(want[0].first) + " "), std::string::npos) << top;
+}
+
+TEST(PageRankLane, Fp32SaveLoadMidIterationResumesExactly) {
+  const std::map<std::string, std::string> opts = {{"generate", "rmat"}, {"scale", "9"}, {"edge_factor", "6"},
+                                                   {"slice_edges", "777"}, {"top_k", "512"}, {"precision", "fp32"}};
+  LaneEnv a("pagerank", opts);
+  auto straight = make_pagerank_lane();
+  straight->setup(a.ctx);
+  run_to_end(*straight, a.ctx);
+  straight->teardown(a.ctx);
+
+  LaneEnv b("pagerank", opts);
+  auto first = make_pagerank_lane();
+  first->setup(b.ctx);
+  for (int i = 0; i < 13; ++i) first->step(b.ctx);  // mid-iteration (an iteration is ~5 slices)
+  const std::string state = first->save();
+  first.reset();
+  LaneEnv c("pagerank", opts);
+  auto second = make_pagerank_lane();
+  second->setup(c.ctx);
+  second->load(state);
+  run_to_end(*second, c.ctx);
+  second->teardown(c.ctx);
+  const auto want = straight->report(), got = second->report();
+  EXPECT_EQ(got["iterations"], want["iterations"]);
+  EXPECT_EQ(got["top"], want["top"]);  // bit-identical scores
+  EXPECT_EQ(got["edges_processed"], want["edges_processed"]);
+  EXPECT_EQ(testing_io::read_file(c.dir + "/top_k.txt"), testing_io::read_file(a.dir + "/top_k.txt"));
+
+  // The fp64 step's state is not the fp32 one's, and the reverse; another slicing mid-iteration neither.
+  LaneEnv d("pagerank", {{"generate", "rmat"}, {"scale", "9"}, {"edge_factor", "6"}});
+  auto fp64 = make_pagerank_lane();
+  fp64->setup(d.ctx);
+  try {
+    fp64->load(state);
+    FAIL() << "fp32 state loaded into the fp64 step";
+  } catch (const LaneError& e) {
+    EXPECT_NE(std::string(e.what()).find("precision"), std::string::npos) << e.what();
+  }
+  fp64->step(d.ctx);
+  auto fp32 = make_pagerank_lane();
+  LaneEnv e("pagerank", opts);
+  fp32->setup(e.ctx);
+  EXPECT_THROW(fp32->load(fp64->save()), LaneError);
+  auto resliced_opts = opts;
+  resliced_opts["slice_edges"] = "1000";
+  LaneEnv f("pagerank", resliced_opts);
+  auto resliced = make_pagerank_lane();
+  resliced->setup(f.ctx);
+  EXPECT_THROW(resliced->load(state), LaneError);
+}
+
 TEST(PageRankLane, MalformedEdgeLineNamesFileAndLine) {
   LaneEnv env("pagerank", {});
   const std::string path = env.dir + "/bad.txt";
@@ -176,13 +262,22 @@ TEST(PageRankLane, OptionsAndQuotaAreEnforced) {
   EXPECT_THROW(make_pagerank_lane()->setup(bad_damping.ctx), LaneError);
   LaneEnv bad_gen("pagerank", {{"generate", "kronecker"}});
   EXPECT_THROW(make_pagerank_lane()->setup(bad_gen.ctx), LaneError);
-  // scale 16 x 16 edges needs ~6 MB of CSR + ranks: a 1 MB quota must refuse it.
-  LaneEnv small("pagerank", {{"generate", "rmat"}, {"scale", "16"}}, 1u << 20);
+  LaneEnv bad_precision("pagerank", {{"generate", "rmat"}, {"scale", "4"}, {"precision", "fp16"}});
   try {
-    make_pagerank_lane()->setup(small.ctx);
-    FAIL() << "no quota error";
+    make_pagerank_lane()->setup(bad_precision.ctx);
+    FAIL() << "fp16 accepted";
   } catch (const LaneError& e) {
-    EXPECT_NE(std::string(e.what()).find("quota"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test.ini: [lane.pagerank] precision = 'fp16'"), std::string::npos) << e.what();
+  }
+  // scale 16 x 16 edges needs ~6 MB of CSR + ranks: a 1 MB quota must refuse it, either step.
+  for (const char* precision : {"fp64", "fp32"}) {
+    LaneEnv small("pagerank", {{"generate", "rmat"}, {"scale", "16"}, {"precision", precision}}, 1u << 20);
+    try {
+      make_pagerank_lane()->setup(small.ctx);
+      FAIL() << "no quota error (" << precision << ")";
+    } catch (const LaneError& e) {
+      EXPECT_NE(std::string(e.what()).find("quota"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 namespace pipelane::backend_ops {
 
@@ -71,6 +72,11 @@ double nmse(const std::vector<float>& got, const std::vector<float>& want) {
   return nmse(got, ref::Vec(want.begin(), want.end()));
 }
 
+std::vector<float> poisoned_first(std::vector<float> v, bool poison) {
+  if (poison && !v.empty()) v[0] = std::numeric_limits<float>::quiet_NaN();
+  return v;
+}
+
 namespace {
 
 using ref::Vec;
@@ -83,10 +89,7 @@ std::vector<std::int32_t> random_tokens(std::mt19937& rng, std::size_t n, int vo
   return t;
 }
 
-std::vector<float> poisoned(std::vector<float> v, bool poison) {
-  if (poison && !v.empty()) v[0] = std::numeric_limits<float>::quiet_NaN();
-  return v;
-}
+std::vector<float> poisoned(std::vector<float> v, bool poison) { return poisoned_first(std::move(v), poison); }
 
 // Gradient of sum(R * f(x)) with respect to x, by central differences of the reference.
 Vec fd(const std::function<Vec(const Vec&)>& f, const std::vector<float>& x, const std::vector<float>& R) {
@@ -501,6 +504,7 @@ std::vector<OpCase> all_cases(std::uint32_t seed) {
                        return Expected{{"param", p}, {"m", m}, {"v", v}};
                      }});
   }
+  add_pagerank_cases(cases, rng);
   return cases;
 }
 

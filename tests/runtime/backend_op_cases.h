@@ -60,6 +60,11 @@ struct OpCase {
 // Every op of the table, at least once (odd sizes included). Deterministic for a seed.
 std::vector<OpCase> all_cases(std::uint32_t seed);
 
+// The PageRank step's case (backend_op_cases_pagerank.cpp), appended by all_cases.
+void add_pagerank_cases(std::vector<OpCase>& cases, std::mt19937& rng);
+// v with a NaN in its first element when `poison` (the NaN/Inf check's input).
+std::vector<float> poisoned_first(std::vector<float> v, bool poison);
+
 // mse(got, want) / mse(want, 0), in double (ggml's NMSE).
 double nmse(const std::vector<float>& got, const ref::Vec& want);
 double nmse(const std::vector<float>& got, const std::vector<float>& want);

@@ -163,6 +163,7 @@ class CudaBackendImpl final : public CudaBackend {
   void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
                     float grad_scale, Stream& s) override;
   double measure_matmul_gflops(int n, int reps) override;
+  void pagerank_step(const PagerankStep& step, Stream& s) override;  // cuda_backend_pagerank.cpp
 
  private:
   bool bf16_compute() const { return config_.compute == DType::BF16; }
