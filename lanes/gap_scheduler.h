@@ -25,13 +25,19 @@
 //              memory (MemoryKind::DevicePool: the pool's limit is its quota) and its steps are
 //              enqueued on its low-priority stream: each gap gets the fixed sequence of its steps
 //              frozen when profiling ends (whatever `deterministic` says, so placement is
-//              repeatable), enqueued without polling arrived() in between and without any wait on
-//              training's streams; the lane's time is measured by events recorded on its stream
-//              around each step, read once they complete (later gaps, end_iteration, teardown).
-//              Its cost prediction is that event time. Other lanes (imageproc, pagerank, plugins,
-//              workers) keep host arenas and run on the CPU as on the CPU backend.
+//              repeatable), posted without polling arrived() in between. The steps run on the
+//              lane's own host thread (DeviceLaneThread), so neither training's streams nor
+//              training's host thread ever wait for lane work: a step that brings a value back
+//              to the host (smalltrain's loss, prefill's logits) waits there. The lane's time is
+//              measured by events recorded on its stream around each step, read once the step has
+//              returned and they complete (later gaps, end_iteration); waited for only where
+//              waiting is harmless: calibration, a checkpoint (save_lanes holds every step posted
+//              before it), teardown, summary(). Its cost prediction is that event time. Other
+//              lanes (imageproc, pagerank, plugins, workers) keep host arenas and run on the CPU
+//              as on the CPU backend.
 //
-// Not thread-safe: one GapScheduler per stage, used by that stage's thread.
+// Not thread-safe: one GapScheduler per stage, used by that stage's thread (device lanes' host
+// threads are its own business).
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -214,11 +220,13 @@ class GapScheduler : public GapFiller {
   bool runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work, std::string* reason);
   void keep_records(const std::vector<LaneStepRecord>& steps);
   void freeze_plan();
-  // Device lanes: enqueues one step of `slot` between two events on its stream (units counted
-  // now, time once the events complete); false when the lane was quarantined.
-  bool enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
-  // Accounts the enqueued steps whose events have completed (all of them, waiting, with `wait`).
+  // Device lanes: posts one step of `slot` to the lane's host thread, which runs it between two
+  // events on the lane's stream; returns without waiting for it.
+  void enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
+  // Accounts the posted steps whose host part has returned and whose events have completed, in
+  // posting order (all of them, waiting, with `wait`); quarantines a lane whose step failed.
   void settle_device_steps(bool wait);
+  void account_device_step(DeviceStep& step);  // its time, harvest and overrun from its events
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
 

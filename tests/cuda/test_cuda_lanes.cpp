@@ -6,15 +6,22 @@
 // quarantined while training goes on, bit for bit.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "datasets/token_store.h"
 #include "lanes/builtin/prefill_lane.h"
 #include "lanes/builtin/smalltrain_lane.h"
 #include "lanes/gap_scheduler.h"
+#include "runtime/cuda/backend/cuda_streams.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
 #include "tests/cuda/emulated_stages.h"
@@ -313,6 +320,168 @@ TEST_F(CudaEmulatedLanes, SmalltrainResumesBitIdenticallyOnTheDevice) {
   for (std::size_t s = 0; s < 4; ++s)
     EXPECT_EQ(std::memcmp(&resumed.losses()[s], &straight.losses()[s], sizeof(double)), 0) << "step " << s + 1;
   EXPECT_NE(straight.losses().front(), straight.losses().back()) << "the lane does not train";
+}
+
+// Holds streams until released: a host function queued on a stream waits for release(), so
+// nothing queued behind it completes before the test says so.
+class StreamLatch {
+ public:
+  void hold(Stream& stream) {
+    ASSERT_EQ(cudaLaunchHostFunc(cuda::cuda_stream(stream).handle(), &StreamLatch::wait, this), cudaSuccess);
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool released() {
+    std::lock_guard lock(mu_);
+    return released_;
+  }
+
+ private:
+  static void wait(void* self) {
+    auto* latch = static_cast<StreamLatch*>(self);
+    std::unique_lock lock(latch->mu_);
+    latch->cv_.wait(lock, [&] { return latch->released_; });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+// A lane whose next step, once armed, first queues the latch on its stream: that step's value
+// (smalltrain's loss, prefill's last logits) then cannot reach the host before the latch opens.
+class LatchedLane : public Lane {
+ public:
+  LatchedLane(std::unique_ptr<Lane> lane, StreamLatch& latch) : lane_(std::move(lane)), latch_(latch) {}
+  void arm() { armed_ = true; }
+  std::string name() const override { return lane_->name(); }
+  std::string work_unit() const override { return lane_->work_unit(); }
+  bool runs_on_device() const override { return lane_->runs_on_device(); }
+  void setup(LaneContext& ctx) override { lane_->setup(ctx); }
+  double step(LaneContext& ctx) override {
+    if (armed_.exchange(false)) latch_.hold(ctx.stream);
+    return lane_->step(ctx);
+  }
+  bool finished() const override { return lane_->finished(); }
+  std::string save() const override { return lane_->save(); }
+  void load(const std::string& state) override { lane_->load(state); }
+  nlohmann::json report() const override { return lane_->report(); }
+  void teardown(LaneContext& ctx) override { lane_->teardown(ctx); }
+
+ private:
+  std::unique_ptr<Lane> lane_;
+  StreamLatch& latch_;
+  std::atomic<bool> armed_{false};  // set by the test, read on the lane's thread
+};
+
+// The gap scheduler runs on training's host thread: a device lane's steps are only enqueued
+// there, even the ones that bring a value back to the host. With both lanes' streams held by a
+// latch, fill() must return while their steps cannot have completed; once released, every
+// enqueued step is accounted, its results reported, and a checkpoint taken right after the
+// release holds all of them.
+TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const auto backend = cuda_emu::make_emulated_cuda_backend();
+  const std::map<std::string, std::string> model = {
+      {"layers", "1"}, {"d_model", "16"}, {"heads", "2"}, {"seq_len", "8"}, {"vocab_size", "32"}};
+  auto smalltrain_options = model;
+  smalltrain_options.insert({{"data", corpus_}, {"micro_batch", "1"}, {"accumulation", "1"}, {"steps", "1000"},
+                             {"eval_batches", "0"}, {"seed", "11"}});
+  auto prefill_options = model;  // every request one chunk: every step with a request reads its logits
+  prefill_options.insert({{"chunk_tokens", "4"}, {"rate_per_s", "100000"}, {"requests", "100"},
+                          {"prompt_min", "4"}, {"prompt_max", "4"}});
+  StreamLatch latch;
+  auto smalltrain = std::make_unique<LatchedLane>(make_smalltrain_lane(), latch);
+  auto prefill = std::make_unique<LatchedLane>(make_prefill_lane(), latch);
+  LatchedLane* const latched[] = {smalltrain.get(), prefill.get()};
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::move(smalltrain), LaneOptions("smalltrain", smalltrain_options, "test")});
+  specs.push_back({std::move(prefill), LaneOptions("prefill", prefill_options, "test")});
+  GapSchedulerOptions options;
+  options.seed = 5;
+  options.lane_memory_bytes = kQuota;
+  options.stage_memory_bytes = 2 * kQuota;
+  options.profile_iterations = 1;
+  options.calibration_steps = 1;
+  options.margin = 1e9;  // every gap fits the bound: two steps of each lane per gap
+  options.max_device_steps_per_gap = 4;
+  options.step_deadline_min_s = 600;  // nothing here is judged by host time
+  options.lane_timing = false;
+  options.quarantine_factor = 1e9;
+  GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [](const std::string&) {});
+  scheduler.calibrate();
+  constexpr int kGap = 3;
+  const auto arrived = [] { return true; };
+  scheduler.fill(0, kGap, WaitKind::SyncWait, arrived);  // the profile iteration: measured only
+  scheduler.end_iteration(0);
+  const LanePlan plan = scheduler.plan();
+  ASSERT_EQ(plan.count(kGap), 1u);
+  ASSERT_EQ(plan.at(kGap).size(), 4u);
+
+  for (LatchedLane* lane : latched) lane->arm();
+  // Should fill() wait for a lane's stream, this thread opens the latch after a while, so the
+  // test fails instead of hanging; a passing run never gets there.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool fill_returned = false, released_by_guard = false;
+  std::thread guard([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return fill_returned; })) {
+      released_by_guard = true;
+      latch.release();
+    }
+  });
+  scheduler.fill(1, kGap, WaitKind::SyncWait, arrived);
+  const bool held_when_fill_returned = !latch.released();
+  {
+    std::lock_guard lock(mu);
+    fill_returned = true;
+  }
+  cv.notify_all();
+  guard.join();
+  EXPECT_TRUE(held_when_fill_returned) << "fill() waited for a lane's stream (released by the guard: "
+                                       << released_by_guard << ")";
+  latch.release();
+  // A checkpoint right after the release: every step enqueued before it is in the state.
+  const std::map<std::string, std::string> states = scheduler.save_lanes();
+  scheduler.end_iteration(1);
+  scheduler.teardown();
+
+  const StageLaneSummary summary = scheduler.summary();
+  for (const char* name : {"smalltrain", "prefill"}) {
+    SCOPED_TRACE(name);
+    const LaneStats& stats = summary.lanes.at(name);
+    EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
+    EXPECT_EQ(stats.calibration_steps, 1);
+    EXPECT_EQ(stats.steps, 3) << "one calibration step and the plan's two";
+    EXPECT_GT(stats.lane_s, 0) << "event timing";
+  }
+  ASSERT_EQ(scheduler.gap_records().size(), 2u);
+  EXPECT_EQ(scheduler.gap_records()[1].lane_steps, 4);
+  // The lanes' results: smalltrain's losses (one optimizer step per microbatch), prefill's tokens.
+  const nlohmann::json& smalltrain_report = summary.lanes.at("smalltrain").report;
+  EXPECT_EQ(smalltrain_report.at("steps"), 3);
+  EXPECT_TRUE(smalltrain_report.contains("last_loss"));
+  const nlohmann::json& prefill_report = summary.lanes.at("prefill").report;
+  // Each step that found a request (all of the gaps' steps: 100 arrive within a few ms) completes it.
+  EXPECT_GE(prefill_report.at("requests_done").get<int>(), 2);
+  EXPECT_EQ(prefill_report.at("prompt_tokens").get<int>(), 4 * prefill_report.at("requests_done").get<int>());
+  EXPECT_TRUE(prefill_report.contains("ttft_ms_p50"));
+
+  // The checkpoint: a fresh smalltrain loaded from it has all three losses.
+  const auto stream = backend->create_stream(StreamPriority::Low);
+  const auto arena = backend->create_arena("lane", kQuota, MemoryKind::DevicePool);
+  const LaneOptions restore_options("smalltrain", smalltrain_options, "test");
+  LaneContext ctx{*backend, *stream, *arena, restore_options, "", 0, 5};
+  SmallTrainLane restored;
+  restored.setup(ctx);
+  restored.load(states.at("smalltrain"));
+  stream->synchronize();
+  EXPECT_EQ(restored.losses().size(), 3u);
+  for (double loss : restored.losses()) EXPECT_TRUE(std::isfinite(loss));
 }
 
 }  // namespace
