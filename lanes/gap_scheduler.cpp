@@ -70,6 +70,10 @@ struct GapScheduler::LaneSlot {
   // Set on the host thread when a step failed (the lane is quarantined once the scheduler sees
   // it) and by quarantine(): steps posted after it do not run.
   std::atomic<bool> stopped{false};
+  // Device steps posted, and returned on the host thread (the difference: its backlog).
+  long posted_steps = 0;
+  std::atomic<long> returned_steps{0};
+  bool told_backlog = false;
   // A device lane's host thread (device_lane_thread.h): its steps run there, posted by fill().
   // Declared last: joined before the lane, context, arena and stream its tasks use go.
   std::unique_ptr<DeviceLaneThread> host_thread;
@@ -422,6 +426,7 @@ void GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id
   LaneLimits limits = slot.limits;
   limits.step_deadline_s = gap_id < 0 ? options_.call_deadline_s
                                       : std::max(options_.step_deadline_factor * predicted, options_.step_deadline_min_s);
+  ++slot.posted_steps;
   auto owned = std::make_unique<DeviceStep>();
   DeviceStep& step = *owned;
   step.slot = &slot;
@@ -448,8 +453,20 @@ void GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id
       }
       if (!step.failure.empty()) slot.stopped = true;
     }
-    step.returned.store(true, std::memory_order_release);
+    ++slot.returned_steps;
+    step.returned.store(true, std::memory_order_release);  // the last touch: the step may go now
   });
+}
+
+bool GapScheduler::device_backlog_full(LaneSlot& slot) {
+  const long limit = options_.max_device_backlog_steps;
+  if (limit <= 0 || slot.posted_steps - slot.returned_steps < limit) return false;
+  if (!slot.told_backlog) {
+    slot.told_backlog = true;
+    logger_("lane '" + slot.name + "' has " + std::to_string(limit) +
+            " device steps still to run: it cannot keep up with its gaps, so gaps skip its steps until it catches up");
+  }
+  return true;
 }
 
 void GapScheduler::settle_device_steps(bool wait) {
@@ -602,7 +619,7 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
           LaneSlot& slot = *lanes_[index];
           if (!schedulable(slot)) continue;
           if (slot.on_device) {
-            enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
+            if (!device_backlog_full(slot)) enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
             continue;
           }
           poll_idle();

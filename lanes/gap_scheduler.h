@@ -97,6 +97,11 @@ struct GapSchedulerOptions {
   // Device lanes: at most this many steps enqueued in one gap (0: as many as the gap's prediction
   // fits), so that one mismeasured gap cannot queue a long stretch of lane work.
   int max_device_steps_per_gap = 0;
+  // Device lanes: a lane whose host thread has this many posted steps still to return (it cannot
+  // keep up with the gaps it was planned into) gets no new steps until it catches up, so its
+  // queue (and memory) stays bounded without training's thread ever waiting; said once per lane.
+  // Placement follows the plan exactly as long as a lane keeps up. 0: no bound.
+  int max_device_backlog_steps = 1000;
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
   // Where this stage's lanes sit in the job (LaneContext's world_size, instance_index/count).
   int world_size = 1;
@@ -223,6 +228,8 @@ class GapScheduler : public GapFiller {
   // Device lanes: posts one step of `slot` to the lane's host thread, which runs it between two
   // events on the lane's stream; returns without waiting for it.
   void enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
+  // True when `slot` has max_device_backlog_steps posted steps still to return (told once).
+  bool device_backlog_full(LaneSlot& slot);
   // Accounts the posted steps whose host part has returned and whose events have completed, in
   // posting order (all of them, waiting, with `wait`); quarantines a lane whose step failed.
   void settle_device_steps(bool wait);

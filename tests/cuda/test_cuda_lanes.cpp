@@ -378,9 +378,10 @@ class LatchedLane : public Lane {
 
 // The gap scheduler runs on training's host thread: a device lane's steps are only enqueued
 // there, even the ones that bring a value back to the host. With both lanes' streams held by a
-// latch, fill() must return while their steps cannot have completed; once released, every
-// enqueued step is accounted, its results reported, and a checkpoint taken right after the
-// release holds all of them.
+// latch, fill() must return while their steps cannot have completed, and so must the next gap's
+// fill(), which finds the lanes' backlog full and posts nothing; once released, every posted
+// step is accounted, its results reported, and a checkpoint taken right after the release holds
+// all of them.
 TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
   const auto backend = cuda_emu::make_emulated_cuda_backend();
@@ -389,9 +390,11 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   auto smalltrain_options = model;
   smalltrain_options.insert({{"data", corpus_}, {"micro_batch", "1"}, {"accumulation", "1"}, {"steps", "1000"},
                              {"eval_batches", "0"}, {"seed", "11"}});
-  auto prefill_options = model;  // every request one chunk: every step with a request reads its logits
-  prefill_options.insert({{"chunk_tokens", "4"}, {"rate_per_s", "100000"}, {"requests", "100"},
-                          {"prompt_min", "4"}, {"prompt_max", "4"}});
+  // Every request there from the start and one chunk long: every step reads its logits.
+  const std::string trace = corpus_dir_->file("requests.csv");
+  test_support::write_file(trace, "0,4\n0,4\n0,4\n0,4\n0,4\n0,4\n0,4\n0,4\n");
+  auto prefill_options = model;
+  prefill_options.insert({{"chunk_tokens", "4"}, {"trace", trace}});
   StreamLatch latch;
   auto smalltrain = std::make_unique<LatchedLane>(make_smalltrain_lane(), latch);
   auto prefill = std::make_unique<LatchedLane>(make_prefill_lane(), latch);
@@ -407,6 +410,7 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   options.calibration_steps = 1;
   options.margin = 1e9;  // every gap fits the bound: two steps of each lane per gap
   options.max_device_steps_per_gap = 4;
+  options.max_device_backlog_steps = 2;  // one gap's steps
   options.step_deadline_min_s = 600;  // nothing here is judged by host time
   options.lane_timing = false;
   options.quarantine_factor = 1e9;
@@ -435,6 +439,8 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
     }
   });
   scheduler.fill(1, kGap, WaitKind::SyncWait, arrived);
+  scheduler.end_iteration(1);
+  scheduler.fill(2, kGap, WaitKind::SyncWait, arrived);
   const bool held_when_fill_returned = !latch.released();
   {
     std::lock_guard lock(mu);
@@ -447,7 +453,7 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   latch.release();
   // A checkpoint right after the release: every step enqueued before it is in the state.
   const std::map<std::string, std::string> states = scheduler.save_lanes();
-  scheduler.end_iteration(1);
+  scheduler.end_iteration(2);
   scheduler.teardown();
 
   const StageLaneSummary summary = scheduler.summary();
@@ -459,16 +465,16 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
     EXPECT_EQ(stats.steps, 3) << "one calibration step and the plan's two";
     EXPECT_GT(stats.lane_s, 0) << "event timing";
   }
-  ASSERT_EQ(scheduler.gap_records().size(), 2u);
+  ASSERT_EQ(scheduler.gap_records().size(), 3u);
   EXPECT_EQ(scheduler.gap_records()[1].lane_steps, 4);
+  EXPECT_EQ(scheduler.gap_records()[2].lane_steps, 0) << "the backlog was full";
   // The lanes' results: smalltrain's losses (one optimizer step per microbatch), prefill's tokens.
   const nlohmann::json& smalltrain_report = summary.lanes.at("smalltrain").report;
   EXPECT_EQ(smalltrain_report.at("steps"), 3);
   EXPECT_TRUE(smalltrain_report.contains("last_loss"));
   const nlohmann::json& prefill_report = summary.lanes.at("prefill").report;
-  // Each step that found a request (all of the gaps' steps: 100 arrive within a few ms) completes it.
-  EXPECT_GE(prefill_report.at("requests_done").get<int>(), 2);
-  EXPECT_EQ(prefill_report.at("prompt_tokens").get<int>(), 4 * prefill_report.at("requests_done").get<int>());
+  EXPECT_EQ(prefill_report.at("requests_done"), 3) << "one request per step";
+  EXPECT_EQ(prefill_report.at("prompt_tokens"), 12);
   EXPECT_TRUE(prefill_report.contains("ttft_ms_p50"));
 
   // The checkpoint: a fresh smalltrain loaded from it has all three losses.
