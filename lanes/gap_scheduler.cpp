@@ -450,6 +450,8 @@ void GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id
         step.finished = slot.lane->finished();
       } catch (const std::exception& error) {  // the device refused an event
         step.failure = "its step's events failed: " + std::string(error.what());
+      } catch (...) {
+        step.failure = "its step's events failed";
       }
       if (!step.failure.empty()) slot.stopped = true;
     }

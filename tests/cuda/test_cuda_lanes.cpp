@@ -490,5 +490,69 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   for (double loss : restored.losses()) EXPECT_TRUE(std::isfinite(loss));
 }
 
+// A device lane finished after `total` steps of a little work on its stream.
+class FiniteLane : public Lane {
+ public:
+  explicit FiniteLane(int total) : total_(total) {}
+  std::string name() const override { return "finite"; }
+  std::string work_unit() const override { return "elements"; }
+  bool runs_on_device() const override { return true; }
+  void setup(LaneContext& ctx) override { x_ = ctx.arena.allocate_n<float>(kElements, "finite.x"); }
+  double step(LaneContext& ctx) override {
+    ctx.backend.scale(x_, 0.5f, kElements, ctx.stream);
+    ++done_;
+    return kElements;
+  }
+  bool finished() const override { return done_ >= total_; }
+  std::string save() const override { return std::to_string(done_); }
+  void load(const std::string& state) override { done_ = std::stoi(state); }
+  nlohmann::json report() const override { return {{"steps", done_}}; }
+
+ private:
+  static constexpr std::size_t kElements = 256;
+  int total_;
+  int done_ = 0;
+  float* x_ = nullptr;
+};
+
+// The scheduler learns that a device lane finished only when its steps come back, so a gap may
+// post steps past the end: they do not run, and neither the gap nor the lane counts them.
+TEST_F(CudaEmulatedLanes, DeviceStepsPostedPastALanesEndDoNotRun) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const auto backend = cuda_emu::make_emulated_cuda_backend();
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::make_unique<FiniteLane>(3), {}});
+  GapSchedulerOptions options;
+  options.lane_memory_bytes = kQuota;
+  options.stage_memory_bytes = kQuota;
+  options.profile_iterations = 1;
+  options.calibration_steps = 1;
+  options.margin = 1e9;
+  options.max_device_steps_per_gap = 4;
+  options.step_deadline_min_s = 600;
+  options.lane_timing = false;
+  GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [](const std::string&) {});
+  scheduler.calibrate();
+  const auto arrived = [] { return true; };
+  scheduler.fill(0, 1, WaitKind::SyncWait, arrived);
+  scheduler.end_iteration(0);
+  ASSERT_EQ(scheduler.plan().at(1).size(), 4u);
+  scheduler.fill(1, 1, WaitKind::SyncWait, arrived);  // posts 4: two run, two come after the end
+  scheduler.end_iteration(1);
+  scheduler.fill(2, 1, WaitKind::SyncWait, arrived);  // by now known finished, or posted and not run
+  scheduler.teardown();
+  const StageLaneSummary summary = scheduler.summary();
+  const LaneStats& stats = summary.lanes.at("finite");
+  EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
+  EXPECT_TRUE(stats.finished);
+  EXPECT_EQ(stats.steps, 3);
+  EXPECT_EQ(stats.report.at("steps"), 3);
+  ASSERT_EQ(scheduler.gap_records().size(), 3u);
+  EXPECT_EQ(scheduler.gap_records()[1].lane_steps, 2);
+  EXPECT_EQ(scheduler.gap_records()[2].lane_steps, 0);
+  EXPECT_EQ(scheduler.step_records().size(), 3u);
+}
+
 }  // namespace
 }  // namespace pipelane::cuda_test
