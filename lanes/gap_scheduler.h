@@ -146,6 +146,8 @@ struct GapRecord {
   // midpoint, arrived_s = (s + e) / 2 (unbiased for an arrival uniform over the step; off by at
   // most half a step). Gap-length EWMA, harvested and overrun seconds use this estimate.
   bool arrived_exact = true;
+  // Lane steps run in this gap. Device steps are posted: one posted after its lane finished or
+  // failed does not run and is taken off once the scheduler sees that (a later gap, teardown).
   int lane_steps = 0;
   bool profiling = false;   // a gap of the profile iterations: measured, never filled
   double harvested_s = 0;   // lane step time inside [start_s, arrived_s]
