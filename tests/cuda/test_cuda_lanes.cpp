@@ -3,7 +3,9 @@
 // smalltrain lanes on (device lanes: pool arenas, steps enqueued on their Low streams, timed by
 // events) against lanes off. The losses are bit-identical, the lanes really ran in the gaps with
 // the count frozen from the profile, and a lane that goes past its pool arena's quota is
-// quarantined while training goes on, bit for bit.
+// quarantined while training goes on, bit for bit. The gap scheduler, on training's host thread,
+// only posts device steps: it returns while a lane's stream is held, even for steps that bring a
+// value back to the host.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -84,6 +86,26 @@ std::string write_corpus(const TempDir& dir) {
   return path;
 }
 
+// `lanes` lanes of kQuota each, profiled for one iteration, `calibration_steps` each.
+GapSchedulerOptions emulated_lane_options(int lanes, int calibration_steps) {
+  GapSchedulerOptions options;
+  options.lane_memory_bytes = kQuota;
+  options.stage_memory_bytes = static_cast<std::size_t>(lanes) * kQuota;
+  options.profile_iterations = 1;
+  options.calibration_steps = calibration_steps;
+  // The emulator's gaps are short next to its kernels, and a gap can be measured at a microsecond
+  // (the transfer already there; one process's gradient sync always is): a huge margin places
+  // steps in every gap and the bound keeps them few, whatever the timing. What is checked is that
+  // they run where the frozen plan put them and change no bit, not how many would fit.
+  options.margin = 1e9;
+  options.max_device_steps_per_gap = 4;
+  // Host-side deadlines and runaway rules judge a busy 2-core machine, not the lanes here.
+  options.step_deadline_min_s = 60;
+  options.lane_timing = false;
+  options.quarantine_factor = 1e9;
+  return options;
+}
+
 struct StageResult {
   TrainRun run;
   StageLaneSummary summary;
@@ -128,24 +150,10 @@ void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneS
     out.run = train_tiny(topo, *backend, pp, kSteps);
     return;
   }
-  GapSchedulerOptions options;
+  GapSchedulerOptions options = emulated_lane_options(4, 2);
   options.stage = rank;
   options.rank = rank;
   options.seed = 3;
-  options.lane_memory_bytes = kQuota;
-  options.stage_memory_bytes = 4 * kQuota;
-  options.profile_iterations = 1;
-  options.calibration_steps = 2;
-  // The emulator's gaps are short next to its kernels, and a gap can be measured at a microsecond
-  // (the transfer already there; one process's gradient sync always is): a huge margin places
-  // steps in every gap and the bound keeps them few, whatever the timing. What is checked is that
-  // they run where the frozen plan put them and change no bit, not how many would fit.
-  options.margin = 1e9;
-  options.max_device_steps_per_gap = 4;
-  // Host-side deadlines and runaway rules judge a busy 2-core machine, not the lanes here.
-  options.step_deadline_min_s = 60;
-  options.lane_timing = false;
-  options.quarantine_factor = 1e9;
   GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
                          [](const std::string&) {});
   scheduler.calibrate();
@@ -402,18 +410,9 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   std::vector<LaneSpec> specs;
   specs.push_back({std::move(smalltrain), LaneOptions("smalltrain", smalltrain_options, "test")});
   specs.push_back({std::move(prefill), LaneOptions("prefill", prefill_options, "test")});
-  GapSchedulerOptions options;
+  GapSchedulerOptions options = emulated_lane_options(2, 1);  // every gap: two steps of each lane
   options.seed = 5;
-  options.lane_memory_bytes = kQuota;
-  options.stage_memory_bytes = 2 * kQuota;
-  options.profile_iterations = 1;
-  options.calibration_steps = 1;
-  options.margin = 1e9;  // every gap fits the bound: two steps of each lane per gap
-  options.max_device_steps_per_gap = 4;
   options.max_device_backlog_steps = 2;  // one gap's steps
-  options.step_deadline_min_s = 600;  // nothing here is judged by host time
-  options.lane_timing = false;
-  options.quarantine_factor = 1e9;
   GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
                          [](const std::string&) {});
   scheduler.calibrate();
@@ -522,15 +521,7 @@ TEST_F(CudaEmulatedLanes, DeviceStepsPostedPastALanesEndDoNotRun) {
   const auto backend = cuda_emu::make_emulated_cuda_backend();
   std::vector<LaneSpec> specs;
   specs.push_back({std::make_unique<FiniteLane>(3), {}});
-  GapSchedulerOptions options;
-  options.lane_memory_bytes = kQuota;
-  options.stage_memory_bytes = kQuota;
-  options.profile_iterations = 1;
-  options.calibration_steps = 1;
-  options.margin = 1e9;
-  options.max_device_steps_per_gap = 4;
-  options.step_deadline_min_s = 600;
-  options.lane_timing = false;
+  const GapSchedulerOptions options = emulated_lane_options(1, 1);
   GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
                          [](const std::string&) {});
   scheduler.calibrate();
