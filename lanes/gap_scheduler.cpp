@@ -1,10 +1,12 @@
 #include "lanes/gap_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
 
+#include "lanes/device_lane_thread.h"
 #include "parallel/gap_fit.h"
 #include "lanes/isolation/process_lane.h"
 #include "lanes/isolation/thread_lane.h"
@@ -64,13 +66,36 @@ struct GapScheduler::LaneSlot {
       ++steps;
     }
   }
+
+  // Set on the host thread when a step failed (the lane is quarantined once the scheduler sees
+  // it) and by quarantine(): steps posted after it do not run.
+  std::atomic<bool> stopped{false};
+  // Device steps posted, and returned on the host thread (the difference: its backlog).
+  long posted_steps = 0;
+  std::atomic<long> returned_steps{0};
+  bool told_backlog = false;
+  // A device lane's host thread (device_lane_thread.h): its steps run there, posted by fill().
+  // Declared last: joined before the lane, context, arena and stream its tasks use go.
+  std::unique_ptr<DeviceLaneThread> host_thread;
+
+  // Returns once no posted step of this lane runs (see DeviceLaneThread::wait_idle).
+  void quiesce() {
+    if (host_thread) host_thread->wait_idle();
+  }
 };
 
-// A device lane's step, enqueued between two events on its stream and accounted once they complete.
+// A device lane's step, posted to the lane's host thread, run there between two events on its
+// stream, and accounted once its host part has returned and its events have completed.
 struct GapScheduler::DeviceStep {
   LaneSlot* slot = nullptr;
+  // Written on the lane's host thread before `returned` is set, read by the scheduler after.
   std::unique_ptr<Event> start, end;
-  LaneStepRecord record;  // start_s/end_s from the events
+  bool ran = false;       // false: not run (the lane had finished, or failed before)
+  bool timed = false;     // both events recorded around it
+  bool finished = false;  // the lane's finished() after it
+  std::string failure;    // the quarantine reason; "" when it succeeded
+  std::atomic<bool> returned{false};
+  LaneStepRecord record;  // units from the step, start_s/end_s from the events
   // The gap it was enqueued in (set when fill() returns; calibration steps have gap_id -1).
   double gap_start_s = 0, gap_arrived_s = 0;
   bool profiling = false;
@@ -211,6 +236,7 @@ GapScheduler::GapScheduler(Backend& backend, std::vector<LaneSpec> lanes, GapSch
       slot->arena = std::make_unique<Arena>(std::move(arena_name), options_.lane_memory_bytes);
     slot->stream = backend_.create_stream(StreamPriority::Low);
     if (slot->on_device) {
+      slot->host_thread = std::make_unique<DeviceLaneThread>();
       slot->origin = backend_.create_event();
       slot->origin->record(*slot->stream);
       slot->origin->synchronize();
@@ -275,6 +301,9 @@ void GapScheduler::quarantine(LaneSlot& slot, const std::string& reason) {
   if (slot.quarantined) return;
   slot.quarantined = true;
   slot.reason = reason;
+  // Steps still posted do not run; the one running (if any) ends within its deadline.
+  slot.stopped = true;
+  slot.quiesce();
   if (slot.set_up && !slot.torn_down) {
     slot.torn_down = true;
     try {
@@ -392,29 +421,53 @@ bool GapScheduler::run_step(LaneSlot& slot, int iteration, int gap_id, WaitKind 
   return true;
 }
 
-bool GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted) {
+void GapScheduler::enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted) {
   // The deadline bounds the host's part (enqueueing, and the lane's own waits on its stream).
-  slot.limits.step_deadline_s =
-      gap_id < 0 ? options_.call_deadline_s
-                 : std::max(options_.step_deadline_factor * predicted, options_.step_deadline_min_s);
-  slot.lane->set_limits(slot.limits);
-  auto step = std::make_unique<DeviceStep>();
-  step->slot = &slot;
-  step->start = backend_.create_event();
-  step->end = backend_.create_event();
-  step->start->record(*slot.stream);
-  double units = 0;
-  const std::string failure = call_step(*slot.lane, *slot.ctx, &units);
-  step->end->record(*slot.stream);
-  // Kept even when it failed: the time was spent either way (units count only on success).
-  step->record = {iteration, gap_id, kind, slot.name, 0, 0, failure.empty() ? units : 0.0};
-  device_steps_.push_back(std::move(step));
-  if (!failure.empty()) {
-    quarantine(slot, failure);
-    return false;
+  LaneLimits limits = slot.limits;
+  limits.step_deadline_s = gap_id < 0 ? options_.call_deadline_s
+                                      : std::max(options_.step_deadline_factor * predicted, options_.step_deadline_min_s);
+  ++slot.posted_steps;
+  auto owned = std::make_unique<DeviceStep>();
+  DeviceStep& step = *owned;
+  step.slot = &slot;
+  step.record = {iteration, gap_id, kind, slot.name, 0, 0, 0};
+  device_steps_.push_back(std::move(owned));
+  Backend& backend = backend_;
+  slot.host_thread->post([&backend, &slot, &step, limits] {
+    if (!slot.stopped && !slot.lane->finished()) {
+      step.ran = true;
+      try {
+        step.start = backend.create_event();  // here: the device is set on the thread that records
+        step.end = backend.create_event();
+        slot.lane->set_limits(limits);
+        step.start->record(*slot.stream);
+        double units = 0;
+        step.failure = call_step(*slot.lane, *slot.ctx, &units);
+        step.end->record(*slot.stream);
+        step.timed = true;
+        // Kept even when it failed: the time was spent either way (units count only on success).
+        if (step.failure.empty()) step.record.units = units;
+        step.finished = slot.lane->finished();
+      } catch (const std::exception& error) {  // the device refused an event
+        step.failure = "its step's events failed: " + std::string(error.what());
+      } catch (...) {
+        step.failure = "its step's events failed";
+      }
+      if (!step.failure.empty()) slot.stopped = true;
+    }
+    ++slot.returned_steps;
+    step.returned.store(true, std::memory_order_release);  // the last touch: the step may go now
+  });
+}
+
+bool GapScheduler::device_backlog_full(LaneSlot& slot) {
+  const long limit = options_.max_device_backlog_steps;
+  if (limit <= 0 || slot.posted_steps - slot.returned_steps < limit) return false;
+  if (!slot.told_backlog) {
+    slot.told_backlog = true;
+    logger_("lane '" + slot.name + "' has " + std::to_string(limit) +
+            " device steps still to run: it cannot keep up with its gaps, so gaps skip its steps until it catches up");
   }
-  slot.count_step(gap_id < 0, units);
-  slot.finished = slot.lane->finished();
   return true;
 }
 
@@ -422,40 +475,59 @@ void GapScheduler::settle_device_steps(bool wait) {
   std::size_t done = 0;
   for (; done < device_steps_.size(); ++done) {
     DeviceStep& d = *device_steps_[done];
-    if (wait) {
-      d.end->synchronize();
-    } else if (!d.end->query()) {
-      break;  // in enqueue order: the rest at a later call
-    }
     LaneSlot& slot = *d.slot;
-    d.record.start_s = slot.origin_s + d.start->elapsed_ms_since(*slot.origin) * 1e-3;
-    d.record.end_s = slot.origin_s + d.end->elapsed_ms_since(*slot.origin) * 1e-3;
-    const double duration = std::max(0.0, d.record.end_s - d.record.start_s);
-    const bool did_work = d.record.units > 0;
-    if (d.record.gap_id < 0) {
-      slot.calibration_s += duration;
-      slot.calibration_device.emplace_back(duration, did_work);
-    } else {
-      // On the device a step may start before the gap (queued behind earlier lane work) or after
-      // the arrival: only its overlap with [gap start, arrival] is harvest.
-      const double inside = std::max(0.0, std::min(d.record.end_s, d.gap_arrived_s) -
-                                              std::max(d.record.start_s, d.gap_start_s));
-      const double after = std::max(0.0, d.record.end_s - std::max(d.record.start_s, d.gap_arrived_s));
-      slot.lane_s += duration;
-      slot.harvested_s += inside;
-      slot.overrun_s += after;
-      if (d.gap_record < gaps_.size()) gaps_[d.gap_record].harvested_s += inside;
-      if (!d.profiling) gap_totals_.harvested_after_profiling_s += inside;
-      if (did_work) {  // what the summary predicts; the plan's counts stay as frozen
-        slot.predicted_s = slot.cost_from_work
-                               ? options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s
-                               : std::max(duration, kMinStepCost);
-        slot.cost_from_work = slot.has_cost = true;
-      }
+    if (!d.returned.load(std::memory_order_acquire)) {
+      if (!wait) break;  // in posting order: the rest at a later call
+      slot.quiesce();
+    }
+    if (!d.ran) {  // posted after the lane finished or failed: no step
+      if (d.gap_record < gaps_.size()) --gaps_[d.gap_record].lane_steps;
+      continue;
+    }
+    if (d.timed) {
+      if (wait)
+        d.end->synchronize();
+      else if (!d.end->query())
+        break;
+      account_device_step(d);
+    }
+    if (d.failure.empty()) {
+      slot.count_step(d.record.gap_id < 0, d.record.units);
+      slot.finished = d.finished;
     }
     keep_records({d.record});
+    if (!d.failure.empty()) quarantine(slot, d.failure);
   }
   device_steps_.erase(device_steps_.begin(), device_steps_.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
+void GapScheduler::account_device_step(DeviceStep& d) {
+  LaneSlot& slot = *d.slot;
+  d.record.start_s = slot.origin_s + d.start->elapsed_ms_since(*slot.origin) * 1e-3;
+  d.record.end_s = slot.origin_s + d.end->elapsed_ms_since(*slot.origin) * 1e-3;
+  const double duration = std::max(0.0, d.record.end_s - d.record.start_s);
+  const bool did_work = d.record.units > 0;
+  if (d.record.gap_id < 0) {
+    slot.calibration_s += duration;
+    slot.calibration_device.emplace_back(duration, did_work);
+    return;
+  }
+  // On the device a step may start before the gap (queued behind earlier lane work) or after
+  // the arrival: only its overlap with [gap start, arrival] is harvest.
+  const double inside =
+      std::max(0.0, std::min(d.record.end_s, d.gap_arrived_s) - std::max(d.record.start_s, d.gap_start_s));
+  const double after = std::max(0.0, d.record.end_s - std::max(d.record.start_s, d.gap_arrived_s));
+  slot.lane_s += duration;
+  slot.harvested_s += inside;
+  slot.overrun_s += after;
+  if (d.gap_record < gaps_.size()) gaps_[d.gap_record].harvested_s += inside;
+  if (!d.profiling) gap_totals_.harvested_after_profiling_s += inside;
+  if (did_work) {  // what the summary predicts; the plan's counts stay as frozen
+    slot.predicted_s = slot.cost_from_work
+                           ? options_.ewma_alpha * duration + (1 - options_.ewma_alpha) * slot.predicted_s
+                           : std::max(duration, kMinStepCost);
+    slot.cost_from_work = slot.has_cost = true;
+  }
 }
 
 void GapScheduler::keep_records(const std::vector<LaneStepRecord>& steps) {
@@ -472,7 +544,7 @@ std::map<std::string, double> GapScheduler::calibrate() {
     std::vector<double> durations, productive;
     if (slot.on_device) {  // the steps' event times, waited for (before training starts)
       for (int k = 0; k < options_.calibration_steps && !slot.finished; ++k)
-        if (!enqueue_device_step(slot, -1, -1, WaitKind::None, 0)) break;
+        enqueue_device_step(slot, -1, -1, WaitKind::None, 0);
       settle_device_steps(true);
       for (const auto& [seconds, did_work] : slot.calibration_device) {
         durations.push_back(seconds);
@@ -549,7 +621,7 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
           LaneSlot& slot = *lanes_[index];
           if (!schedulable(slot)) continue;
           if (slot.on_device) {
-            enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
+            if (!device_backlog_full(slot)) enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
             continue;
           }
           poll_idle();
@@ -726,6 +798,7 @@ std::map<std::string, std::string> GapScheduler::save_lanes() {
   for (auto& owned : lanes_) {
     LaneSlot& slot = *owned;
     if (!slot.set_up || slot.quarantined) continue;
+    slot.quiesce();  // a checkpoint holds every step posted before it
     try {
       states[slot.name] = slot.lane->save();
     } catch (const std::exception& error) {
@@ -743,6 +816,7 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
       continue;
     }
     if (!ensure_setup(*slot)) continue;
+    slot->quiesce();
     try {
       slot->lane->load(state);
       slot->finished = slot->lane->finished();
@@ -771,7 +845,8 @@ StageLaneSummary GapScheduler::summary() const {
   out.deterministic = options_.deterministic;
   out.profile_iterations = options_.profile_iterations;
   for (const auto& owned : lanes_) {
-    const LaneSlot& slot = *owned;
+    LaneSlot& slot = *owned;
+    slot.quiesce();  // report() and the arena's high water: after the posted steps
     out.harvested_s += slot.harvested_s;
     out.overrun_s += slot.overrun_s;
     LaneStats& lane = out.lanes[slot.name];

@@ -25,13 +25,19 @@
 //              memory (MemoryKind::DevicePool: the pool's limit is its quota) and its steps are
 //              enqueued on its low-priority stream: each gap gets the fixed sequence of its steps
 //              frozen when profiling ends (whatever `deterministic` says, so placement is
-//              repeatable), enqueued without polling arrived() in between and without any wait on
-//              training's streams; the lane's time is measured by events recorded on its stream
-//              around each step, read once they complete (later gaps, end_iteration, teardown).
-//              Its cost prediction is that event time. Other lanes (imageproc, pagerank, plugins,
-//              workers) keep host arenas and run on the CPU as on the CPU backend.
+//              repeatable), posted without polling arrived() in between. The steps run on the
+//              lane's own host thread (DeviceLaneThread), so neither training's streams nor
+//              training's host thread ever wait for lane work: a step that brings a value back
+//              to the host (smalltrain's loss, prefill's logits) waits there. The lane's time is
+//              measured by events recorded on its stream around each step, read once the step has
+//              returned and they complete (later gaps, end_iteration); waited for only where
+//              waiting is harmless: calibration, a checkpoint (save_lanes holds every step posted
+//              before it), teardown, summary(). Its cost prediction is that event time. Other
+//              lanes (imageproc, pagerank, plugins, workers) keep host arenas and run on the CPU
+//              as on the CPU backend.
 //
-// Not thread-safe: one GapScheduler per stage, used by that stage's thread.
+// Not thread-safe: one GapScheduler per stage, used by that stage's thread (device lanes' host
+// threads are its own business).
 #pragma once
 #include <chrono>
 #include <cstddef>
@@ -91,6 +97,11 @@ struct GapSchedulerOptions {
   // Device lanes: at most this many steps enqueued in one gap (0: as many as the gap's prediction
   // fits), so that one mismeasured gap cannot queue a long stretch of lane work.
   int max_device_steps_per_gap = 0;
+  // Device lanes: a lane whose host thread has this many posted steps still to return (it cannot
+  // keep up with the gaps it was planned into) gets no new steps until it catches up, so its
+  // queue (and memory) stays bounded without training's thread ever waiting; said once per lane.
+  // Placement follows the plan exactly as long as a lane keeps up. 0: no bound.
+  int max_device_backlog_steps = 1000;
   std::string output_root;      // lane NAME writes into <output_root>/<NAME>/rank<R>; "" = no dir
   // Where this stage's lanes sit in the job (LaneContext's world_size, instance_index/count).
   int world_size = 1;
@@ -135,6 +146,8 @@ struct GapRecord {
   // midpoint, arrived_s = (s + e) / 2 (unbiased for an arrival uniform over the step; off by at
   // most half a step). Gap-length EWMA, harvested and overrun seconds use this estimate.
   bool arrived_exact = true;
+  // Lane steps run in this gap. Device steps are posted: one posted after its lane finished or
+  // failed does not run and is taken off once the scheduler sees that (a later gap, teardown).
   int lane_steps = 0;
   bool profiling = false;   // a gap of the profile iterations: measured, never filled
   double harvested_s = 0;   // lane step time inside [start_s, arrived_s]
@@ -214,11 +227,15 @@ class GapScheduler : public GapFiller {
   bool runaway(LaneSlot& slot, int gap_id, double duration, double predicted, bool did_work, std::string* reason);
   void keep_records(const std::vector<LaneStepRecord>& steps);
   void freeze_plan();
-  // Device lanes: enqueues one step of `slot` between two events on its stream (units counted
-  // now, time once the events complete); false when the lane was quarantined.
-  bool enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
-  // Accounts the enqueued steps whose events have completed (all of them, waiting, with `wait`).
+  // Device lanes: posts one step of `slot` to the lane's host thread, which runs it between two
+  // events on the lane's stream; returns without waiting for it.
+  void enqueue_device_step(LaneSlot& slot, int iteration, int gap_id, WaitKind kind, double predicted);
+  // True when `slot` has max_device_backlog_steps posted steps still to return (told once).
+  bool device_backlog_full(LaneSlot& slot);
+  // Accounts the posted steps whose host part has returned and whose events have completed, in
+  // posting order (all of them, waiting, with `wait`); quarantines a lane whose step failed.
   void settle_device_steps(bool wait);
+  void account_device_step(DeviceStep& step);  // its time, harvest and overrun from its events
   LaneSlot* find(const std::string& name);
   const LaneSlot* find(const std::string& name) const;
 

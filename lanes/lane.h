@@ -80,8 +80,9 @@ class Lane {
   // True when setup() and step() touch the lane's arena only through ctx.backend's copies and ops
   // on ctx.stream (never dereferencing it on the host): on a device backend such a lane gets a
   // device arena from a pool whose limit is its quota, and its steps are enqueued on its
-  // low-priority stream. Otherwise (the default) its arena is host memory and its code runs on the
-  // CPU, whatever the backend.
+  // low-priority stream. Its step() may still wait for ctx.stream where it needs a value on the
+  // host: steps run on a host thread of the lane's own, never holding training's. Otherwise (the
+  // default) its arena is host memory and its code runs on the CPU, whatever the backend.
   virtual bool runs_on_device() const { return false; }
   // Progress that survives a restart: save() after any step, load() after setup().
   virtual std::string save() const = 0;

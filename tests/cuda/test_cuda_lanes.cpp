@@ -3,14 +3,22 @@
 // smalltrain lanes on (device lanes: pool arenas, steps enqueued on their Low streams, timed by
 // events) against lanes off. The losses are bit-identical, the lanes really ran in the gaps with
 // the count frozen from the profile, and a lane that goes past its pool arena's quota is
-// quarantined while training goes on, bit for bit.
+// quarantined while training goes on, bit for bit. The gap scheduler, on training's host thread,
+// only posts device steps: it returns while a lane's stream is held, even for steps that bring a
+// value back to the host.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "datasets/token_store.h"
@@ -20,6 +28,7 @@
 #include "lanes/builtin/smalltrain_lane.h"
 #include "lanes/gap_scheduler.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cuda/backend/cuda_streams.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
 #include "tests/cuda/emulated_stages.h"
@@ -82,6 +91,26 @@ std::string write_corpus(const TempDir& dir) {
   return path;
 }
 
+// `lanes` lanes of kQuota each, profiled for one iteration, `calibration_steps` each.
+GapSchedulerOptions emulated_lane_options(int lanes, int calibration_steps) {
+  GapSchedulerOptions options;
+  options.lane_memory_bytes = kQuota;
+  options.stage_memory_bytes = static_cast<std::size_t>(lanes) * kQuota;
+  options.profile_iterations = 1;
+  options.calibration_steps = calibration_steps;
+  // The emulator's gaps are short next to its kernels, and a gap can be measured at a microsecond
+  // (the transfer already there; one process's gradient sync always is): a huge margin places
+  // steps in every gap and the bound keeps them few, whatever the timing. What is checked is that
+  // they run where the frozen plan put them and change no bit, not how many would fit.
+  options.margin = 1e9;
+  options.max_device_steps_per_gap = 4;
+  // Host-side deadlines and runaway rules judge a busy 2-core machine, not the lanes here.
+  options.step_deadline_min_s = 60;
+  options.lane_timing = false;
+  options.quarantine_factor = 1e9;
+  return options;
+}
+
 struct StageResult {
   TrainRun run;
   StageLaneSummary summary;
@@ -136,7 +165,7 @@ void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneS
     out.run = train_tiny(topo, *backend, pp, kSteps);
     return;
   }
-  GapSchedulerOptions options;
+  GapSchedulerOptions options = emulated_lane_options(4, 2);
   options.stage = rank;
   options.rank = rank;
   options.seed = 3;
@@ -416,6 +445,221 @@ TEST_F(CudaEmulatedLanes, PagerankOnTheDeviceEqualsTheCpuBackendsFp32StepAndResu
   resumed.run_to_end();
   EXPECT_EQ(resumed.lane->report().at("top"), want.at("top"));
   EXPECT_EQ(resumed.lane->report().at("edges_processed"), want.at("edges_processed"));
+}
+
+// Holds streams until released: a host function queued on a stream waits for release(), so
+// nothing queued behind it completes before the test says so.
+class StreamLatch {
+ public:
+  void hold(Stream& stream) {
+    ASSERT_EQ(cudaLaunchHostFunc(cuda::cuda_stream(stream).handle(), &StreamLatch::wait, this), cudaSuccess);
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool released() {
+    std::lock_guard lock(mu_);
+    return released_;
+  }
+
+ private:
+  static void wait(void* self) {
+    auto* latch = static_cast<StreamLatch*>(self);
+    std::unique_lock lock(latch->mu_);
+    latch->cv_.wait(lock, [&] { return latch->released_; });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+// A lane whose next step, once armed, first queues the latch on its stream: that step's value
+// (smalltrain's loss, prefill's last logits) then cannot reach the host before the latch opens.
+class LatchedLane : public Lane {
+ public:
+  LatchedLane(std::unique_ptr<Lane> lane, StreamLatch& latch) : lane_(std::move(lane)), latch_(latch) {}
+  void arm() { armed_ = true; }
+  std::string name() const override { return lane_->name(); }
+  std::string work_unit() const override { return lane_->work_unit(); }
+  bool runs_on_device() const override { return lane_->runs_on_device(); }
+  void setup(LaneContext& ctx) override { lane_->setup(ctx); }
+  double step(LaneContext& ctx) override {
+    if (armed_.exchange(false)) latch_.hold(ctx.stream);
+    return lane_->step(ctx);
+  }
+  bool finished() const override { return lane_->finished(); }
+  std::string save() const override { return lane_->save(); }
+  void load(const std::string& state) override { lane_->load(state); }
+  nlohmann::json report() const override { return lane_->report(); }
+  void teardown(LaneContext& ctx) override { lane_->teardown(ctx); }
+
+ private:
+  std::unique_ptr<Lane> lane_;
+  StreamLatch& latch_;
+  std::atomic<bool> armed_{false};  // set by the test, read on the lane's thread
+};
+
+// The gap scheduler runs on training's host thread: a device lane's steps are only enqueued
+// there, even the ones that bring a value back to the host. With both lanes' streams held by a
+// latch, fill() must return while their steps cannot have completed, and so must the next gap's
+// fill(), which finds the lanes' backlog full and posts nothing; once released, every posted
+// step is accounted, its results reported, and a checkpoint taken right after the release holds
+// all of them.
+TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const auto backend = cuda_emu::make_emulated_cuda_backend();
+  const std::map<std::string, std::string> model = {
+      {"layers", "1"}, {"d_model", "16"}, {"heads", "2"}, {"seq_len", "8"}, {"vocab_size", "32"}};
+  auto smalltrain_options = model;
+  smalltrain_options.insert({{"data", corpus_}, {"micro_batch", "1"}, {"accumulation", "1"}, {"steps", "1000"},
+                             {"eval_batches", "0"}, {"seed", "11"}});
+  // Every request there from the start and one chunk long: every step reads its logits.
+  const std::string trace = corpus_dir_->file("requests.csv");
+  test_support::write_file(trace, "0,4\n0,4\n0,4\n0,4\n0,4\n0,4\n0,4\n0,4\n");
+  auto prefill_options = model;
+  prefill_options.insert({{"chunk_tokens", "4"}, {"trace", trace}});
+  StreamLatch latch;
+  auto smalltrain = std::make_unique<LatchedLane>(make_smalltrain_lane(), latch);
+  auto prefill = std::make_unique<LatchedLane>(make_prefill_lane(), latch);
+  LatchedLane* const latched[] = {smalltrain.get(), prefill.get()};
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::move(smalltrain), LaneOptions("smalltrain", smalltrain_options, "test")});
+  specs.push_back({std::move(prefill), LaneOptions("prefill", prefill_options, "test")});
+  GapSchedulerOptions options = emulated_lane_options(2, 1);  // every gap: two steps of each lane
+  options.seed = 5;
+  options.max_device_backlog_steps = 2;  // one gap's steps
+  GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [](const std::string&) {});
+  scheduler.calibrate();
+  constexpr int kGap = 3;
+  const auto arrived = [] { return true; };
+  scheduler.fill(0, kGap, WaitKind::SyncWait, arrived);  // the profile iteration: measured only
+  scheduler.end_iteration(0);
+  const LanePlan plan = scheduler.plan();
+  ASSERT_EQ(plan.count(kGap), 1u);
+  ASSERT_EQ(plan.at(kGap).size(), 4u);
+
+  for (LatchedLane* lane : latched) lane->arm();
+  // Should fill() wait for a lane's stream, this thread opens the latch after a while, so the
+  // test fails instead of hanging; a passing run never gets there.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool fill_returned = false, released_by_guard = false;
+  std::thread guard([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(20), [&] { return fill_returned; })) {
+      released_by_guard = true;
+      latch.release();
+    }
+  });
+  scheduler.fill(1, kGap, WaitKind::SyncWait, arrived);
+  scheduler.end_iteration(1);
+  scheduler.fill(2, kGap, WaitKind::SyncWait, arrived);
+  const bool held_when_fill_returned = !latch.released();
+  {
+    std::lock_guard lock(mu);
+    fill_returned = true;
+  }
+  cv.notify_all();
+  guard.join();
+  EXPECT_TRUE(held_when_fill_returned) << "fill() waited for a lane's stream (released by the guard: "
+                                       << released_by_guard << ")";
+  latch.release();
+  // A checkpoint right after the release: every step enqueued before it is in the state.
+  const std::map<std::string, std::string> states = scheduler.save_lanes();
+  scheduler.end_iteration(2);
+  scheduler.teardown();
+
+  const StageLaneSummary summary = scheduler.summary();
+  for (const char* name : {"smalltrain", "prefill"}) {
+    SCOPED_TRACE(name);
+    const LaneStats& stats = summary.lanes.at(name);
+    EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
+    EXPECT_EQ(stats.calibration_steps, 1);
+    EXPECT_EQ(stats.steps, 3) << "one calibration step and the plan's two";
+    EXPECT_GT(stats.lane_s, 0) << "event timing";
+  }
+  ASSERT_EQ(scheduler.gap_records().size(), 3u);
+  EXPECT_EQ(scheduler.gap_records()[1].lane_steps, 4);
+  EXPECT_EQ(scheduler.gap_records()[2].lane_steps, 0) << "the backlog was full";
+  // The lanes' results: smalltrain's losses (one optimizer step per microbatch), prefill's tokens.
+  const nlohmann::json& smalltrain_report = summary.lanes.at("smalltrain").report;
+  EXPECT_EQ(smalltrain_report.at("steps"), 3);
+  EXPECT_TRUE(smalltrain_report.contains("last_loss"));
+  const nlohmann::json& prefill_report = summary.lanes.at("prefill").report;
+  EXPECT_EQ(prefill_report.at("requests_done"), 3) << "one request per step";
+  EXPECT_EQ(prefill_report.at("prompt_tokens"), 12);
+  EXPECT_TRUE(prefill_report.contains("ttft_ms_p50"));
+
+  // The checkpoint: a fresh smalltrain loaded from it has all three losses.
+  const auto stream = backend->create_stream(StreamPriority::Low);
+  const auto arena = backend->create_arena("lane", kQuota, MemoryKind::DevicePool);
+  const LaneOptions restore_options("smalltrain", smalltrain_options, "test");
+  LaneContext ctx{*backend, *stream, *arena, restore_options, "", 0, 5};
+  SmallTrainLane restored;
+  restored.setup(ctx);
+  restored.load(states.at("smalltrain"));
+  stream->synchronize();
+  EXPECT_EQ(restored.losses().size(), 3u);
+  for (double loss : restored.losses()) EXPECT_TRUE(std::isfinite(loss));
+}
+
+// A device lane finished after `total` steps of a little work on its stream.
+class FiniteLane : public Lane {
+ public:
+  explicit FiniteLane(int total) : total_(total) {}
+  std::string name() const override { return "finite"; }
+  std::string work_unit() const override { return "elements"; }
+  bool runs_on_device() const override { return true; }
+  void setup(LaneContext& ctx) override { x_ = ctx.arena.allocate_n<float>(kElements, "finite.x"); }
+  double step(LaneContext& ctx) override {
+    ctx.backend.scale(x_, 0.5f, kElements, ctx.stream);
+    ++done_;
+    return kElements;
+  }
+  bool finished() const override { return done_ >= total_; }
+  std::string save() const override { return std::to_string(done_); }
+  void load(const std::string& state) override { done_ = std::stoi(state); }
+  nlohmann::json report() const override { return {{"steps", done_}}; }
+
+ private:
+  static constexpr std::size_t kElements = 256;
+  int total_;
+  int done_ = 0;
+  float* x_ = nullptr;
+};
+
+// The scheduler learns that a device lane finished only when its steps come back, so a gap may
+// post steps past the end: they do not run, and neither the gap nor the lane counts them.
+TEST_F(CudaEmulatedLanes, DeviceStepsPostedPastALanesEndDoNotRun) {
+  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
+  const auto backend = cuda_emu::make_emulated_cuda_backend();
+  std::vector<LaneSpec> specs;
+  specs.push_back({std::make_unique<FiniteLane>(3), {}});
+  const GapSchedulerOptions options = emulated_lane_options(1, 1);
+  GapScheduler scheduler(*backend, std::move(specs), options, std::chrono::steady_clock::now(),
+                         [](const std::string&) {});
+  scheduler.calibrate();
+  const auto arrived = [] { return true; };
+  scheduler.fill(0, 1, WaitKind::SyncWait, arrived);
+  scheduler.end_iteration(0);
+  ASSERT_EQ(scheduler.plan().at(1).size(), 4u);
+  scheduler.fill(1, 1, WaitKind::SyncWait, arrived);  // posts 4: two run, two come after the end
+  scheduler.end_iteration(1);
+  scheduler.fill(2, 1, WaitKind::SyncWait, arrived);  // by now known finished, or posted and not run
+  scheduler.teardown();
+  const StageLaneSummary summary = scheduler.summary();
+  const LaneStats& stats = summary.lanes.at("finite");
+  EXPECT_FALSE(stats.quarantined) << stats.quarantine_reason;
+  EXPECT_TRUE(stats.finished);
+  EXPECT_EQ(stats.steps, 3);
+  EXPECT_EQ(stats.report.at("steps"), 3);
+  ASSERT_EQ(scheduler.gap_records().size(), 3u);
+  EXPECT_EQ(scheduler.gap_records()[1].lane_steps, 2);
+  EXPECT_EQ(scheduler.gap_records()[2].lane_steps, 0);
+  EXPECT_EQ(scheduler.step_records().size(), 3u);
 }
 
 }  // namespace
