@@ -117,7 +117,7 @@ if ! $have_gpu || [ "${GPU_CHECK_EMULATED:-0}" = 1 ]; then
     "$(tail_text "$output" 3)"
   run_timed 300 "$build/tests/cuda/test_cuda_lanes"
   stage emulated_lanes "$([ $rc -eq 0 ] && echo pass || echo fail)" "$elapsed" \
-    "prefill and smalltrain lanes on the device through the executor: bit-identical, planned steps, pool quota" \
+    "prefill, smalltrain and pagerank lanes on the device through the executor: bit-identical, planned steps, pool quota, training's thread never waits for a lane" \
     "$(tail_text "$output" 3)"
   if [ -x "$build/tests/cuda/test_cuda_plans" ]; then
     run_timed 300 "$build/tests/cuda/test_cuda_plans"

@@ -10,42 +10,18 @@
 
 #include "runtime/cpu/cpu_backend.h"
 #include "tests/runtime/bf16_reference.h"
-#if PIPELANE_TEST_REAL_CUDA
-#include <cuda_runtime_api.h>
-
-#include "runtime/cuda/backend/cublaslt_engine.h"
-#include "runtime/cuda/cuda_backend.h"
-#else
-#include "runtime/cuda/emu/emulated_backend.h"
-#include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/test_backends.h"
+#if !PIPELANE_TEST_REAL_CUDA
 #include "tests/cuda/executor_runs.h"
 #endif
 
 namespace pipelane::cuda_test {
 namespace {
 
-#if PIPELANE_TEST_REAL_CUDA
-// The real backend (cuBLASLt), or null without a device.
-std::unique_ptr<cuda::CudaBackend> backend_in(DType compute) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return nullptr;
-  cuda::CudaBackendConfig config;
-  config.compute = compute;
-  return cuda::make_cuda_backend(config, cuda::make_cublaslt_engine());
-}
-#else
-std::unique_ptr<cuda::CudaBackend> backend_in(DType compute) {
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
-  cuda::CudaBackendConfig config = cuda_emu::emulated_backend_config();
-  config.compute = compute;
-  return cuda_emu::make_emulated_cuda_backend(config);
-}
-#endif
-
 TEST(CudaAutocast, OpsMatchTheBf16ReferenceAndTheCpuBackendInBf16) {
   using namespace bf16_test;
   const Inputs in = make_inputs();
-  const auto cuda = backend_in(DType::BF16);
+  const auto cuda = cuda_backend_for_test(DType::BF16);
   if (!cuda) GTEST_SKIP() << "no CUDA device";
   ASSERT_EQ(cuda->compute_precision(), DType::BF16);
   const auto cpu = make_cpu_backend(1, DType::BF16);
@@ -68,7 +44,7 @@ TEST(CudaAutocast, Fp32ComputeIsUnchangedByTheMode) {
   // reference's bounds.
   using namespace bf16_test;
   const Inputs in = make_inputs();
-  const auto cuda = backend_in(DType::F32);
+  const auto cuda = cuda_backend_for_test(DType::F32);
   if (!cuda) GTEST_SKIP() << "no CUDA device";
   EXPECT_EQ(cuda->compute_precision(), DType::F32);
   const Outputs got = run_ops(*cuda, in);
@@ -99,7 +75,7 @@ TEST(CudaAutocast, TrainingMatchesTheCpuBackendInBf16) {
   const int steps = 4;
   const TrainRun fp32 = train_one_process(*make_cpu_backend(1), steps);
   const TrainRun want = train_one_process(*make_cpu_backend(1, DType::BF16), steps);
-  const TrainRun got = train_one_process(*backend_in(DType::BF16), steps);
+  const TrainRun got = train_one_process(*cuda_backend_for_test(DType::BF16), steps);
   ASSERT_EQ(got.loss.size(), want.loss.size());
   const double loss_bf16_effect = largest_difference(want.loss, fp32.loss);
   const double norm_bf16_effect = largest_difference(want.grad_norm, fp32.grad_norm);

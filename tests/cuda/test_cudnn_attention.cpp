@@ -13,40 +13,17 @@
 
 #include "runtime/cpu/cpu_backend.h"
 #include "tests/cuda/compare.h"
-#if PIPELANE_TEST_REAL_CUDA
-#include <cuda_runtime_api.h>
-
-#include "runtime/cuda/backend/cublaslt_engine.h"
-#include "runtime/cuda/backend/cudnn_attention_engine.h"
-#include "runtime/cuda/cuda_backend.h"
-#else
-#include "runtime/cuda/emu/emulated_backend.h"
-#include "runtime/cuda/emu/fake_cuda_runtime.h"
+#include "tests/cuda/test_backends.h"
+#if !PIPELANE_TEST_REAL_CUDA
 #include "tests/cuda/executor_runs.h"
 #endif
 
 namespace pipelane::cuda_test {
 namespace {
 
-#if PIPELANE_TEST_REAL_CUDA
-// The real backend (cuBLASLt, cuDNN), or null without a device.
 std::unique_ptr<cuda::CudaBackend> cudnn_backend(DType compute) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return nullptr;
-  cuda::CudaBackendConfig config;
-  config.compute = compute;
-  config.attention = cuda::AttentionImpl::Cudnn;
-  return cuda::make_cuda_backend(config, cuda::make_cublaslt_engine(), cuda::make_cudnn_attention_engine());
+  return cuda_backend_for_test(compute, cuda::AttentionImpl::Cudnn);
 }
-#else
-std::unique_ptr<cuda::CudaBackend> cudnn_backend(DType compute) {
-  cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
-  cuda::CudaBackendConfig config = cuda_emu::emulated_backend_config();
-  config.compute = compute;
-  config.attention = cuda::AttentionImpl::Cudnn;
-  return cuda_emu::make_emulated_cuda_backend(config);
-}
-#endif
 
 constexpr std::size_t kGuard = 64;
 constexpr float kSentinel = -7.8125e-3f;
