@@ -189,9 +189,13 @@ TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
   // a habit is the lane.
   for (const char* name : {"images/z_big1.ppm", "images/z_big2.ppm", "images/z_big3.ppm"})
     write_file(dir_.file(name), ppm(5000, 4000));  // (a warm step of this size: ~20x a tiny one)
-  const StepMetrics off = train("off", "");
+  // A wider model than the fixture's: its gaps (a microbatch's compute on the other stage) must
+  // hold a tiny image's step with room to spare on any machine; with d_model 32 they were ~0.3 ms,
+  // about one tiny step, and on a fast machine the lane was placed nowhere at all.
+  const std::string wider = " --model.d_model=128 ";
+  const StepMetrics off = train("off", wider);
   JobResult job;
-  const StepMetrics on = train("slow", "--lanes.enabled=imageproc --lanes.profile_iterations=1 "
+  const StepMetrics on = train("slow", wider + "--lanes.enabled=imageproc --lanes.profile_iterations=1 "
                                        "--lane.imageproc.input_dir=" + dir_.file("images") +
                                        " --lane.imageproc.out_width=8 --lane.imageproc.out_height=6"
                                        " --lane.imageproc.steps_per_image=1",  // each big image one step
