@@ -74,6 +74,7 @@ struct GapScheduler::LaneSlot {
   long posted_steps = 0;
   std::atomic<long> returned_steps{0};
   bool told_backlog = false;
+  long backlog_skipped_steps = 0;  // planned device steps that gaps skipped for the backlog
   // A device lane's host thread (device_lane_thread.h): its steps run there, posted by fill().
   // Declared last: joined before the lane, context, arena and stream its tasks use go.
   std::unique_ptr<DeviceLaneThread> host_thread;
@@ -621,7 +622,10 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
           LaneSlot& slot = *lanes_[index];
           if (!schedulable(slot)) continue;
           if (slot.on_device) {
-            if (!device_backlog_full(slot)) enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
+            if (device_backlog_full(slot))
+              ++slot.backlog_skipped_steps;
+            else
+              enqueue_device_step(slot, iteration, gap_id, kind, slot.predicted_s);
             continue;
           }
           poll_idle();
@@ -867,6 +871,7 @@ StageLaneSummary GapScheduler::summary() const {
     lane.memory_high_water_bytes = slot.lane->memory_high_water();
     lane.isolation = isolation_name(slot.lane->isolation());
     lane.runs_on = slot.on_device ? "device" : "cpu";
+    lane.backlog_skipped_steps = slot.backlog_skipped_steps;
     try {
       lane.report = slot.set_up ? slot.lane->report() : nlohmann::json(nullptr);
     } catch (const std::exception& error) {

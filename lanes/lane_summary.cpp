@@ -46,6 +46,7 @@ LaneStats lane_stats_from_json(const nlohmann::json& j) {
   s.memory_high_water_bytes = read<std::size_t>(j, "memory_high_water_bytes", 0);
   s.isolation = read<std::string>(j, "isolation", "");
   s.runs_on = read<std::string>(j, "runs_on", "");
+  s.backlog_skipped_steps = read<long>(j, "backlog_skipped_steps", 0);
   const auto report = j.find("report");
   if (report != j.end()) s.report = *report;
   return s;
@@ -131,6 +132,7 @@ nlohmann::json to_json(const LaneStats& s) {
       {"memory_high_water_bytes", s.memory_high_water_bytes},
       {"isolation", s.isolation},
       {"runs_on", s.runs_on},
+      {"backlog_skipped_steps", s.backlog_skipped_steps},
       {"report", s.report},
   };
   if (s.quarantined) out["quarantine_reason"] = s.quarantine_reason;

@@ -36,6 +36,9 @@ struct LaneStats {
   std::size_t memory_high_water_bytes = 0;
   std::string isolation;  // where it ran: "thread" or "process" (lanes/isolation/)
   std::string runs_on;    // "device" (a device lane on a GPU backend: pool arena, Low stream) or "cpu"
+  // Device lanes: steps the frozen plan placed that gaps skipped because the lane had
+  // max_device_backlog_steps posted steps still to run (it could not keep up).
+  long backlog_skipped_steps = 0;
   nlohmann::json report;  // the lane's own Lane::report() (lane-specific fields); null if never set up
 
   double units_per_s() const { return lane_s > 0 ? units / lane_s : 0.0; }

@@ -584,6 +584,9 @@ TEST_F(CudaEmulatedLanes, DeviceStepsThatReturnValuesNeverHoldTrainingsThread) {
   ASSERT_EQ(scheduler.gap_records().size(), 3u);
   EXPECT_EQ(scheduler.gap_records()[1].lane_steps, 4);
   EXPECT_EQ(scheduler.gap_records()[2].lane_steps, 0) << "the backlog was full";
+  long skipped = 0;
+  for (const char* name : {"smalltrain", "prefill"}) skipped += summary.lanes.at(name).backlog_skipped_steps;
+  EXPECT_GT(skipped, 0) << "the summary says that gaps skipped steps";
   // The lanes' results: smalltrain's losses (one optimizer step per microbatch), prefill's tokens.
   const nlohmann::json& smalltrain_report = summary.lanes.at("smalltrain").report;
   EXPECT_EQ(smalltrain_report.at("steps"), 3);
