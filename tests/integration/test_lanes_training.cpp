@@ -204,7 +204,10 @@ TEST_F(LanesTraining, ALaneThatOverrunsItsPredictionTenfoldIsQuarantined) {
   // Every rank runs its own copy of the lane. The first stage waits often enough to reach the big
   // images even on a busy machine; the last one may not get that far, but if it is quarantined
   // too, it is for the same reason.
-  ASSERT_GE(total["quarantined"].size(), 1u) << total.dump() << job.output;
+  // On failure, each rank's lane: its calibrated and predicted step, its steps, why not judged.
+  std::ifstream summary_file(dir_.file("slow") + "/summary.json");
+  const nlohmann::json per_rank = nlohmann::json::parse(summary_file)["lanes"]["per_rank"];
+  ASSERT_GE(total["quarantined"].size(), 1u) << total.dump() << "\nper rank: " << per_rank.dump() << job.output;
   EXPECT_EQ(total["quarantined"][0]["rank"], 0) << total.dump();
   for (const auto& q : total["quarantined"])
     EXPECT_NE(q["reason"].get<std::string>().find("3 of its last"), std::string::npos)
