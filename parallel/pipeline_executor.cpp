@@ -115,6 +115,18 @@ struct PipelineExecutor::Impl {
     }
     return out;
   }
+  // Every world rank but this one, for a watchdog that stops in a world collective: "rank 1",
+  // "ranks 0, 2, 3" (any of them may be the one that never came).
+  std::string every_other_rank() const {
+    std::string out;
+    int n = 0;
+    for (int r = 0; r < topo.world->size(); ++r) {
+      if (r == topo.world->rank()) continue;
+      out += (out.empty() ? "" : ", ") + std::to_string(r);
+      ++n;
+    }
+    return (n == 1 ? "rank " : "ranks ") + out;
+  }
   void note(const std::string& what) {
     if (watchdog) watchdog->beat(what);
   }
@@ -350,7 +362,7 @@ struct PipelineExecutor::Impl {
       local += s;
     }
     // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
-    note("gradient-norm all-reduce over every rank");
+    note("gradient-norm all-reduce with every other rank (" + every_other_rank() + ")");
     topo.world->all_reduce_sum(&local, 1);
     return std::sqrt(local / topo.grid.dims().dp);
   }
@@ -480,6 +492,8 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
       }
       case Op::OptimizerStep: {
         if (s.update_gate) {
+          s.note("step " + std::to_string(step_number) + " OptimizerStep: loss all-reduce with every other rank (" +
+                 s.every_other_rank() + ")");
           double global_loss = s.topo.me.tp == 0 ? loss_sum : 0.0;
           s.topo.world->all_reduce_sum(&global_loss, 1);
           if (!s.update_gate(global_loss, stats.grad_norm)) {
