@@ -94,6 +94,12 @@ inline TrainRun train_tiny_on_threads(const ParallelDims& dims,
   return got;
 }
 
+// The tiny GPT on one process (one stage), `steps` steps.
+inline TrainRun train_one_process(Backend& backend, int steps = 3) {
+  Topology topo = Topology::single_process(backend);
+  return train_tiny(topo, backend, 1, steps);
+}
+
 // max_s |a[s] - b[s]|
 inline double largest_difference(const std::vector<double>& a, const std::vector<double>& b) {
   double d = 0;

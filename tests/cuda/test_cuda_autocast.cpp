@@ -57,11 +57,6 @@ TEST(CudaAutocast, Fp32ComputeIsUnchangedByTheMode) {
 }
 
 #if !PIPELANE_TEST_REAL_CUDA
-TrainRun train_one_process(Backend& backend, int steps) {
-  Topology topo = Topology::single_process(backend);
-  return train_tiny(topo, backend, 1, steps);
-}
-
 // The bound. Both runs round the same fp32 values to bf16, except where those values differ (the
 // CPU's sgemm and the interpreter's double sum round differently: relative at most K u <= 2^-17
 // with K <= 128 here) and a bf16 rounding midpoint lies between them: at most 2^-17 / 2^-8 = 2^-9

@@ -14,26 +14,10 @@
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "runtime/cuda/emu/fake_cuda_runtime.h"
 #include "tests/cuda/emulated_stages.h"
-#include "tests/cuda/executor_runs.h"
+#include "tests/cuda/training_parity.h"
 
 namespace pipelane::cuda_test {
 namespace {
-
-TrainRun train_one_process(Backend& backend, int steps = 3) {
-  Topology topo = Topology::single_process(backend);
-  return train_tiny(topo, backend, 1, steps);
-}
-
-void expect_close(const TrainRun& got, const TrainRun& want) {
-  ASSERT_EQ(got.loss.size(), want.loss.size());
-  // 1e-5 relative: the same arithmetic in another order (GEMMs interpreted in double and rounded
-  // once, glibc's expf against the CPU's polynomial), as the parallel-equivalence tests allow.
-  for (std::size_t s = 0; s < want.loss.size(); ++s) {
-    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s]) << "step " << s + 1;
-    EXPECT_NEAR(got.grad_norm[s], want.grad_norm[s], 1e-5 * want.grad_norm[s]) << "step " << s + 1;
-  }
-  EXPECT_NE(want.loss.front(), want.loss.back()) << "the model does not train";
-}
 
 TEST(CudaEmulatedTraining, OneProcessMatchesTheCpuBackend) {
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Deferred);
