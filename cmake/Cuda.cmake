@@ -23,14 +23,34 @@ else()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     # Register spills are build errors (a spilling kernel is a performance bug); the kernels'
-    # register counts are printed with -DPIPELANE_CUDA_RESOURCE_USAGE=ON.
-    add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Xptxas --warn-on-spills>"
-                        "$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Werror all-warnings>")
+    # register counts are printed with -DPIPELANE_CUDA_RESOURCE_USAGE=ON. -Werror all-warnings
+    # also makes the host compiler's warnings in .cu files errors: PIPELANE_CUDA_WERROR=OFF
+    # keeps them warnings, for a host compiler other than the g++ 12 this is tested with.
+    option(PIPELANE_CUDA_WERROR "Make nvcc's and the host compiler's warnings in CUDA code errors" ON)
+    add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Xptxas --warn-on-spills>")
+    if(PIPELANE_CUDA_WERROR)
+      add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:SHELL:-Werror all-warnings>")
+    endif()
     option(PIPELANE_CUDA_RESOURCE_USAGE "Print registers and shared memory per CUDA kernel" OFF)
     if(PIPELANE_CUDA_RESOURCE_USAGE)
       add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)
     endif()
     find_package(CUDAToolkit REQUIRED)
+    # cuDNN and NCCL beside the toolkit (Debian's and NVIDIA's packages) or in pip wheels
+    # (nvidia-cudnn-cu13, nvidia-nccl-cu13: site-packages/nvidia/{cudnn,nccl}/{include,lib}, the
+    # libraries as versioned sonames only), as the lent GPU machines have them.
+    set(PIPELANE_CUDA_WHEEL_DIRS "" CACHE STRING "site-packages/nvidia/* folders searched for cuDNN and NCCL")
+    if(NOT PIPELANE_CUDA_WHEEL_DIRS)
+      find_program(PIPELANE_PYTHON3 python3)
+      if(PIPELANE_PYTHON3)
+        execute_process(
+          COMMAND ${PIPELANE_PYTHON3} -c "import importlib.util as u\nfor m in ('nvidia.cudnn', 'nvidia.nccl'):\n  s = u.find_spec(m) if u.find_spec('nvidia') else None\n  print(';'.join(s.submodule_search_locations) if s else '')"
+          OUTPUT_VARIABLE _wheels OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET TIMEOUT 30)
+        string(REPLACE "\n" ";" _wheels "${_wheels}")
+        list(REMOVE_ITEM _wheels "")
+        set(PIPELANE_CUDA_WHEEL_DIRS "${_wheels}" CACHE STRING "site-packages/nvidia/* folders searched for cuDNN and NCCL" FORCE)
+      endif()
+    endif()
     set(PIPELANE_HAVE_CUDA ON)
     message(STATUS "pipelane: CUDA backend on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, arch ${CMAKE_CUDA_ARCHITECTURES})")
   elseif(_cuda_mode STREQUAL "ON")

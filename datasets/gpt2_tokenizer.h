@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "datasets/byte_bpe.h"
 #include "datasets/utf8.h"
 
 namespace pipelane {
@@ -70,7 +71,7 @@ class Gpt2Tokenizer {
 
   std::shared_ptr<const Gpt2Vocab> vocab_;
   std::uint32_t end_of_text_ = kEndOfText;
-  std::unordered_map<std::string, std::vector<std::uint32_t>> cache_;  // piece -> ids
+  BpePieceCache cache_;
   std::vector<std::uint32_t> word_;  // scratch for BPE
 };
 

@@ -19,10 +19,6 @@ DocumentSplit parse_document_split(std::string_view name) {
                   "' (expected 'blank-lines' or 'whole-file')");
 }
 
-const char* document_split_name(DocumentSplit split) {
-  return split == DocumentSplit::kBlankLines ? "blank-lines" : "whole-file";
-}
-
 void check_text_input(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw DataError(path + ": no such file");

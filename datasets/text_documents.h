@@ -20,7 +20,6 @@ enum class DocumentSplit {
 
 // "blank-lines" or "whole-file"; DataError otherwise.
 DocumentSplit parse_document_split(std::string_view name);
-const char* document_split_name(DocumentSplit split);
 
 // The whole file, decompressed when it is gzip (zlib reads plain files transparently).
 // DataError naming the file when it is missing, unreadable or a corrupt gzip stream.
@@ -84,7 +83,6 @@ class DocumentCutter {
   void finish(const Emit& emit);  // end of input: emits what is left
 
  private:
-  void take_line_bytes(std::string_view bytes);
   void cut_if_long(const Emit& emit);
   void end_document(const Emit& emit);
 

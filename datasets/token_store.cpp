@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <new>
 #include <utility>
 
 #include "datasets/data_error.h"
 #include "datasets/hdf5_handle.h"
-#include "datasets/importers.h"
 #include "datasets/utf8.h"
 
 namespace pipelane {
@@ -68,23 +66,6 @@ std::string without_file(const h5::Hdf5Error& error) {
 
 }  // namespace
 
-void check_token_split(const TokenSplit& split, std::uint32_t vocab_size, const std::string& where) {
-  const auto& offsets = split.doc_offsets;
-  if (offsets.empty() || offsets.front() != 0)
-    throw DataError(where + ": doc_offsets must start with 0 (n_docs + 1 entries)");
-  if (!std::is_sorted(offsets.begin(), offsets.end()))
-    throw DataError(where + ": doc_offsets must never decrease");
-  if (offsets.back() != split.tokens.size())
-    throw DataError(where + ": doc_offsets ends at " + std::to_string(offsets.back()) +
-                    ", expected the token count " + std::to_string(split.tokens.size()));
-  const auto bad = std::find_if(split.tokens.begin(), split.tokens.end(),
-                                [vocab_size](std::uint32_t t) { return t >= vocab_size; });
-  if (bad != split.tokens.end())
-    throw DataError(where + ": token id " + std::to_string(*bad) + " at position " +
-                    std::to_string(bad - split.tokens.begin()) + " is >= vocab_size " +
-                    std::to_string(vocab_size));
-}
-
 TokenStore TokenStore::from_splits(TokenStoreMeta meta, TokenSplit train, TokenSplit valid,
                                    const std::string& where) {
   check_token_split(train, meta.vocab_size, where + " (train)");
@@ -94,20 +75,6 @@ TokenStore TokenStore::from_splits(TokenStoreMeta meta, TokenSplit train, TokenS
   store.train_ = std::move(train);
   store.valid_ = std::move(valid);
   return store;
-}
-
-TokenStore TokenStore::open(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec) && !is_imported_format(path))
-    throw DataError(path + ": no such file (run 'pipelane prepare-data' first)");
-  try {
-    if (is_imported_format(path)) return import_token_file(path);
-    return open_hdf5(path);
-  } catch (const std::bad_alloc&) {  // what HDF5 reads is checked before; this is the rest
-    const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
-    throw DataError(path + ": out of memory loading the token file" +
-                    (ec ? std::string() : " (" + std::to_string(bytes >> 20) + " MiB on disk)"));
-  }
 }
 
 TokenStore TokenStore::open_hdf5(const std::string& path) {

@@ -11,12 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace pipelane {
+#include "datasets/token_split.h"
 
-struct TokenSplit {                        // one split held in memory
-  std::vector<std::uint32_t> tokens;       // all documents concatenated
-  std::vector<std::uint64_t> doc_offsets;  // n_docs + 1 entries, doc_offsets[0] = 0
-};
+namespace pipelane {
 
 struct TokenStoreMeta {
   std::string tokenizer;
@@ -28,24 +25,18 @@ struct TokenStoreMeta {
 inline constexpr const char* kTokenStoreFormat = "pipelane-tokens";
 inline constexpr int kTokenStoreFormatVersion = 1;
 
-// DataError (naming `where`) unless doc_offsets starts at 0, never decreases, ends at
-// tokens.size(), and every token is < vocab_size.
-void check_token_split(const TokenSplit& split, std::uint32_t vocab_size, const std::string& where);
-
 // Writes the file under a temporary name in the same directory and renames it at the end, so a
 // failure never leaves a file that looks complete. DataError on invalid splits or write failure.
 void write_token_store(const std::string& path, const TokenStoreMeta& meta,
                        const TokenSplit& train, const TokenSplit& valid);
-
-// "crc32:xxxxxxxx" of the two splits, as stored in the checksum attribute.
-std::string token_store_checksum(const TokenSplit& train, const TokenSplit& valid);
 
 class TokenStore {
  public:
   // DataError: missing file, not HDF5, corrupt, wrong format/version, token id >= vocab_size,
   // checksum mismatch. Besides .h5 token stores it reads, by file name, Megatron-LM indexed
   // datasets (X.bin + X.idx; give either) and llm.c token shards (.bin with magic 20240520); see
-  // datasets/importers.h for their formats and how a validation split is made for them.
+  // datasets/importers.h for their formats and how a validation split is made for them. Defined
+  // in token_file_dispatch.cpp, the one place that knows every format: this file reads HDF5 only.
   static TokenStore open(const std::string& path);
   // Builds a store from memory (importers); checks the splits like open() does.
   static TokenStore from_splits(TokenStoreMeta meta, TokenSplit train, TokenSplit valid,

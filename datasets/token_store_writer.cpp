@@ -1,16 +1,15 @@
 #include "datasets/token_store_writer.h"
 
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
 
 #include "datasets/data_error.h"
 #include "datasets/hdf5_handle.h"
+#include "datasets/token_split.h"
 
 namespace pipelane {
 namespace {
@@ -21,64 +20,6 @@ constexpr hsize_t kTokenChunk = hsize_t{1} << 16;  // elements per HDF5 chunk
 constexpr hsize_t kOffsetChunk = hsize_t{1} << 13;
 constexpr std::size_t kFlushTokens = std::size_t{1} << 18;  // buffered before a write (4 chunks)
 constexpr std::size_t kFlushOffsets = std::size_t{1} << 16;
-
-// CRC-32 of values as little-endian words of `bytes` bytes, the same on every host.
-template <typename T>
-uLong crc_little_endian(uLong crc, std::span<const T> values, int bytes) {
-  if constexpr (std::endian::native == std::endian::little && sizeof(T) <= 8) {
-    if (static_cast<std::size_t>(bytes) == sizeof(T)) {
-      const auto* data = reinterpret_cast<const unsigned char*>(values.data());
-      std::size_t left = values.size_bytes();
-      while (left > 0) {  // crc32 takes at most 4 GiB at a time
-        const auto n = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
-        crc = crc32(crc, data, n);
-        data += n;
-        left -= n;
-      }
-      return crc;
-    }
-  }
-  unsigned char buffer[8 * 1024];
-  std::size_t used = 0;
-  for (const T value : values) {
-    if (used + 8 > sizeof buffer) {
-      crc = crc32(crc, buffer, static_cast<uInt>(used));
-      used = 0;
-    }
-    for (int i = 0; i < bytes; ++i)
-      buffer[used++] = static_cast<unsigned char>(static_cast<std::uint64_t>(value) >> (8 * i));
-  }
-  return crc32(crc, buffer, static_cast<uInt>(used));
-}
-
-// The checksum attribute: CRC-32 over train tokens, train doc_offsets, valid tokens, valid
-// doc_offsets, in that order, kept as four running CRCs and combined at the end, so the four
-// streams can grow in any interleaving.
-class TokenChecksum {
- public:
-  void add_tokens(int split, std::span<const std::uint32_t> tokens) {
-    parts_[2 * split].crc = crc_little_endian(parts_[2 * split].crc, tokens, 4);
-    parts_[2 * split].bytes += 4 * tokens.size();
-  }
-  void add_offsets(int split, std::span<const std::uint64_t> offsets) {
-    parts_[2 * split + 1].crc = crc_little_endian(parts_[2 * split + 1].crc, offsets, 8);
-    parts_[2 * split + 1].bytes += 8 * offsets.size();
-  }
-  std::string text() const {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (const Part& part : parts_) crc = crc32_combine(crc, part.crc, static_cast<z_off_t>(part.bytes));
-    char text[24];
-    std::snprintf(text, sizeof text, "crc32:%08lx", static_cast<unsigned long>(crc));
-    return text;
-  }
-
- private:
-  struct Part {
-    uLong crc = crc32(0L, Z_NULL, 0);
-    std::uint64_t bytes = 0;
-  };
-  Part parts_[4];
-};
 
 // One extendible 1-D dataset written by appending.
 struct GrowingDataset {
@@ -230,10 +171,9 @@ void TokenStoreWriter::append(Split which, std::span<const std::uint32_t> tokens
   State& s = *state_;
   const int i = static_cast<int>(which);
   State::SplitState& split = s.splits[i];
-  const auto bad =
-      std::find_if(tokens.begin(), tokens.end(), [&](std::uint32_t t) { return t >= s.meta.vocab_size; });
-  if (bad != tokens.end())
-    throw DataError(s.path + ": token id " + std::to_string(*bad) + " is >= vocab_size " +
+  const std::size_t bad = first_out_of_vocab(tokens, s.meta.vocab_size);
+  if (bad != tokens.size())
+    throw DataError(s.path + ": token id " + std::to_string(tokens[bad]) + " is >= vocab_size " +
                     std::to_string(s.meta.vocab_size));
   s.checksum.add_tokens(i, tokens);
   split.token_buffer.insert(split.token_buffer.end(), tokens.begin(), tokens.end());
@@ -292,15 +232,6 @@ void write_token_store(const std::string& path, const TokenStoreMeta& meta, cons
   write(TokenStoreWriter::Split::kTrain, train);
   write(TokenStoreWriter::Split::kValid, valid);
   writer.finish();
-}
-
-std::string token_store_checksum(const TokenSplit& train, const TokenSplit& valid) {
-  TokenChecksum checksum;
-  checksum.add_tokens(0, train.tokens);
-  checksum.add_offsets(0, train.doc_offsets);
-  checksum.add_tokens(1, valid.tokens);
-  checksum.add_offsets(1, valid.doc_offsets);
-  return checksum.text();
 }
 
 }  // namespace pipelane

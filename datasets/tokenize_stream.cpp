@@ -18,6 +18,7 @@ constexpr std::size_t kBatchBytes = std::size_t{256} << 10;  // text per batch, 
 struct Batch {
   std::uint64_t sequence = 0;
   std::vector<TextSegment> segments;
+  std::vector<std::uint8_t> continues;  // per segment: it continues the previous one's document
 };
 
 struct Finished {
@@ -29,7 +30,7 @@ struct Finished {
 // takes the results back in sequence. Destroying the pool stops and joins the workers.
 class WorkerPool {
  public:
-  WorkerPool(int threads, const std::function<SegmentEncoder()>& make_encoder) {
+  WorkerPool(int threads, const std::function<ContinuingSegmentEncoder()>& make_encoder) {
     for (int t = 0; t < threads; ++t) workers_.emplace_back([this, &make_encoder] { work(make_encoder); });
   }
   ~WorkerPool() {
@@ -58,8 +59,8 @@ class WorkerPool {
   }
 
  private:
-  void work(const std::function<SegmentEncoder()>& make_encoder) {
-    SegmentEncoder encode;
+  void work(const std::function<ContinuingSegmentEncoder()>& make_encoder) {
+    ContinuingSegmentEncoder encode;
     std::exception_ptr setup_error;
     try {
       encode = make_encoder();
@@ -92,12 +93,13 @@ class WorkerPool {
     }
   }
 
-  static void tokenize(Batch& batch, const SegmentEncoder& encode, Finished& result) {
+  static void tokenize(Batch& batch, const ContinuingSegmentEncoder& encode, Finished& result) {
     result.segments.reserve(batch.segments.size());
-    for (TextSegment& segment : batch.segments) {
+    for (std::size_t i = 0; i < batch.segments.size(); ++i) {
+      TextSegment& segment = batch.segments[i];
       TokenizedSegment out{segment.ends_document, std::move(segment.where), {}};
       try {
-        encode(segment.text, out.ids);
+        encode(segment.text, batch.continues[i] != 0, out.ids);
       } catch (const std::bad_alloc&) {
         throw DataError(out.where + ": out of memory tokenizing " + std::to_string(segment.text.size()) +
                         " bytes of text");
@@ -120,14 +122,23 @@ class WorkerPool {
 void tokenize_stream(int threads, const std::function<SegmentEncoder()>& make_encoder,
                      const std::function<bool(TextSegment&)>& next,
                      const std::function<void(TokenizedSegment&&)>& consume) {
+  const std::function<ContinuingSegmentEncoder()> make_continuing = [&make_encoder]() -> ContinuingSegmentEncoder {
+    return [encode = make_encoder()](std::string_view text, bool, std::vector<std::uint32_t>& ids) { encode(text, ids); };
+  };
+  tokenize_stream(threads, make_continuing, next, consume);
+}
+
+void tokenize_stream(int threads, const std::function<ContinuingSegmentEncoder()>& make_encoder,
+                     const std::function<bool(TextSegment&)>& next,
+                     const std::function<void(TokenizedSegment&&)>& consume) {
   if (threads < 1) threads = 1;
   WorkerPool pool(threads, make_encoder);
   const std::uint64_t max_in_flight = 2 * static_cast<std::uint64_t>(threads);
   std::uint64_t submitted = 0, consumed = 0;
-  bool input_done = false;
+  bool input_done = false, continues = false;
   for (;;) {
     while (!input_done && submitted - consumed < max_in_flight) {
-      Batch batch{submitted, {}};
+      Batch batch{submitted, {}, {}};
       std::size_t bytes = 0;
       while (bytes < kBatchBytes) {
         TextSegment segment;
@@ -136,6 +147,8 @@ void tokenize_stream(int threads, const std::function<SegmentEncoder()>& make_en
           break;
         }
         bytes += segment.text.size();
+        batch.continues.push_back(continues ? 1 : 0);
+        continues = !segment.ends_document;
         batch.segments.push_back(std::move(segment));
       }
       if (batch.segments.empty()) break;

@@ -37,4 +37,19 @@ bool is_unicode_whitespace(char32_t c) {
   return in_ranges(kSpaceRanges, c);
 }
 
+bool is_unicode_white_space(char32_t c) {
+  if (c < 0x80) return c == ' ' || (c >= 0x09 && c <= 0x0d);
+  return in_ranges(kWhiteSpaceRanges, c);
+}
+
+bool is_unicode_upper_or_caseless(char32_t c) {
+  if (c < 0x80) return c >= 'A' && c <= 'Z';
+  return in_ranges(kUpperOrCaselessRanges, c);
+}
+
+bool is_unicode_lower_or_caseless(char32_t c) {
+  if (c < 0x80) return c >= 'a' && c <= 'z';
+  return in_ranges(kLowerOrCaselessRanges, c);
+}
+
 }  // namespace pipelane

@@ -1,5 +1,6 @@
-// Character classes of the GPT-2 pre-tokeniser regex (\p{L}, \p{N}, \s), taken from node's regex
-// engine so our splits equal those of the npm `gpt-3-encoder` package the tests compare against.
+// Character classes of the pre-tokeniser regexes (\p{L}, \p{N}, \s, o200k's cased classes,
+// White_Space), taken from node's regex engine so our splits equal those of the npm packages the
+// tests compare against.
 #pragma once
 #include <cstdint>
 
@@ -8,5 +9,10 @@ namespace pipelane {
 bool is_unicode_letter(char32_t c);      // \p{L}
 bool is_unicode_number(char32_t c);      // \p{N}
 bool is_unicode_whitespace(char32_t c);  // JavaScript \s (differs from Python's str.isspace)
+// The \s of the Rust engines tiktoken and Hugging Face tokenizers run (Unicode White_Space): JS \s
+// without U+FEFF, plus U+0085.
+bool is_unicode_white_space(char32_t c);
+bool is_unicode_upper_or_caseless(char32_t c);  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+bool is_unicode_lower_or_caseless(char32_t c);  // [\p{Ll}\p{Lm}\p{Lo}\p{M}]
 
 }  // namespace pipelane

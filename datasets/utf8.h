@@ -32,6 +32,9 @@ std::string repair_utf8(std::string_view text, InvalidUtf8 policy, const std::st
 // letters included, is unchanged. What a file or a user wrote is echoed through it.
 std::string printable(std::string_view text);
 
+// Appends the UTF-8 of code point `c` (< 0x110000).
+void append_utf8(std::string& out, char32_t c);
+
 // Decodes the code point at text[pos] of valid UTF-8; sets `length` to its byte count.
 inline char32_t decode_utf8_at(std::string_view text, std::size_t pos, std::size_t& length) {
   const auto b0 = static_cast<unsigned char>(text[pos]);

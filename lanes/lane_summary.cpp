@@ -95,6 +95,11 @@ void add(CombinedLaneSummary& total, const StageLaneSummary& rank) {
 
 }  // namespace
 
+double CombinedLaneSummary::harvest_fraction() const { return fraction(harvested_s, bubble_s); }
+double CombinedLaneSummary::harvest_fraction_after_profiling() const {
+  return fraction(harvested_after_profiling_s, bubble_after_profiling_s);
+}
+
 CombinedLaneSummary combine_lane_summaries(const std::vector<StageLaneSummary>& ranks) {
   CombinedLaneSummary total;
   for (const StageLaneSummary& rank : ranks) add(total, rank);
@@ -187,11 +192,11 @@ nlohmann::json to_json(const CombinedLaneSummary& c) {
     quarantined.push_back({{"lane", q.lane}, {"rank", q.rank}, {"reason", q.reason}});
   return {{"bubble_s", c.bubble_s},
           {"harvested_s", c.harvested_s},
-          {"harvest_fraction", fraction(c.harvested_s, c.bubble_s)},
+          {"harvest_fraction", c.harvest_fraction()},
           {"overrun_s", c.overrun_s},
           {"bubble_after_profiling_s", c.bubble_after_profiling_s},
           {"harvested_after_profiling_s", c.harvested_after_profiling_s},
-          {"harvest_fraction_after_profiling", fraction(c.harvested_after_profiling_s, c.bubble_after_profiling_s)},
+          {"harvest_fraction_after_profiling", c.harvest_fraction_after_profiling()},
           {"lanes", lanes},
           {"quarantined", quarantined}};
 }

@@ -1,8 +1,7 @@
 // Lane accounting as typed data: what one stage's GapScheduler did (StageLaneSummary), and the
 // same combined over ranks (CombinedLaneSummary: the whole job, or one pipeline stage). JSON only
-// at the edges: to_json for summary.json and for the gather of every rank's summary on rank 0,
-// stage_lane_summary_from_json for that gather and for replaying a run's plan. The JSON field
-// names are summary.json's (scripts and tests read them).
+// at the edges: to_json for summary.json, stage_lane_summary_from_json for reading one back (a
+// run's plan replayed). The JSON field names are summary.json's (scripts and tests read them).
 #pragma once
 #include <cstddef>
 #include <map>
@@ -89,6 +88,9 @@ struct CombinedLaneSummary {
   double harvested_after_profiling_s = 0;
   std::map<std::string, LaneTotal> lanes;
   std::vector<QuarantinedLane> quarantined;
+
+  double harvest_fraction() const;  // harvested_s / bubble_s (0 without waits); the same after profiling:
+  double harvest_fraction_after_profiling() const;
 };
 
 // Sums over `ranks` (all of them: the job's totals).

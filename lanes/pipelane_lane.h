@@ -20,9 +20,9 @@
  *
  * Steps. The scheduler fits steps into measured pipeline bubbles by their measured cost, so a
  * step must do a bounded and roughly constant amount of work: a fixed-size slice (a chunk of a
- * file, a batch of edges), never "everything done so far again". A step taking more than 10x its
- * predicted cost on two steps in a row gets the lane quarantined (torn down, training carries on);
- * a step whose cost keeps growing with progress gets there sooner or later. Keep steps to a few
+ * file, a batch of edges), never "everything done so far again". A lane with 3 steps among its
+ * last 16 that took more than 10x their predicted cost is quarantined (torn down, training
+ * carries on); a step whose cost keeps growing with progress gets there sooner or later. Keep steps to a few
  * milliseconds: a lane can only fill a bubble longer than its step.
  *
  * Sharding. The same [lanes] configuration runs one instance of the lane on every rank of every

@@ -1,22 +1,42 @@
 #include "model/adamw.h"
 
+#include <vector>
+
 namespace pipelane {
+
+namespace {
+
+// The entries' sums of squares from one call (one wait for the stream on a GPU), added in the
+// layout's order: the same double as summing one sum_squares call per entry.
+template <typename Counts>
+double sum_of_entries(const ParamLayout& layout, const float* grads, Backend& backend, Stream& stream,
+                      Counts counts) {
+  std::vector<const float*> slices;
+  std::vector<std::size_t> sizes;
+  for (const ParamEntry& e : layout.entries())
+    if (counts(e)) {
+      slices.push_back(grads + e.offset);
+      sizes.push_back(e.numel);
+    }
+  std::vector<double> sums(slices.size());
+  backend.sum_squares_each(sums.data(), slices.data(), sizes.data(), slices.size(), stream);
+  double total = 0.0;
+  for (double s : sums) total += s;
+  return total;
+}
+
+}  // namespace
 
 double grad_sum_squares(const ParamLayout& layout, const float* grads, Backend& backend,
                         Stream& stream) {
-  double total = 0.0;
-  for (const ParamEntry& e : layout.entries())
-    total += backend.sum_squares(grads + e.offset, e.numel, stream);
-  return total;
+  return sum_of_entries(layout, grads, backend, stream, [](const ParamEntry&) { return true; });
 }
 
 double grad_sum_squares_for_global_norm(const ParamLayout& layout, const float* grads,
                                         Backend& backend, Stream& stream) {
-  double total = 0.0;
-  for (const ParamEntry& e : layout.entries())
-    if (e.sharded() || layout.tp().rank == 0)
-      total += backend.sum_squares(grads + e.offset, e.numel, stream);
-  return total;
+  const bool tp_rank0 = layout.tp().rank == 0;
+  return sum_of_entries(layout, grads, backend, stream,
+                        [tp_rank0](const ParamEntry& e) { return e.sharded() || tp_rank0; });
 }
 
 float clip_scale(double grad_norm, float max_norm) {

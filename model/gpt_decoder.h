@@ -1,4 +1,4 @@
-// Incremental decoding of a whole GPT-2 (inference only): tokens are appended to a KV cache and
+// Incremental decoding of a whole model of either family (inference only): tokens are appended to a KV cache and
 // the head's logits of the last position come back, so generating N tokens costs N single-row
 // passes instead of N full-context forwards. Computes through a Backend on one Stream: the
 // decoder copies the parameters (a whole-model layout's flat buffer, ParamLayout(cfg,
@@ -36,6 +36,8 @@ class GptDecoder {
 
  private:
   void run_chunk(const std::int32_t* tokens, int n);
+  void norm(const float* x, std::size_t w, std::size_t b, int n);  // into ln_
+  void attend(const LayerOffsets& o, int l, int n);                // ln_ -> atty_
 
   const ParamLayout& layout_;
   Backend& backend_;
@@ -44,8 +46,9 @@ class GptDecoder {
   int position_ = 0;
   std::unique_ptr<Arena> memory_;  // everything below lives here (backend memory)
   float* params_ = nullptr;
-  float *kcache_ = nullptr, *vcache_ = nullptr;  // [layers][context][C]
+  float *kcache_ = nullptr, *vcache_ = nullptr;  // [layers][context][kv_heads * head size]
   float *x_, *ln_, *mean_, *rstd_, *qkv_, *atty_, *proj_, *fch_, *fch_gelu_, *scores_, *logits_;
+  float *up_ = nullptr, *rope_ = nullptr;  // SwiGLU's up projection; RoPE's table
   std::int32_t* tokens_ = nullptr;
   std::vector<float> host_logits_;
 };

@@ -26,38 +26,111 @@ ParamLayout::ParamLayout(const GptConfig& cfg, StageRange range, TensorParallelS
   if (cfg.heads % tp.size != 0)
     throw std::invalid_argument("tensor parallel size (" + std::to_string(tp.size) +
                                 ") does not divide heads (" + std::to_string(cfg.heads) + ")");
+  if (cfg.n_kv_heads() % tp.size != 0)
+    throw std::invalid_argument("tensor parallel size (" + std::to_string(tp.size) +
+                                ") does not divide kv_heads (" + std::to_string(cfg.n_kv_heads()) + ")");
+  if (cfg.mlp_hidden() % tp.size != 0)
+    throw std::invalid_argument("tensor parallel size (" + std::to_string(tp.size) +
+                                ") does not divide the MLP width (" + std::to_string(cfg.mlp_hidden()) + ")");
   vocab_padded_ = cfg.padded_vocab_for_tp(tp.size);
   vocab_local_ = vocab_padded_ / tp.size;
   vocab_begin_ = tp.rank * vocab_local_;
+  if (cfg.split_projections()) add_llama_family();
+  else add_gpt2_family();
+}
 
-  const std::int64_t C = cfg.d_model, Vp = vocab_padded_;
+// GPT2LMHeadModel's names (without "transformer."), in its order.
+void ParamLayout::add_gpt2_family() {
+  const GptConfig& cfg = cfg_;
+  const std::int64_t C = cfg.d_model, Vp = vocab_padded_, F = cfg.mlp_hidden();
   const float std_w = 0.02f;
   // GPT-2 scales the init of projections into the residual stream by 1/sqrt(2 * layers).
   const float std_resid = 0.02f / std::sqrt(2.0f * cfg.layers);
   constexpr int kRep = -1, kRows = 0, kCols = 1;
-  if (range.has_embedding || range.has_head) wte = add("wte", {Vp, C}, kRows, 1, true, std_w);
-  if (range.has_embedding) wpe = add("wpe", {cfg.max_seq_len, C}, kRep, 1, true, std_w);
+  const StageRange& range = range_;
+  if (range.has_embedding || (range.has_head && cfg.tie_embeddings)) wte = add("wte", {Vp, C}, kRows, 1, true, std_w);
+  if (range.has_embedding && cfg.has_learned_positions()) wpe = add("wpe", {cfg.max_seq_len, C}, kRep, 1, true, std_w);
   for (int l = range.first_layer; l < range.last_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    LayerOffsets o{};
+    LayerOffsets o = no_offsets();
     o.ln1w = add(h + "ln_1.weight", {C}, kRep, 1, false, 0.f, 1.f);
-    o.ln1b = add(h + "ln_1.bias", {C}, kRep, 1, false, 0.f);
+    if (cfg.norm_has_bias()) o.ln1b = add(h + "ln_1.bias", {C}, kRep, 1, false, 0.f);
     o.qkvw = add(h + "attn.c_attn.weight", {3 * C, C}, kRows, 3, true, std_w);
-    o.qkvb = add(h + "attn.c_attn.bias", {3 * C}, kRows, 3, false, 0.f);
+    if (cfg.qkv_bias()) o.qkvb = add(h + "attn.c_attn.bias", {3 * C}, kRows, 3, false, 0.f);
     o.attprojw = add(h + "attn.c_proj.weight", {C, C}, kCols, 1, true, std_resid);
-    o.attprojb = add(h + "attn.c_proj.bias", {C}, kRep, 1, false, 0.f);
+    if (cfg.linear_bias()) o.attprojb = add(h + "attn.c_proj.bias", {C}, kRep, 1, false, 0.f);
     o.ln2w = add(h + "ln_2.weight", {C}, kRep, 1, false, 0.f, 1.f);
-    o.ln2b = add(h + "ln_2.bias", {C}, kRep, 1, false, 0.f);
-    o.fcw = add(h + "mlp.c_fc.weight", {4 * C, C}, kRows, 1, true, std_w);
-    o.fcb = add(h + "mlp.c_fc.bias", {4 * C}, kRows, 1, false, 0.f);
-    o.fcprojw = add(h + "mlp.c_proj.weight", {C, 4 * C}, kCols, 1, true, std_resid);
-    o.fcprojb = add(h + "mlp.c_proj.bias", {C}, kRep, 1, false, 0.f);
+    if (cfg.norm_has_bias()) o.ln2b = add(h + "ln_2.bias", {C}, kRep, 1, false, 0.f);
+    o.fcw = add(h + "mlp.c_fc.weight", {F, C}, kRows, 1, true, std_w);
+    if (cfg.linear_bias()) o.fcb = add(h + "mlp.c_fc.bias", {F}, kRows, 1, false, 0.f);
+    o.fcprojw = add(h + "mlp.c_proj.weight", {C, F}, kCols, 1, true, std_resid);
+    if (cfg.linear_bias()) o.fcprojb = add(h + "mlp.c_proj.bias", {C}, kRep, 1, false, 0.f);
     layers.push_back(o);
   }
   if (range.has_head) {
     lnfw = add("ln_f.weight", {C}, kRep, 1, false, 0.f, 1.f);
-    lnfb = add("ln_f.bias", {C}, kRep, 1, false, 0.f);
+    if (cfg.norm_has_bias()) lnfb = add("ln_f.bias", {C}, kRep, 1, false, 0.f);
+    head = cfg.tie_embeddings ? wte : add(kHeadName, {Vp, C}, kRows, 1, true, std_w);
   }
+}
+
+// LlamaForCausalLM's names, in its order (Mistral and Qwen2 use the same). Hugging Face's
+// initialisation: normal(0, 0.02) for every matrix and embedding, no depth scaling; norms 1.
+void ParamLayout::add_llama_family() {
+  const GptConfig& cfg = cfg_;
+  const std::int64_t C = cfg.d_model, Vp = vocab_padded_, F = cfg.mlp_hidden();
+  const std::int64_t KV = static_cast<std::int64_t>(cfg.n_kv_heads()) * cfg.head_size();
+  const float std_w = 0.02f;
+  constexpr int kRep = -1, kRows = 0, kCols = 1;
+  const StageRange& range = range_;
+  const bool norm_bias = cfg.norm_has_bias();
+  if (range.has_embedding || (range.has_head && cfg.tie_embeddings))
+    wte = add("model.embed_tokens.weight", {Vp, C}, kRows, 1, true, std_w);
+  if (range.has_embedding && cfg.has_learned_positions())
+    wpe = add("model.embed_positions.weight", {cfg.max_seq_len, C}, kRep, 1, true, std_w);
+  for (int l = range.first_layer; l < range.last_layer; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    LayerOffsets o = no_offsets();
+    o.ln1w = add(h + "input_layernorm.weight", {C}, kRep, 1, false, 0.f, 1.f);
+    if (norm_bias) o.ln1b = add(h + "input_layernorm.bias", {C}, kRep, 1, false, 0.f);
+    o.qkvw = add(h + "self_attn.q_proj.weight", {C, C}, kRows, 1, true, std_w);
+    if (cfg.qkv_bias()) o.qkvb = add(h + "self_attn.q_proj.bias", {C}, kRows, 1, false, 0.f);
+    o.kw = add(h + "self_attn.k_proj.weight", {KV, C}, kRows, 1, true, std_w);
+    if (cfg.qkv_bias()) o.kb = add(h + "self_attn.k_proj.bias", {KV}, kRows, 1, false, 0.f);
+    o.vw = add(h + "self_attn.v_proj.weight", {KV, C}, kRows, 1, true, std_w);
+    if (cfg.qkv_bias()) o.vb = add(h + "self_attn.v_proj.bias", {KV}, kRows, 1, false, 0.f);
+    o.attprojw = add(h + "self_attn.o_proj.weight", {C, C}, kCols, 1, true, std_w);
+    if (cfg.linear_bias()) o.attprojb = add(h + "self_attn.o_proj.bias", {C}, kRep, 1, false, 0.f);
+    o.ln2w = add(h + "post_attention_layernorm.weight", {C}, kRep, 1, false, 0.f, 1.f);
+    if (norm_bias) o.ln2b = add(h + "post_attention_layernorm.bias", {C}, kRep, 1, false, 0.f);
+    if (cfg.mlp == MlpKind::SwiGlu) {
+      o.gatew = add(h + "mlp.gate_proj.weight", {F, C}, kRows, 1, true, std_w);
+      if (cfg.linear_bias()) o.gateb = add(h + "mlp.gate_proj.bias", {F}, kRows, 1, false, 0.f);
+    }
+    o.fcw = add(h + "mlp.up_proj.weight", {F, C}, kRows, 1, true, std_w);
+    if (cfg.linear_bias()) o.fcb = add(h + "mlp.up_proj.bias", {F}, kRows, 1, false, 0.f);
+    o.fcprojw = add(h + "mlp.down_proj.weight", {C, F}, kCols, 1, true, std_w);
+    if (cfg.linear_bias()) o.fcprojb = add(h + "mlp.down_proj.bias", {C}, kRep, 1, false, 0.f);
+    layers.push_back(o);
+  }
+  if (range.has_head) {
+    lnfw = add("model.norm.weight", {C}, kRep, 1, false, 0.f, 1.f);
+    if (norm_bias) lnfb = add("model.norm.bias", {C}, kRep, 1, false, 0.f);
+    head = cfg.tie_embeddings ? wte : add(kHeadName, {Vp, C}, kRows, 1, true, std_w);
+  }
+}
+
+LayerOffsets ParamLayout::no_offsets() {
+  return {npos, npos, npos, npos, npos, npos, npos, npos, npos, npos, npos, npos,
+          npos, npos, npos, npos, npos, npos};
+}
+
+std::string ParamLayout::embedding_name() const {
+  return cfg_.split_projections() ? "model.embed_tokens.weight" : "wte";
+}
+
+const ParamEntry* ParamLayout::tied_embedding() const {
+  return cfg_.tie_embeddings ? find(embedding_name()) : nullptr;
 }
 
 std::size_t ParamLayout::add(std::string name, std::vector<std::int64_t> full_shape, int shard_dim,

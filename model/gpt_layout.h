@@ -1,7 +1,10 @@
 // Where every parameter of one stage lives in its flat buffer (llm.c style: one allocation, a size
-// table). Gradients and AdamW moments use the same layout. Names follow Hugging Face's GPT-2
-// ("h.3.attn.c_attn.weight") with global layer numbers, so a tensor has the same name on whichever
-// stage holds it.
+// table). Gradients and AdamW moments use the same layout. Names follow Hugging Face's for the
+// config's family, with global layer numbers, so a tensor has the same name on whichever stage
+// holds it: GPT-2's ("h.3.attn.c_attn.weight") or LlamaForCausalLM's
+// ("model.layers.3.self_attn.q_proj.weight"; the full list is in gpt_layout.cpp). Tensors a
+// config lacks (biases under bias = none, wpe under position = rope, norm biases under rmsnorm)
+// are not in the table, and their offsets are npos.
 //
 // Tensor parallelism (model/tensor_parallel.h). A layout built for tp rank r of tp holds, per
 // name, a slice of the full model's tensor, recorded in its ParamEntry:
@@ -18,6 +21,10 @@
 //   h.L.attn.c_proj.weight [C, C]   shard_dim 1 (row-parallel: the input columns of the heads)
 //   h.L.mlp.c_proj.weight  [C, 4C]  shard_dim 1 (row-parallel)
 //   everything else (wpe, LayerNorms, both c_proj biases) replicated.
+// The Llama family (KV = kv_heads * head size, F = the MLP width): q_proj [C, C] and its bias
+// rows, k_proj/v_proj [KV, C] rows (this rank's kv heads), gate_proj/up_proj [F, C] rows,
+// o_proj [C, C] and down_proj [C, F] columns, embed_tokens and an untied lm_head [Vp, C] rows
+// (vocab-parallel); the norms and the o_proj/down_proj biases replicated.
 // shard_dim/shard_blocks are recorded at tp == 1 too (they say how the tensor would be split);
 // ParamEntry::sharded() is true only when tp > 1 actually cuts it. full_index_of / local_index_of
 // map indices, slice_from_full / place_into_full / gather_full_tensor move whole tensors, so a
@@ -55,8 +62,12 @@ struct TensorParallelShard {
   int size = 1;
 };
 
+// A layer's tensors. GPT-2 family: qkvw/qkvb are c_attn (q, k and v fused), fcw/fcb c_fc. Llama
+// family: qkvw/qkvb are q_proj, kw/kb and vw/vb k_proj and v_proj, gatew/gateb gate_proj (SwiGLU),
+// fcw/fcb up_proj, fcprojw/fcprojb down_proj, attprojw/attprojb o_proj. npos: not in this config.
 struct LayerOffsets {
   std::size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+  std::size_t kw, kb, vw, vb, gatew, gateb;
 };
 
 class ParamLayout {
@@ -76,17 +87,34 @@ class ParamLayout {
   int padded_vocab() const { return vocab_padded_; }
   int vocab_begin() const { return vocab_begin_; }
   int vocab_local() const { return vocab_local_; }
-  // Per-rank sizes: heads, and the widths of q/k/v (C/tp) and of the MLP hidden layer (4C/tp).
+  // Per-rank sizes: heads, and the widths of q/k/v (C/tp) and of the MLP hidden layer (4C/tp, or
+  // the config's mlp_hidden()/tp); kv heads and the width of k and v (kv_heads * head size / tp).
   int local_heads() const { return cfg_.heads / tp_.size; }
   int local_attn_width() const { return cfg_.d_model / tp_.size; }
-  int local_mlp_width() const { return 4 * cfg_.d_model / tp_.size; }
+  int local_mlp_width() const { return cfg_.mlp_hidden() / tp_.size; }
+  int local_kv_heads() const { return cfg_.n_kv_heads() / tp_.size; }
+  int local_kv_width() const { return local_kv_heads() * cfg_.head_size(); }
 
-  // Offsets for the hot path; npos where this stage does not hold the tensor.
+  // Names of the family's top-level tensors: "wte" or "model.embed_tokens.weight", "lm_head.weight".
+  std::string embedding_name() const;
+  static constexpr const char* kHeadName = "lm_head.weight";
+  // The token embedding when the head is tied to it and this stage holds it (the executor sums
+  // its gradient over the two stages that hold a copy), else null.
+  const ParamEntry* tied_embedding() const;
+  // The tensors with a row per padded vocabulary entry (the embedding, an untied head): their
+  // padding differs between tp degrees (GptConfig::padded_vocab_for_tp).
+  bool is_vocab_table(const std::string& name) const { return name == embedding_name() || name == kHeadName; }
+
+  // Offsets for the hot path; npos where this stage does not hold the tensor. head is the LM
+  // head's weight: wte when tied, lm_head.weight otherwise.
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
-  std::size_t wte = npos, wpe = npos, lnfw = npos, lnfb = npos;
+  std::size_t wte = npos, wpe = npos, lnfw = npos, lnfb = npos, head = npos;
   std::vector<LayerOffsets> layers;  // index 0 is range.first_layer
 
  private:
+  void add_gpt2_family();
+  void add_llama_family();
+  static LayerOffsets no_offsets();
   std::size_t add(std::string name, std::vector<std::int64_t> full_shape, int shard_dim,
                   int shard_blocks, bool decay, float std, float value = 0.f);
   GptConfig cfg_;

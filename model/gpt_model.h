@@ -1,4 +1,7 @@
-// One pipeline stage of a GPT-2: a range of layers plus optionally the embedding and the head.
+// One pipeline stage of a GPT-2 or Llama-family model (GptConfig::arch and its keys: norm,
+// position, mlp, kv_heads, tie_embeddings, bias): a range of layers plus optionally the embedding
+// and the head. Both families run through the same code; what differs is chosen per sublayer
+// (gpt_block.cpp).
 // The whole model is the stage that holds everything. Memory comes from the caller's arenas
 // (backend memory), laid out from size tables: parameters/gradients/moments (ParamLayout),
 // activations per in-flight microbatch (MicrobatchActivations), and scratch shared by every
@@ -8,27 +11,36 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include "model/gpt_layout.h"
+#include "model/recompute.h"
 #include "model/tensor_parallel.h"
 #include "runtime/arena.h"
 #include "runtime/backend.h"
 
 namespace pipelane {
 
+// GPT-2 family: qkv is c_attn's output [N,3CA]; fch is c_fc's output, fch_gelu its GeLU. Llama
+// family: q, k, v are q_proj/k_proj/v_proj's outputs ([N,CA], [N,KV], [N,KV], KV = this rank's kv
+// heads x head size; one allocation, qkv == q), after RoPE; fch is gate_proj's output (SwiGLU) or
+// up_proj's (GeLU), up is up_proj's (SwiGLU only) and fch_gelu the activation fed to down_proj.
+// ln*_mean are null under rmsnorm.
 struct LayerActivations {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res_attn;
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res_out;
+  float *q, *k, *v, *up;
   // Split backward only (null otherwise): the gradients flowing into this layer's matmuls and
   // layernorms, written by backward_input and consumed by backward_weight. In backward order:
   //   d_res_out  [N,C]     of res_out (mlp.c_proj's output)
   //   d_fch      [N,CM]    of fch (c_fc's output), CM = 4C/tp
   //   d_ln2      [N,C]     of ln2 (all-reduced under tp)
   //   d_res_attn [N,C]     of res_attn (attn.c_proj's output)
-  //   d_qkv      [N,3CA]   of qkv (c_attn's output), CA = C/tp
+  //   d_qkv      [N,3CA]   of qkv (c_attn's output), CA = C/tp; Llama: of q, k and v
   //   d_ln1      [N,C]     of ln1 (all-reduced under tp)
-  float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1;
+  //   d_up       [N,CM]    SwiGLU only: of up (d_fch is then gate's)
+  float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1, *d_up;
 };
 
 // Everything forward keeps for backward, for one microbatch of B x T tokens. Under tensor
@@ -53,9 +65,18 @@ struct StageScratch {
   float *proj = nullptr;   // [N,C] forward projection output before the residual add
   float *dres = nullptr;   // [N,C] gradient of the residual stream
   float *dtmp = nullptr;   // [N,C]
-  float *dqkv = nullptr;   // [N,3C]
-  float *d4c = nullptr;    // [N,4C]
+  float *dqkv = nullptr;   // [N,3C] (Llama family: dq, dk, dv)
+  float *d4c = nullptr;    // [N,4C] (the MLP width)
   float *logits = nullptr; // lm_head_chunk_rows x Vp (tp > 1: the vocab-parallel head's scratch)
+  // Only where the config needs them (null otherwise):
+  float *dtmp2 = nullptr;  // [N,C] the second input gradient of split q/k/v or gate/up, summed into dtmp
+  float *dgate = nullptr, *dup = nullptr;  // [N,CM] SwiGLU's gate and up gradients
+  float *rope = nullptr;   // [max_seq_len, head_size] RoPE's cos/sin table (model/rope_table.h), filled once
+  // Recomputation's workspace (model/recompute.h), shared by every microbatch like the rest:
+  // selective: one layer's attention-core state and a throwaway copy of its output [N,CA];
+  // full: the forward activations of the largest group of layers recomputed together.
+  float *recompute_att = nullptr, *recompute_atty = nullptr;
+  std::vector<LayerActivations> recompute_layers;
 };
 
 class GptStage {
@@ -65,14 +86,17 @@ class GptStage {
   // the group's collectives inside forward and backward, so every rank of the group must run the
   // same calls in the same order. Ops run on `stream` of `backend`. The backend, the stream and
   // the comm must outlive the stage.
+  // `recompute` says what each layer keeps for backward (model/recompute.h): activations and
+  // scratch are sized and used accordingly, with bit-identical results for every choice.
   GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
-           TensorParallelComm* tp = nullptr);
+           TensorParallelComm* tp = nullptr, RecomputeOptions recompute = {});
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return layout_.config(); }
   const StageRange& range() const { return layout_.range(); }
   Backend& backend() const { return backend_; }
   Stream& stream() const { return stream_; }
+  const RecomputeOptions& recompute() const { return recompute_; }
 
   // Bytes for one microbatch's activations / for the shared scratch (arena alignment included).
   // split_backward: also room for what backward_weight needs after backward_input (per layer
@@ -146,12 +170,77 @@ class GptStage {
   StageScratch plan_scratch(Alloc&& alloc, int B, int T) const;
 
   void reduce_sum(float* data, std::size_t n) const;
+
+  // One layer's sublayers for either family (gpt_block.cpp). Forward: ln1 -> s.proj (attention),
+  // ln2 -> s.proj (MLP), each with its bias and tp reduction. Backward: s.dres (the gradient of
+  // the sublayer's output) -> s.dtmp (of its normalised input, all-reduced); _input keeps in the
+  // layer's d_* buffers what _weight consumes.
+  struct Dims {
+    int B, T, N, C, NH, KVH, hs, CA, KV, CM;
+    std::size_t NC;
+  };
+  Dims dims(int B, int T) const;
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* params, std::size_t w,
+                    std::size_t b, int N) const;
+  void norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const float* params,
+                     std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const;
+  void norm_backward_input(float* dinp, const float* dout, const float* inp, const float* params, std::size_t w,
+                           const float* mean, const float* rstd, int N) const;
+  void norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
+                            const float* mean, const float* rstd, int N) const;
+  void rope(float* x, const float* table, int heads, int ld, const Dims& d, bool backward) const;
+  void out_projection(float* out, const float* params, const float* inp, std::size_t w, std::size_t b, int in,
+                      const Dims& d) const;
+  void attention_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                         const Dims& d) const;
+  void mlp_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                   const Dims& d) const;
+  void attention_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+                          StageScratch& s, const Dims& d) const;
+  void mlp_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+                    StageScratch& s, const Dims& d) const;
+  void attention_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                                const Dims& d) const;
+  void mlp_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                          const Dims& d) const;
+  void attention_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+                                 const Dims& d) const;
+  void mlp_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o, const Dims& d) const;
+  // Sum of the input gradients of the matrices that read the same input (q, k, v; gate, up):
+  // dx (=) = sum_i dy_i @ W_i, in order, each through matmul_backward_input's GEMM.
+  void input_gradient_sum(float* dx, float* tmp, const float* params, std::initializer_list<std::size_t> weights,
+                          std::initializer_list<const float*> douts, std::initializer_list<int> widths,
+                          const Dims& d) const;
+  void check_backend_supports_config() const;
+  // Recomputation (model/recompute.h). One layer's forward from x into h (the same ops whether
+  // it is the pass or a rerun); the layer's buffers for the forward pass and for backward (a
+  // full-recompute layer's live in the workspace, its d_* in `a`); the input of layer l as
+  // backward sees it; a full group rerun into the workspace, ending at layer l; the attention
+  // core's state rebuilt for a selective layer.
+  template <typename Alloc>
+  LayerActivations plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
+                              bool split_backward) const;
+  void layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                     const float* x, const Dims& d) const;
+  LayerActivations forward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
+  LayerActivations backward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
+  const float* backward_input_of(const MicrobatchActivations& a, const StageScratch& s, int l) const;
+  void recompute_group(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
+  void recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const;
+  // Before layer l's backward (whole, B, or W when `weight_half`): whatever recomputation it needs.
+  void before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d,
+                             bool weight_half) const;
+  void embed(const float* params, MicrobatchActivations& a, const std::int32_t* tokens) const;
+  void embed_backward(float* grads, const MicrobatchActivations& a, const float* dx, const std::int32_t* tokens) const;
+
   std::function<void()> between_layers_;
 
   ParamLayout layout_;
   Backend& backend_;
   Stream& stream_;
   TensorParallelComm* tp_ = nullptr;  // null when tp == 1
+  RecomputeOptions recompute_;
+  std::vector<LayerRecompute> recompute_plan_;  // one per layer of the range
 };
 
 }  // namespace pipelane

@@ -4,49 +4,13 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <sstream>
+#include <optional>
 #include <stdexcept>
 
 #include "parallel/tensor_parallel_adapter.h"
 #include "parallel/wan_turns.h"
 
 namespace pipelane {
-
-std::vector<StageRange> split_layers(int layers, int pp, int virtual_stages,
-                                     const std::string& explicit_counts) {
-  const int parts = pp * virtual_stages;
-  std::vector<int> counts;
-  if (explicit_counts.empty()) {
-    if (layers % parts != 0)
-      throw std::invalid_argument(std::to_string(layers) + " layers cannot be split evenly over " +
-                                  std::to_string(parts) + " virtual stages");
-    counts.assign(parts, layers / parts);
-  } else {
-    std::stringstream in(explicit_counts);
-    for (std::string item; std::getline(in, item, ',');) {
-      try {
-        std::size_t used = 0;
-        const int n = std::stoi(item, &used);
-        if (used != item.size() || n < 1) throw std::invalid_argument(item);
-        counts.push_back(n);
-      } catch (const std::exception&) {
-        throw std::invalid_argument("layers_per_stage: '" + item + "' is not a positive integer");
-      }
-    }
-    int total = 0;
-    for (int n : counts) total += n;
-    if (static_cast<int>(counts.size()) != parts || total != layers)
-      throw std::invalid_argument("layers_per_stage = " + explicit_counts + ": expected " +
-                                  std::to_string(parts) + " counts summing to " + std::to_string(layers));
-  }
-  std::vector<StageRange> out;
-  int first = 0;
-  for (int k = 0; k < parts; ++k) {
-    out.push_back({first, first + counts[k], k == 0, k == parts - 1});
-    first += counts[k];
-  }
-  return out;
-}
 
 namespace {
 
@@ -103,6 +67,19 @@ struct PipelineExecutor::Impl {
   UpdateGate update_gate;
   ProgressWatchdog* watchdog = nullptr;
   std::unique_ptr<WanTurns> turns;  // temporal WAN sharing; null when no send has a turn
+  RankMemory predicted;             // what the arena is sized for (parallel/memory_model.h)
+
+  static MemorySpec memory_spec(const ExecutorOptions& o, const Topology& t) {
+    MemorySpec m;
+    m.model = o.model;
+    m.schedule = o.schedule;
+    m.tp = t.tp->size();
+    m.micro_batch = o.micro_batch;
+    m.seq_len = o.seq_len;
+    m.layers_per_stage = o.layers_per_stage;
+    m.recompute = o.recompute;
+    return m;
+  }
 
   // World ranks of this rank's group along one grid dimension, others than itself: "1, 3".
   std::string peers(int RankCoords::*dim, int count) const {
@@ -165,23 +142,22 @@ struct PipelineExecutor::Impl {
     act_floats = static_cast<std::size_t>(B) * T * o.model.d_model;
 
     const std::vector<int> peak = inflight_peak_per_chunk(instrs, o.schedule);
-
-    std::size_t bytes = 0;
-    const std::size_t buf = align_up(act_floats * sizeof(float), Arena::kDefaultAlignment);
+    predicted = predict_rank_memory(memory_spec(o, t), stage, t.me.tp, backend);
     for (int c = 0; c < v; ++c) {
+      if (predicted.chunks[c].in_flight != peak[c])
+        throw std::logic_error("PipelineExecutor: the lowered list holds another number of microbatches than the "
+                               "memory model");
       Chunk ch;
       ch.virtual_stage = c * pp + stage;
       ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage], backend, *compute,
-                                            t.tp->size() > 1 ? &tp_comm : nullptr);
-      const std::size_t P = align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
-      bytes += 4 * P + ch.model->scratch_bytes(B, T) +
-               peak[c] * (ch.model->activation_bytes(B, T, split_backward) + 3 * buf);
+                                            t.tp->size() > 1 ? &tp_comm : nullptr, o.recompute);
       ch.slots.resize(peak[c]);
       // A turn that comes during a pass is handed on after the layer, not after the pass: a
       // pass can take longer than a message's turn (scripts/wan/README.md).
       if (turns) ch.model->set_between_layers([this] { turns->service(); });
       chunks.push_back(std::move(ch));
     }
+    const std::size_t bytes = static_cast<std::size_t>(predicted.total());
     arena = backend.create_arena("training (stage " + std::to_string(stage) + ")", bytes,
                                  MemoryKind::Device);
     std::vector<float> staging;  // initial parameters are written on the host, then copied in
@@ -327,14 +303,15 @@ struct PipelineExecutor::Impl {
     dp_pending.clear();
     // The tied embedding: the first virtual stage's lookup and the last one's head each hold a
     // copy of wte; their gradients are summed so both copies take the same step.
-    if (pp * v > 1) {
+    // An untied head (tie_embeddings = false) has nothing to sum.
+    if (pp * v > 1 && opts.model.tie_embeddings) {
       Chunk* emb = nullptr;
       Chunk* head = nullptr;
       for (Chunk& ch : chunks) {
         if (ch.first()) emb = &ch;
         if (ch.last()) head = &ch;
       }
-      const std::size_t n = (emb ? emb : head) ? ((emb ? emb : head)->model->layout().find("wte")->numel) : 0;
+      const std::size_t n = (emb ? emb : head) ? ((emb ? emb : head)->model->layout().tied_embedding()->numel) : 0;
       if (emb && head) {  // both ends on this rank (pp == 1 with several chunks)
         float* a = emb->grads + emb->model->layout().wte;
         float* b = head->grads + head->model->layout().wte;
@@ -356,9 +333,9 @@ struct PipelineExecutor::Impl {
       // Sharded tensors count on every tp rank, replicated ones on tp rank 0 only.
       double s = grad_sum_squares_for_global_norm(ch.model->layout(), ch.grads, backend, *compute);
       // The head's copy of the tied embedding is the same tensor as the first stage's: count once.
-      if (ch.last() && !ch.first() && pp * v > 1)
+      if (ch.last() && !ch.first() && pp * v > 1 && ch.model->layout().tied_embedding())
         s -= backend.sum_squares(ch.grads + ch.model->layout().wte,
-                                 ch.model->layout().find("wte")->numel, *compute);
+                                 ch.model->layout().tied_embedding()->numel, *compute);
       local += s;
     }
     // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
@@ -367,6 +344,141 @@ struct PipelineExecutor::Impl {
     return std::sqrt(local / topo.grid.dims().dp);
   }
 
+  // The world's sum of this rank's loss sum: every tensor-parallel rank computes the same loss,
+  // so tp rank 0's alone counts.
+  double world_loss_sum(double local) {
+    double sum = topo.me.tp == 0 ? local : 0.0;
+    topo.world->all_reduce_sum(&sum, 1);
+    return sum;
+  }
+
+  // One step's inputs and what its instructions have produced so far.
+  struct StepRun {
+    StepRun(const std::int32_t* t, const std::int32_t* g, float scale, float rate, int number)
+        : tokens(t), targets(g), loss_scale(scale), lr(rate), step_number(number) {}
+    const std::int32_t* tokens;
+    const std::int32_t* targets;
+    float loss_scale, lr;
+    int step_number;
+    StepStats stats;
+    double loss_sum = 0.0;             // this rank's, over its microbatches so far
+    std::optional<double> world_loss;  // the world's sum, once OptimizerStep took it for the gate
+  };
+
+  // Runs one instruction of the list (position `gap`); returns the seconds it waited.
+  double run_instr(StepRun& run, const Instr& in, int gap) {
+    switch (in.op) {
+      case Op::RecvFwd: return receive_into(run, in, gap, *topo.pp_forward, &Slot::recv_input);
+      case Op::Fwd: forward(run, in); return 0.0;
+      case Op::SendFwd: {
+        Slot& slot = acquire(chunks[in.chunk], in.microbatch);
+        slot.pending.push_back({slot.acts.output(), send(*topo.pp_forward, slot.acts.output(), in)});
+        return 0.0;
+      }
+      case Op::RecvBwd: return receive_into(run, in, gap, *topo.pp_backward, &Slot::recv_grad);
+      case Op::Bwd: backward(run, in); return 0.0;
+      case Op::BwdWeight: {
+        Chunk& ch = chunks[in.chunk];
+        Slot& slot = acquire(ch, in.microbatch);
+        ch.model->backward_weight(ch.params, ch.grads, slot.acts, ch.scratch,
+                                  ch.first() ? rows(run.tokens, in.microbatch) : nullptr);
+        release(ch, in.microbatch);
+        return 0.0;
+      }
+      case Op::SendBwd: {
+        Chunk& ch = chunks[in.chunk];
+        Slot& slot = acquire(ch, in.microbatch);
+        slot.pending.push_back({slot.send_grad, send(*topo.pp_backward, slot.send_grad, in)});
+        // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
+        if (!split_backward) release(ch, in.microbatch);
+        return 0.0;
+      }
+      case Op::GradSync: return grad_sync(run, in, gap);
+      case Op::OptimizerStep: optimizer_step(run); return 0.0;
+    }
+    return 0.0;
+  }
+
+  // A receive of the list, into its microbatch slot's `buffer` once the slot's sends reading it
+  // are done.
+  double receive_into(StepRun& run, const Instr& in, int gap, DataPlane& plane, float* Slot::*buffer) {
+    Slot& slot = acquire(chunks[in.chunk], in.microbatch);
+    settle_before_writing(slot, slot.*buffer);
+    return receive(plane, slot.*buffer, in, run.step_number, gap, in.wait);
+  }
+
+  void forward(StepRun& run, const Instr& in) {
+    Chunk& ch = chunks[in.chunk];
+    Slot& slot = acquire(ch, in.microbatch);
+    settle_before_writing(slot, slot.acts.output());
+    run.loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
+                                      ch.first() ? rows(run.tokens, in.microbatch) : nullptr,
+                                      ch.first() ? nullptr : slot.recv_input,
+                                      ch.last() ? rows(run.targets, in.microbatch) : nullptr, run.loss_scale);
+  }
+
+  void backward(StepRun& run, const Instr& in) {
+    Chunk& ch = chunks[in.chunk];
+    Slot& slot = acquire(ch, in.microbatch);
+    settle_before_writing(slot, slot.send_grad);
+    const std::int32_t* tok = ch.first() ? rows(run.tokens, in.microbatch) : nullptr;
+    const float* grad_out = ch.last() ? nullptr : slot.recv_grad;
+    float* grad_in = ch.first() ? nullptr : slot.send_grad;
+    if (split_backward) {
+      ch.model->backward_input(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
+    } else {
+      ch.model->backward(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
+      if (ch.first()) release(ch, in.microbatch);
+    }
+  }
+
+  double grad_sync(StepRun& run, const Instr& in, int gap) {
+    // The wait for the slowest stage is a pollable barrier: lanes fill it, the collectives
+    // after it find every rank ready, and a rank that never arrives is named by rank 0.
+    double waited = 0.0;
+    {
+      std::unique_ptr<BarrierRequest> all_here = topo.world->ibarrier();
+      if (watchdog)
+        watchdog->beat("step " + std::to_string(run.step_number) + " GradSync",
+                       [&all_here] {
+                         const std::string missing = all_here->missing();
+                         return missing.empty() ? std::string() : "waiting for rank(s) " + missing;
+                       });
+      waited = wait_for(*all_here, run.step_number, gap, in.wait);
+    }
+    waited += sync_gradients();
+    run.stats.grad_norm = global_grad_norm();
+    return waited;
+  }
+
+  void optimizer_step(StepRun& run) {
+    if (update_gate) {
+      note("step " + std::to_string(run.step_number) + " OptimizerStep: loss all-reduce with every other rank (" +
+           every_other_rank() + ")");
+      run.world_loss = world_loss_sum(run.loss_sum);
+      if (!update_gate(*run.world_loss, run.stats.grad_norm)) {
+        run.stats.skipped = true;
+        return;
+      }
+    }
+    const float scale = clip_scale(run.stats.grad_norm, opts.grad_clip);
+    for (Chunk& ch : chunks)
+      adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, opts.adamw, run.lr, run.step_number, scale,
+                 backend, *compute);
+  }
+
+  // Data parallelism: once `in` wrote its chunk's last gradient of the step, their all-reduce
+  // starts in buckets on the communication stream.
+  void start_grad_reduce(const Instr& in, int gap) {
+    if (!(topo.dp->size() > 1 && in.chunk >= 0 && in.chunk < v && last_grad_instr[in.chunk] == gap)) return;
+    Chunk& ch = chunks[in.chunk];
+    const std::size_t n = ch.model->layout().total_floats();
+    std::unique_ptr<Event> produced = backend.create_event();
+    produced->record(*compute);
+    produced->wait_on(*comm);
+    for (std::size_t off = 0; off < n; off += kDpBucketFloats)
+      dp_pending.push_back(topo.dp->all_reduce_sum_async(ch.grads + off, std::min(kDpBucketFloats, n - off), *comm));
+  }
 };
 
 PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo, Backend& backend)
@@ -374,6 +486,8 @@ PipelineExecutor::PipelineExecutor(const ExecutorOptions& opts, Topology& topo, 
 PipelineExecutor::~PipelineExecutor() = default;
 
 std::size_t PipelineExecutor::arena_bytes() const { return impl_->arena->capacity(); }
+const RankMemory& PipelineExecutor::predicted_memory() const { return impl_->predicted; }
+std::size_t PipelineExecutor::arena_high_water() const { return impl_->arena->high_water(); }
 void PipelineExecutor::set_gap_filler(GapFiller* filler) { impl_->filler = filler; }
 std::chrono::steady_clock::time_point PipelineExecutor::clock_origin() const { return impl_->origin; }
 
@@ -389,146 +503,32 @@ Backend& PipelineExecutor::backend() const { return impl_->backend; }
 Stream& PipelineExecutor::compute_stream() const { return *impl_->compute; }
 const std::vector<Instr>& PipelineExecutor::instructions() const { return impl_->instrs; }
 double PipelineExecutor::now_s() const { return impl_->now(); }
-std::size_t PipelineExecutor::parameter_count() const {
-  std::size_t n = 0;
-  for (const Chunk& ch : impl_->chunks)
-    for (const ParamEntry& e : ch.model->layout().entries()) n += e.numel;
-  return n;
-}
 
 StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t* targets,
                                  float loss_scale, float lr, int step_number) {
   Impl& s = *impl_;
-  StepStats stats;
-  stats.start_s = s.now();
+  Impl::StepRun run(tokens, targets, loss_scale, lr, step_number);
+  run.stats.start_s = s.now();
   for (Chunk& ch : s.chunks)
     s.backend.memset_zero(ch.grads, ch.model->layout().total_floats() * sizeof(float), *s.compute);
-  double loss_sum = 0.0;
-
   for (std::size_t index = 0; index < s.instrs.size(); ++index) {
     const Instr& in = s.instrs[index];
     const int gap = static_cast<int>(index);
     s.report(step_number, in);
     if (s.turns) s.turns->service();
     InstrRecord rec{in, s.now(), 0, 0};
-    switch (in.op) {
-      case Op::RecvFwd: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        s.settle_before_writing(slot, slot.recv_input);
-        rec.wait_s = s.receive(*s.topo.pp_forward, slot.recv_input, in, step_number, gap, in.wait);
-        break;
-      }
-      case Op::Fwd: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        s.settle_before_writing(slot, slot.acts.output());
-        loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
-                                      ch.first() ? s.rows(tokens, in.microbatch) : nullptr,
-                                      ch.first() ? nullptr : slot.recv_input,
-                                      ch.last() ? s.rows(targets, in.microbatch) : nullptr, loss_scale);
-        break;
-      }
-      case Op::SendFwd: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back({slot.acts.output(), s.send(*s.topo.pp_forward, slot.acts.output(), in)});
-        break;
-      }
-      case Op::RecvBwd: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        s.settle_before_writing(slot, slot.recv_grad);
-        rec.wait_s = s.receive(*s.topo.pp_backward, slot.recv_grad, in, step_number, gap, in.wait);
-        break;
-      }
-      case Op::Bwd: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        s.settle_before_writing(slot, slot.send_grad);
-        const std::int32_t* tok = ch.first() ? s.rows(tokens, in.microbatch) : nullptr;
-        const float* grad_out = ch.last() ? nullptr : slot.recv_grad;
-        float* grad_in = ch.first() ? nullptr : slot.send_grad;
-        if (s.split_backward) {
-          ch.model->backward_input(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
-        } else {
-          ch.model->backward(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
-          if (ch.first()) s.release(ch, in.microbatch);
-        }
-        break;
-      }
-      case Op::BwdWeight: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        ch.model->backward_weight(ch.params, ch.grads, slot.acts, ch.scratch,
-                                  ch.first() ? s.rows(tokens, in.microbatch) : nullptr);
-        s.release(ch, in.microbatch);
-        break;
-      }
-      case Op::SendBwd: {
-        Chunk& ch = s.chunks[in.chunk];
-        Slot& slot = s.acquire(ch, in.microbatch);
-        slot.pending.push_back({slot.send_grad, s.send(*s.topo.pp_backward, slot.send_grad, in)});
-        // Zero-bubble schedules still owe this microbatch its weight gradient (BwdWeight).
-        if (!s.split_backward) s.release(ch, in.microbatch);
-        break;
-      }
-      case Op::GradSync: {
-        // The wait for the slowest stage is a pollable barrier: lanes fill it, the collectives
-        // after it find every rank ready, and a rank that never arrives is named by rank 0.
-        {
-          std::unique_ptr<BarrierRequest> all_here = s.topo.world->ibarrier();
-          if (s.watchdog)
-            s.watchdog->beat("step " + std::to_string(step_number) + " GradSync",
-                             [&all_here] {
-                               const std::string missing = all_here->missing();
-                               return missing.empty() ? std::string() : "waiting for rank(s) " + missing;
-                             });
-          rec.wait_s = s.wait_for(*all_here, step_number, gap, in.wait);
-        }
-        rec.wait_s += s.sync_gradients();
-        stats.grad_norm = s.global_grad_norm();
-        break;
-      }
-      case Op::OptimizerStep: {
-        if (s.update_gate) {
-          s.note("step " + std::to_string(step_number) + " OptimizerStep: loss all-reduce with every other rank (" +
-                 s.every_other_rank() + ")");
-          double global_loss = s.topo.me.tp == 0 ? loss_sum : 0.0;
-          s.topo.world->all_reduce_sum(&global_loss, 1);
-          if (!s.update_gate(global_loss, stats.grad_norm)) {
-            stats.skipped = true;
-            break;
-          }
-        }
-        const float scale = clip_scale(stats.grad_norm, s.opts.grad_clip);
-        for (Chunk& ch : s.chunks)
-          adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, s.opts.adamw, lr,
-                     step_number, scale, s.backend, *s.compute);
-        break;
-      }
-    }
-    if (s.topo.dp->size() > 1 && in.chunk >= 0 && in.chunk < s.v && s.last_grad_instr[in.chunk] == gap) {
-      Chunk& ch = s.chunks[in.chunk];
-      const std::size_t n = ch.model->layout().total_floats();
-      std::unique_ptr<Event> produced = s.backend.create_event();
-      produced->record(*s.compute);
-      produced->wait_on(*s.comm);
-      for (std::size_t off = 0; off < n; off += Impl::kDpBucketFloats)
-        s.dp_pending.push_back(s.topo.dp->all_reduce_sum_async(
-            ch.grads + off, std::min(Impl::kDpBucketFloats, n - off), *s.comm));
-    }
+    rec.wait_s = s.run_instr(run, in, gap);
+    s.start_grad_reduce(in, gap);
     rec.end_s = s.now();
-    stats.records.push_back(rec);
+    run.stats.records.push_back(rec);
   }
   if (s.turns) s.turns->finish_iteration();
-  // Every tensor-parallel rank computes the same loss: count tp rank 0's only.
-  if (s.topo.me.tp != 0) loss_sum = 0.0;
-  s.topo.world->all_reduce_sum(&loss_sum, 1);
-  stats.loss_sum = loss_sum;
+  // OptimizerStep ends every list, so the sum the update gate was given is the step's: summed
+  // once, not twice.
+  run.stats.loss_sum = run.world_loss ? *run.world_loss : s.world_loss_sum(run.loss_sum);
   if (s.filler) s.filler->end_iteration(step_number);
-  stats.end_s = s.now();
-  return stats;
+  run.stats.end_s = s.now();
+  return std::move(run.stats);
 }
 
 double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets,
@@ -559,10 +559,8 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
     }
   }
   for (Chunk& ch : s.chunks) s.settle_before_writing(ch.slots[0], nullptr);
-  if (s.topo.me.tp != 0) loss_sum = 0.0;
-  s.topo.world->all_reduce_sum(&loss_sum, 1);
   // Every dp replica evaluated the same batches: count them once.
-  return loss_sum / s.topo.grid.dims().dp;
+  return s.world_loss_sum(loss_sum) / s.topo.grid.dims().dp;
 }
 
 }  // namespace pipelane

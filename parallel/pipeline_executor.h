@@ -15,6 +15,8 @@
 #include "model/adamw.h"
 #include "model/gpt_model.h"
 #include "parallel/gap_filler.h"
+#include "parallel/layer_split.h"
+#include "parallel/memory_model.h"
 #include "parallel/progress_watchdog.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
@@ -22,11 +24,6 @@
 #include "runtime/backend.h"
 
 namespace pipelane {
-
-// Layers of every virtual stage (pp * v of them, in pipeline order). `explicit_counts` is "" to
-// split evenly, or comma-separated counts. Throws std::invalid_argument with one line.
-std::vector<StageRange> split_layers(int layers, int pp, int virtual_stages,
-                                     const std::string& explicit_counts);
 
 struct ExecutorOptions {
   GptConfig model;
@@ -40,6 +37,8 @@ struct ExecutorOptions {
   // This rank's transfers across sites (parallel/wan_schedule.h): the list is lowered with it, so
   // cross-site messages are striped and, under temporal sharing, sent in turn. None: one site.
   std::optional<WanRoute> wan;
+  // What each layer keeps for backward (model/recompute.h); none: everything, as always.
+  RecomputeOptions recompute;
 };
 
 struct InstrRecord {
@@ -88,6 +87,10 @@ class PipelineExecutor {
   double evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets, int batches);
 
   std::size_t arena_bytes() const;
+  // The memory model's prediction the arena was sized with (parallel/memory_model.h), and the
+  // arena's high-water mark: what was really carved out of it.
+  const RankMemory& predicted_memory() const;
+  std::size_t arena_high_water() const;
   std::vector<ChunkState> chunk_states();
   Backend& backend() const;
   Stream& compute_stream() const;  // the stream ChunkState buffers are ordered on
@@ -95,12 +98,12 @@ class PipelineExecutor {
   // The filler must outlive the executor's steps.
   void set_gap_filler(GapFiller* filler);
   std::chrono::steady_clock::time_point clock_origin() const;  // what now_s() counts from
-  // Null (the default): every step is applied, with no extra communication.
+  // Null (the default): every step is applied. Either way the world's loss is summed once a
+  // step (with a gate, at OptimizerStep; StepStats::loss_sum is that sum).
   void set_update_gate(UpdateGate gate);
   // Each instruction started (and each evaluation microbatch) is reported to `watchdog` (null:
   // none), naming the peer rank of a transfer, so a stalled job says where it stopped.
   void set_watchdog(ProgressWatchdog* watchdog);
-  std::size_t parameter_count() const;  // this rank's parameters
   const std::vector<Instr>& instructions() const;
   double now_s() const;  // on the executor's clock
 

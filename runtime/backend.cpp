@@ -42,6 +42,18 @@ const char* op_kind_name(OpKind op) {
     case OpKind::LmHeadCrossEntropyVocabParallel: return "lm_head_cross_entropy_vocab_parallel";
     case OpKind::AdamW: return "adamw_update";
     case OpKind::PagerankStep: return "pagerank_step";
+    case OpKind::RmsNormForward: return "rmsnorm_forward";
+    case OpKind::RmsNormBackward: return "rmsnorm_backward";
+    case OpKind::RmsNormBackwardInput: return "rmsnorm_backward_input";
+    case OpKind::RmsNormBackwardParams: return "rmsnorm_backward_params";
+    case OpKind::RopeForward: return "rope_forward";
+    case OpKind::RopeBackward: return "rope_backward";
+    case OpKind::SwigluForward: return "swiglu_forward";
+    case OpKind::SwigluBackward: return "swiglu_backward";
+    case OpKind::AttentionForwardGqa: return "attention_forward_gqa";
+    case OpKind::AttentionBackwardGqa: return "attention_backward_gqa";
+    case OpKind::AttentionForwardKvGqa: return "attention_forward_kv_gqa";
+    case OpKind::EmbeddingBackwardTokens: return "embedding_backward_tokens";
     case OpKind::Count: break;
   }
   return "?";

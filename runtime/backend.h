@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "runtime/arena.h"
@@ -68,6 +69,11 @@ enum class OpKind : std::uint8_t {
   LmHeadLogits, LmHeadCrossEntropy, LmHeadCrossEntropyVocabParallel,
   AdamW,
   PagerankStep,
+  // The Llama family (issue 22): RMSNorm, RoPE, SwiGLU, grouped-query attention, the embedding
+  // without positions. A backend without them says so in supports() (CPU and CUDA have them all).
+  RmsNormForward, RmsNormBackward, RmsNormBackwardInput, RmsNormBackwardParams, RopeForward, RopeBackward,
+  SwigluForward, SwigluBackward, AttentionForwardGqa, AttentionBackwardGqa, AttentionForwardKvGqa,
+  EmbeddingBackwardTokens,
   Count  // not an op
 };
 const char* op_kind_name(OpKind op);
@@ -251,6 +257,13 @@ class Backend {
   virtual void scale(float* x, float factor, std::size_t n, Stream& s) = 0;
   // Sum of squares in double over a fixed partition; waits for the stream (returns a value).
   virtual double sum_squares(const float* x, std::size_t n, Stream& s) = 0;
+  // sums[i] = sum_squares(xs[i], ns[i]) for i < count, each equal to it bit for bit, with one
+  // wait for the stream in all (the gradient norm's hundreds of tensors cost one host copy on a
+  // GPU, not one synchronisation each). This default calls sum_squares per slice.
+  virtual void sum_squares_each(double* sums, const float* const* xs, const std::size_t* ns,
+                                std::size_t count, Stream& s) {
+    for (std::size_t i = 0; i < count; ++i) sums[i] = sum_squares(xs[i], ns[i], s);
+  }
 
   // logits[N,Vp] = x[N,C] @ wte[Vp,C]^T (the tied head, for inference and inspection).
   virtual void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C,
@@ -282,6 +295,108 @@ class Backend {
   // Best sustained fp32 matmul throughput over `reps` n x n x n products, in GFLOP/s: a measured
   // peak for MFU.
   virtual double measure_matmul_gflops(int n, int reps) = 0;
+
+  // ---- The Llama family's ops. Their defaults throw std::logic_error: a backend that lacks
+  // them says so in supports(), and the model refuses such a backend up front. fp32 whatever the
+  // compute precision, except the GQA attention's two products, which round their operands to
+  // bf16 under BF16 as attention_forward/backward do.
+
+  // RMSNorm over the last dimension: out = weight * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps)
+  // (saved for backward), Hugging Face's LlamaRMSNorm in fp32.
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                               float eps, Stream& s) {
+    (void)out, (void)rstd, (void)inp, (void)weight, (void)N, (void)C, (void)eps, (void)s;
+    unsupported("rmsnorm_forward");
+  }
+  // dinp (+=, a residual stream's gradient, like layernorm's), dweight (+=).
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int N, int C, Stream& s) {
+    rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C, s);
+    rmsnorm_backward_params(dweight, dout, inp, rstd, N, C, s);
+  }
+  // The two halves of rmsnorm_backward (zero-bubble split backward), bit-identical together.
+  virtual void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                                      const float* rstd, int N, int C, Stream& s) {
+    (void)dinp, (void)dout, (void)inp, (void)weight, (void)rstd, (void)N, (void)C, (void)s;
+    unsupported("rmsnorm_backward_input");
+  }
+  virtual void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd,
+                                       int N, int C, Stream& s) {
+    (void)dweight, (void)dout, (void)inp, (void)rstd, (void)N, (void)C, (void)s;
+    unsupported("rmsnorm_backward_params");
+  }
+
+  // Rotary position embedding in place, Hugging Face's rotate-half convention: row n = b*T + t of
+  // x (B*T rows, `ld` floats apart) is at position pos0 + t; in each of its `heads` heads (hs
+  // columns from h*hs, hs even) the pairs (i, i + hs/2) turn by the angle whose cos and sin are
+  // table[p*hs + i] and table[p*hs + hs/2 + i] (the stage's table, computed once from rope_theta
+  // and the scaling: model/rope_table.h). Applied to q and to k separately.
+  virtual void rope_forward(float* x, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
+                            Stream& s) {
+    (void)x, (void)table, (void)B, (void)T, (void)pos0, (void)heads, (void)hs, (void)ld, (void)s;
+    unsupported("rope_forward");
+  }
+  // Its input gradient in place: the inverse rotation (the transpose) of the gradient.
+  virtual void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
+                             Stream& s) {
+    (void)dx, (void)table, (void)B, (void)T, (void)pos0, (void)heads, (void)hs, (void)ld, (void)s;
+    unsupported("rope_backward");
+  }
+
+  // out = silu(gate) * up elementwise (silu(x) = x / (1 + exp(-x))); dgate and dup (=).
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream& s) {
+    (void)out, (void)gate, (void)up, (void)n, (void)s;
+    unsupported("swiglu_forward");
+  }
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               std::size_t n, Stream& s) {
+    (void)dgate, (void)dup, (void)dout, (void)gate, (void)up, (void)n, (void)s;
+    unsupported("swiglu_backward");
+  }
+
+  // Causal grouped-query attention on separate q [B,T,NH*hs] and k, v [B,T,KVH*hs] (KVH divides
+  // NH): query head h reads kv head h / (NH / KVH), nothing is repeated. out [B,T,NH*hs]; att
+  // holds attention_gqa_saved_floats() floats for backward (the probabilities [B,NH,T,T]).
+  virtual std::size_t attention_gqa_saved_floats(int B, int T, int NH, int hs) const {
+    (void)hs;
+    return static_cast<std::size_t>(B) * NH * T * T;
+  }
+  virtual void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v,
+                                     int B, int T, int NH, int KVH, int hs, Stream& s) {
+    (void)out, (void)att, (void)q, (void)k, (void)v, (void)B, (void)T, (void)NH, (void)KVH, (void)hs, (void)s;
+    unsupported("attention_forward_gqa");
+  }
+  // dq, dk, dv (=); `out` is the forward's output, unchanged since.
+  virtual void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                      const float* k, const float* v, const float* out, const float* att, int B,
+                                      int T, int NH, int KVH, int hs, Stream& s) {
+    (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)att, (void)B, (void)T,
+        (void)NH, (void)KVH, (void)hs, (void)s;
+    unsupported("attention_backward_gqa");
+  }
+  // attention_forward_kv with GQA: q [n, NH*hs], k, v [n, KVH*hs] of positions [past, past + n) of
+  // one sequence; k and v are appended to k_cache/v_cache ([max_T, KVH*hs]). scores holds
+  // n*NH*(past+n) floats. Plain softmax, position order: bit-identical however it is chunked.
+  virtual void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k,
+                                        const float* v, float* k_cache, float* v_cache, int past, int n, int NH,
+                                        int KVH, int hs, Stream& s) {
+    (void)out, (void)scores, (void)q, (void)k, (void)v, (void)k_cache, (void)v_cache, (void)past, (void)n,
+        (void)NH, (void)KVH, (void)hs, (void)s;
+    unsupported("attention_forward_kv_gqa");
+  }
+
+  // The backward of a token lookup without position table (embedding_lookup_local): dwte rows
+  // of tokens in [v0, v0 + vcount) += their dout rows, in row order (embedding_backward's sums).
+  virtual void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C,
+                                         int v0, int vcount, Stream& s) {
+    (void)dwte, (void)dout, (void)tokens, (void)N, (void)C, (void)v0, (void)vcount, (void)s;
+    unsupported("embedding_backward_tokens");
+  }
+
+ protected:
+  [[noreturn]] void unsupported(const char* op) const {
+    throw std::logic_error(name() + " has no " + op + " (supports() says so)");
+  }
 };
 
 }  // namespace pipelane

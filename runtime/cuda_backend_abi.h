@@ -11,7 +11,9 @@ namespace pipelane {
 class Backend;
 class DeviceComm;  // runtime/backend_registry.h
 
-inline constexpr int kCudaBackendAbiVersion = 6;  // 5: attention = cudnn; 6: Backend::pagerank_step
+inline constexpr int kCudaBackendAbiVersion = 8;  // 5: attention = cudnn; 6: Backend::pagerank_step;
+                                                  // 7: the Llama family's ops (Backend vtable);
+                                                  // 8: Backend::sum_squares_each
 
 struct CudaBackendCreateOptions {
   int device_index = 0;

@@ -4,7 +4,7 @@
 # in a scratch directory (configs/ copied, data/ and the run of scripts/run.sh linked, runs/
 # fresh), so nothing lands in the checkout. Training is cut short: every `pipelane train` runs 6
 # steps (--train.steps=6, warmup 1, evaluation every 3; a command that checkpoints stops after
-# step 4, as a preempted job would, so the next one resumes) and the export reads step 4. Skipped:
+# step 4, as a preempted job would, so the next one resumes) and an export reads step 4. Skipped:
 # scripts/run.sh and scripts/test.sh themselves, the multi-host launches (hostfile, srun), and
 # the GPU examples when `pipelane devices` lists no GPU.
 #   scripts/readme_commands.sh [--keep]   (--keep leaves the scratch directory for a look)
@@ -68,7 +68,7 @@ for c in "${commands[@]}"; do
         echo "-- skipped (needs a GPU): $c"; skipped=$((skipped + 1)); continue
       fi ;;
   esac
-  c=$(shorten "$c" | sed 's/step_00000500/step_00000004/g')
+  c=$(shorten "$c" | sed -E 's/step_00000(500|150)/step_00000004/g')
   echo "== $c"
   if ! bash -c "$c" > cmd.log 2>&1; then
     tail -n 30 cmd.log

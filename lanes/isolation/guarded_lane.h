@@ -33,6 +33,7 @@ struct LaneLimits {
   double step_deadline_s = 0;   // wall-clock limit of step(); 0: none
   double call_deadline_s = 0;   // of setup, save, load, report and teardown; 0: none
   std::uint64_t output_bytes = 0;  // disk quota of the lane's output directory; 0: none
+  std::uint64_t state_bytes = 0;   // the most save() may return ([lanes] state_mb); 0: none
 };
 
 // What the last step() cost the machine, measured where the lane ran: the gap scheduler tells a
@@ -59,19 +60,5 @@ class GuardedLane : public Lane {
   // outlive everything (they are still in use).
   virtual bool abandoned() const { return false; }
 };
-
-// How make_lane_specs places lanes ([lanes] isolation).
-struct LaneIsolationOptions {
-  // Auto: plugins and the command lane in worker processes, the other built-ins in-process.
-  enum class Mode { Auto, Thread, Process };
-  Mode mode = Mode::Thread;
-  // argv that starts a lane worker (lanes/isolation/lane_worker.h), e.g. {"/path/pipelane",
-  // "lane-worker"}; required unless mode is Thread.
-  std::vector<std::string> worker_command;
-  int worker_threads = 1;  // OpenMP/BLAS threads of a worker (the rank's own count)
-};
-
-// "auto", "thread", "process"; LaneError otherwise.
-LaneIsolationOptions::Mode parse_isolation_mode(const std::string& text);
 
 }  // namespace pipelane

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lanes/isolation/lane_seccomp.h"
 #include "lanes/isolation/output_quota.h"
 #include "lanes/isolation/process_tree.h"
 #include "lanes/isolation/step_timer.h"
@@ -30,7 +31,7 @@ namespace {
 
 struct WorkerArgs {
   int socket_fd = -1, arena_fd = -1, status_fd = -1;
-  pid_t parent = 0;
+  pid_t parent = 0;       // 0: in a sandbox, whose init is the parent (it dies with the trainer)
   std::string describe;  // a plugin to describe instead of serving a lane
 };
 
@@ -45,7 +46,7 @@ bool parse_args(int argc, char** argv, WorkerArgs* args) {
     else if (key == "--describe") args->describe = argv[i + 1];
     else return false;
   }
-  if (args->parent <= 0) return false;
+  if (args->parent < 0) return false;
   return !args->describe.empty() || (args->socket_fd >= 0 && args->arena_fd >= 0 && args->status_fd >= 0);
 }
 
@@ -152,7 +153,7 @@ class SharedArenaMemory final : public MemoryResource {
 // One lane, served over the socket.
 class WorkerSession {
  public:
-  explicit WorkerSession(int arena_fd) : arena_fd_(arena_fd) {}
+  WorkerSession(int arena_fd, std::string seccomp_error) : arena_fd_(arena_fd), seccomp_error_(std::move(seccomp_error)) {}
   ~WorkerSession() { lane_.reset(); }
 
   WorkerFrame handle(const WorkerFrame& request) {
@@ -227,7 +228,10 @@ class WorkerSession {
     baseline_rss_ = peak_rss_bytes();
     lane_->setup(*ctx_);
     output_quota_.check(true);
-    return nlohmann::json{{"finished", lane_->finished()}, {"address_space_bytes", address_space}}.dump();
+    return nlohmann::json{{"finished", lane_->finished()},
+                          {"address_space_bytes", address_space},
+                          {"seccomp", seccomp_error_.empty() ? "enforced" : seccomp_error_}}
+        .dump();
   }
 
   WorkerFrame step() {
@@ -257,6 +261,7 @@ class WorkerSession {
   }
 
   int arena_fd_;
+  std::string seccomp_error_;  // "" when the system-call filter is in place
   std::unique_ptr<SharedArenaMemory> arena_memory_;
   std::uint64_t arena_bytes_ = 0;
   std::uint64_t allowance_ = 0;  // address space for what the lane allocates outside its arena
@@ -273,18 +278,39 @@ class WorkerSession {
 };
 
 int serve(const WorkerArgs& args) {
-  WorkerSession session(args.arena_fd);
+  // Before any of the lane's code is loaded, and inherited by everything it starts.
+  WorkerSession session(args.arena_fd, install_lane_seccomp_filter());
   for (;;) {
     WorkerFrame request;
     if (read_frame(args.socket_fd, &request) != FrameStatus::Ok) return 0;  // the trainer is done
     const WorkerFrame reply = session.handle(request);
-    if (!write_frame(args.socket_fd, reply.op, reply.payload)) return 0;
+    if (!write_frame(args.socket_fd, reply.op, reply.payload, request.sequence)) return 0;
   }
+}
+
+// lane-worker --join-cgroup FILE ... --exec PROGRAM ARGS...: writes this process's pid into each
+// cgroup.procs FILE, then becomes PROGRAM (bwrap, or the worker itself), so the lane's first
+// instruction already runs inside its limits.
+int join_cgroups_and_exec(int argc, char** argv) {
+  int i = 1;
+  for (; i + 1 < argc && std::strcmp(argv[i], "--join-cgroup") == 0; i += 2) {
+    FILE* procs = std::fopen(argv[i + 1], "w");
+    if (!procs || std::fprintf(procs, "%d\n", static_cast<int>(::getpid())) < 0 || std::fclose(procs) != 0) {
+      std::fprintf(stderr, "pipelane lane-worker: cannot join the cgroup %s: %s\n", argv[i + 1], std::strerror(errno));
+      return 5;
+    }
+  }
+  if (i >= argc || std::strcmp(argv[i], "--exec") != 0 || i + 1 >= argc) return 2;
+  ::execv(argv[i + 1], argv + i + 1);
+  std::fprintf(stderr, "pipelane lane-worker: cannot run %s: %s\n", argv[i + 1], std::strerror(errno));
+  return 6;
 }
 
 }  // namespace
 
 int run_lane_worker(int argc, char** argv) {
+  if (argc > 1 && (std::strcmp(argv[1], "--join-cgroup") == 0 || std::strcmp(argv[1], "--exec") == 0))
+    return join_cgroups_and_exec(argc, argv);
   WorkerArgs args;
   if (!parse_args(argc, argv, &args)) {
     std::fprintf(stderr, "pipelane lane-worker: runs one isolated lane for `pipelane train`; it is not meant to be "
@@ -292,7 +318,7 @@ int run_lane_worker(int argc, char** argv) {
     return 2;
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != args.parent) return 3;  // the trainer is already gone
+  if (args.parent > 0 && ::getppid() != args.parent) return 3;  // the trainer is already gone
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   if (!args.describe.empty()) return describe(args.describe);
   const pid_t keeper = ::getpid();

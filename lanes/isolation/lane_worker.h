@@ -19,6 +19,10 @@ namespace pipelane {
 
 // argv: lane-worker --socket-fd N --arena-fd N --status-fd N --parent PID
 //   or: lane-worker --describe PLUGIN --parent PID  (prints what the plugin is: plugin_probe.h)
+//   or: lane-worker --join-cgroup FILE ... --exec PROGRAM ARGS...  (joins the lane's cgroups, then
+//       becomes PROGRAM: bwrap, or the worker itself; lanes/isolation/lane_cgroup.h)
+// PID 0: the worker runs in a PID namespace, whose init (bwrap's) is its parent and dies with the
+// trainer. The lane process installs the seccomp filter (lane_seccomp.h) before it loads the lane.
 int run_lane_worker(int argc, char** argv);
 
 }  // namespace pipelane

@@ -10,19 +10,52 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lanes/isolation/lane_sandbox.h"
 #include "lanes/isolation/process_tree.h"
 #include "lanes/isolation/spawn_worker.h"
 #include "lanes/lane.h"
 
 namespace pipelane {
 
+PluginDescription describe_plugin_once(const std::string& path, const std::vector<std::string>& argv,
+                                       double deadline_s);
+
+namespace {
+
+// The describing worker runs the plugin's create() too: in the lanes' sandbox where there is one.
+std::vector<std::string> probe_argv(const std::string& path, const std::vector<std::string>& worker_command,
+                                    bool sandboxed) {
+  std::vector<std::string> argv;
+  if (sandboxed) {
+    SandboxRequest request;
+    request.readable_paths = hidden_option_paths({path, worker_command.front()}, "");
+    argv = bwrap_arguments(request);
+  }
+  argv.insert(argv.end(), worker_command.begin(), worker_command.end());
+  argv.insert(argv.end(), {"--describe", path, "--parent", sandboxed ? "0" : std::to_string(::getpid())});
+  return argv;
+}
+
+}  // namespace
+
 PluginDescription describe_plugin_in_worker(const std::string& path, const std::vector<std::string>& worker_command,
                                             double deadline_s) {
+  const bool sandboxed = ::access(SandboxRequest().bwrap.c_str(), X_OK) == 0;
+  try {
+    return describe_plugin_once(path, probe_argv(path, worker_command, sandboxed), deadline_s);
+  } catch (const LaneError& error) {
+    // bwrap refused the namespaces here (lanes say so when they start): describe it without them.
+    if (!sandboxed || std::string(error.what()).find("bwrap: ") == std::string::npos) throw;
+    return describe_plugin_once(path, probe_argv(path, worker_command, false), deadline_s);
+  }
+}
+
+PluginDescription describe_plugin_once(const std::string& path, const std::vector<std::string>& argv,
+                                       double deadline_s) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw LaneError(path + ": pipe2: " + std::strerror(errno));
   WorkerSpawn spawn;
-  spawn.argv = worker_command;
-  spawn.argv.insert(spawn.argv.end(), {"--describe", path, "--parent", std::to_string(::getpid())});
+  spawn.argv = argv;
   spawn.output_fd = out[1];
   pid_t pid = -1;
   try {
@@ -64,7 +97,8 @@ PluginDescription describe_plugin_in_worker(const std::string& path, const std::
     throw LaneError(answer["error"].get<std::string>());
   if (!answer.is_object() || !answer.contains("name") || !answer["name"].is_string() ||
       !answer.contains("work_unit") || !answer["work_unit"].is_string())
-    throw LaneError(path + ": the lane worker loading it " + describe_wait_status(status) + " without describing it");
+    throw LaneError(path + ": the lane worker loading it " + describe_wait_status(status) + " without describing it" +
+                    (text.rfind("bwrap: ", 0) == 0 ? " (" + text.substr(0, 200) + ")" : ""));
   return {answer["name"].get<std::string>(), answer["work_unit"].get<std::string>()};
 }
 

@@ -11,7 +11,8 @@ struct PluginDescription {
   std::string work_unit;
 };
 
-// Starts `worker_command` --describe PATH; LaneError with the loader's own message (no such file,
+// Starts `worker_command` --describe PATH (in bubblewrap's namespaces, as lanes run: lanes/isolation/
+// lane_sandbox.h; without them where the machine refuses them); LaneError with the loader's own message (no such file,
 // not a plugin, another ABI, ...) or naming how the worker ended (a crash while loading, no answer
 // within deadline_s).
 PluginDescription describe_plugin_in_worker(const std::string& path, const std::vector<std::string>& worker_command,

@@ -9,6 +9,12 @@
 //
 // Each call is a request over a socket; the trainer blocks in poll() meanwhile, so the worker has
 // the rank's core to itself. The worker's stdout and stderr go to <output_dir>/worker.log.
+//
+// The worker runs in a sandbox (lanes/isolation/lane_sandbox.h: bubblewrap's namespaces), in
+// control groups of its own (lane_cgroup.h: memory, pids, and a CPU quota opened only during a
+// call) and under a system-call filter (lane_seccomp.h). A layer the machine refuses is left out,
+// said once on stderr and in report()["sandbox"], never silently. A lane over a cgroup limit is
+// quarantined with the limit's name. Replies are validated (worker_replies.h).
 #pragma once
 #include <sys/types.h>
 
@@ -16,6 +22,7 @@
 #include <vector>
 
 #include "lanes/isolation/guarded_lane.h"
+#include "lanes/isolation/lane_cgroup.h"
 #include "lanes/isolation/worker_protocol.h"
 
 namespace pipelane {
@@ -27,6 +34,16 @@ struct LaneWorkerLaunch {
   // Whether processes a step leaves running are the lane's work (the command lane) or a fault
   // (a plugin: they are killed and the lane quarantined).
   bool allow_child_processes = false;
+  // The sandbox: bwrap's path ("": none), the directory hidden from the lane (the run
+  // directory), whether the lane keeps the host's network, and the cgroups' limits.
+  std::string bwrap = "/usr/bin/bwrap";
+  std::string hidden_dir;
+  bool network = false;
+  bool cgroups = true;
+  int pids_max = 256;  // tasks (processes and threads) of the worker, bwrap's two included
+  // Memory of the worker's own code (the pipelane binary, its libraries, stdio, bwrap), charged
+  // beside the arena and the lane's allowance: the cgroup's memory limit is their sum.
+  std::uint64_t worker_memory_bytes = std::uint64_t{256} << 20;
 };
 
 class ProcessLane final : public GuardedLane {
@@ -54,9 +71,14 @@ class ProcessLane final : public GuardedLane {
   LaneIsolation isolation() const override { return LaneIsolation::Process; }
 
   pid_t worker_pid() const { return keeper_; }  // -1 when none runs
+  const nlohmann::json& sandbox() const { return sandbox_; }  // what report()["sandbox"] says
 
  private:
-  void spawn(const LaneContext& ctx);
+  void spawn(const LaneContext& ctx, bool with_namespaces);
+  std::vector<std::string> worker_argv(bool with_namespaces, const LaneContext& ctx) const;
+  void describe_sandbox(bool with_namespaces, const std::string& namespaces_missing, const std::string& seccomp);
+  // A LaneError naming the cgroup limit the worker hit since it started, if it hit one.
+  void check_cgroup_limits(const char* what) const;
   // Sends a request and waits for the reply's payload. Past the deadline, or when the worker
   // ends, the worker's tree is killed and LaneTimeout / LaneCrash thrown; a Fail reply becomes
   // the lane's error (LaneError, ArenaQuotaError, std::runtime_error).
@@ -77,6 +99,10 @@ class ProcessLane final : public GuardedLane {
   LaneStepCost cost_;
   std::size_t memory_high_water_ = 0;
   mutable nlohmann::json last_report_ = nlohmann::json::object();
+  LaneCgroup cgroup_;
+  std::uint64_t memory_limit_bytes_ = 0;  // the cgroup's (also the bound of a plausible memory reply)
+  nlohmann::json sandbox_ = nlohmann::json::object();
+  mutable std::uint32_t sequence_ = 0;
 };
 
 }  // namespace pipelane

@@ -1,5 +1,8 @@
 #include "lanes/isolation/thread_lane.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -22,6 +25,20 @@ struct ThreadLane::Results {
 };
 
 // Shared by the caller and the thread, so it outlives a ThreadLane whose thread was abandoned.
+namespace {
+
+// SIGTERM and SIGUSR1 are training's (trainer/run/preemption.h: its own thread takes them, so a
+// lane that ignores or catches them cannot stop the checkpoint): never delivered to a lane thread.
+void block_training_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+}  // namespace
+
 struct ThreadLane::Host {
   std::unique_ptr<Lane> lane;
   std::mutex mutex;
@@ -43,6 +60,7 @@ struct ThreadLane::Host {
       if (!host->pending) break;
       std::function<void(Lane&, Results&)> task = host->task;
       lock.unlock();
+      block_training_signals();  // again: the lane's code may have unblocked them on this thread
       std::exception_ptr error;
       try {
         task(*host->lane, host->results);
@@ -50,6 +68,7 @@ struct ThreadLane::Host {
         error = std::current_exception();
       }
       clean.restore();
+      block_training_signals();  // and after: between calls too, this thread never takes them
       lock.lock();
       host->error = error;
       host->pending = false;

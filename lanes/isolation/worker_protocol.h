@@ -43,17 +43,25 @@ struct WorkerStepResult {
 struct WorkerFrame {
   WorkerOp op = WorkerOp::Ok;
   std::string payload;
+  std::uint32_t sequence = 0;  // a request's number; its reply carries the same
+  std::uint64_t claimed_size = 0;  // what the header said (also when TooLarge)
 };
 
-enum class FrameStatus { Ok, Closed, Timeout, Malformed };
+// Malformed: a header no valid peer sends; TooLarge: a size over the reader's limit (nothing of it
+// was read or allocated).
+enum class FrameStatus { Ok, Closed, Timeout, Malformed, TooLarge };
 
 // Largest payload either side accepts (a lane's saved state included).
 constexpr std::uint64_t kMaxWorkerPayload = std::uint64_t{1} << 30;
 
 // Writes the whole frame (never raises SIGPIPE); false when the peer is gone.
-bool write_frame(int fd, WorkerOp op, const std::string& payload);
-// Reads one frame, waiting at most until `deadline` (none: forever).
+bool write_frame(int fd, WorkerOp op, const std::string& payload, std::uint32_t sequence = 0);
+// Reads one frame of at most `max_payload` bytes, waiting at most until `deadline` (none:
+// forever). When `watch_fd` becomes readable first (the worker's status pipe: it ended), Closed.
 FrameStatus read_frame(int fd, WorkerFrame* frame,
-                       std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+                       std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+                       std::uint64_t max_payload = kMaxWorkerPayload, int watch_fd = -1);
+// Whether bytes arrived beyond the frames read (a second reply to one request); never blocks.
+bool has_unread_bytes(int fd);
 
 }  // namespace pipelane

@@ -105,7 +105,6 @@ class JobCostModel final : public SimCostModel {
   bool rendezvous(const LinkSpec& link) const {
     return link.rendezvous_above_bytes > 0 && message_bytes_ > link.rendezvous_above_bytes;
   }
-  double wan_lag_s() const { return wan_lag_s_; }
   double grad_reduce_done_s(int stage, int chunk, double ready_s) override;
   double sync_s() const override;
 

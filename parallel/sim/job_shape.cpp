@@ -7,7 +7,7 @@
 
 #include "model/gpt_layout.h"
 #include "model/gpt_model.h"
-#include "parallel/pipeline_executor.h"
+#include "parallel/layer_split.h"
 #include "runtime/arena.h"
 
 namespace pipelane::sim {
@@ -62,18 +62,21 @@ JobShape job_shape(const JobSpec& job) {
     ChunkShape c;
     c.range = range;
     const double layers = range.num_layers();
-    // Per layer and token: 24 d^2 FLOPs of matmuls forward, 4 T d of attention (the REFERENCE
+    // Per layer and token: 24 d^2 FLOPs of matmuls forward (GPT-2), 4 T d of attention (the REFERENCE
     // formula 6N + 12 L d T split 1:2 between forward and backward); the backward's matmuls split
     // evenly into input and weight gradients, attention's backward is all input gradient.
-    c.fwd_flops = layers * N * (24 * d * d + 4 * T * d) / tp;
-    c.bwd_input_flops = layers * N * (24 * d * d + 8 * T * d) / tp;
-    c.bwd_weight_flops = layers * N * 24 * d * d / tp;
+    // The matrices are the family's (GPT-2: 12 d^2 a layer, 24 d^2 FLOPs; SwiGLU's three and
+    // GQA's narrower k/v otherwise).
+    const double matmul = 2 * cfg.layer_matrix_params();
+    c.fwd_flops = layers * N * (matmul + 4 * T * d) / tp;
+    c.bwd_input_flops = layers * N * (matmul + 8 * T * d) / tp;
+    c.bwd_weight_flops = layers * N * matmul / tp;
     if (range.has_head) c.fwd_flops += 6 * N * d * vocab / tp;  // head forward + backward, fused
     c.tp_all_reduces_fwd = job.tp > 1 ? 2 * range.num_layers() : 0;
     c.tp_all_reduces_bwd = job.tp > 1 ? 2 * range.num_layers() : 0;
     const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr);
     c.params = static_cast<double>(stage.layout().total_floats());
-    if (const ParamEntry* wte = stage.layout().find("wte"); wte && (range.has_embedding != range.has_head))
+    if (const ParamEntry* wte = stage.layout().tied_embedding(); wte && (range.has_embedding != range.has_head))
       c.tied_embedding_params = static_cast<double>(wte->numel);
     c.activation_bytes = static_cast<double>(stage.activation_bytes(job.micro_batch, job.seq_len, job.split_backward()));
     c.scratch_bytes = static_cast<double>(stage.scratch_bytes(job.micro_batch, job.seq_len));

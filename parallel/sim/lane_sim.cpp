@@ -19,6 +19,15 @@ double median_unsorted(std::vector<double> v) {
 
 constexpr double kMinStepCost = 1e-6;  // the gap scheduler's floor on a calibrated cost
 
+// Records one step in the lane's ring of its last `window` steps; returns how many of them were late.
+int count_late_step(LaneTotals& t, bool late, int window) {
+  if (t.late.empty()) t.late.assign(static_cast<std::size_t>(std::max(1, window)), 0);
+  t.late_count += (late ? 1 : 0) - t.late[t.late_next];
+  t.late[t.late_next] = late ? 1 : 0;
+  t.late_next = (t.late_next + 1) % t.late.size();
+  return t.late_count;
+}
+
 }  // namespace
 
 double LaneModel::step_at(double u) const {
@@ -137,8 +146,8 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
       LaneTotals& lane_totals = totals_[stage][l];
       const bool runaway = is_runaway_step(duration, st.predicted[l], settings_.quarantine_factor,
                                            settings_.quarantine_min_s);
-      lane_totals.runaway_strikes = runaway ? lane_totals.runaway_strikes + 1 : 0;
-      if (runaway && lane_totals.runaway_strikes >= settings_.quarantine_strikes) {
+      const int late = count_late_step(lane_totals, runaway, settings_.runaway_window);
+      if (runaway && late >= settings_.runaway_limit) {
         lane_totals.quarantined = true;
         lane_totals.quarantined_at = iteration_;
       }

@@ -7,8 +7,8 @@
 // arrival delays the stage: that is the lanes' cost to training, and the simulator sees it
 // propagate through the pipeline.
 //
-// A lane whose steps run away (more than 10x the prediction) twice in a row is quarantined on that
-// stage, as the gap scheduler does. Not modelled: deterministic (frozen-plan) mode and a lane's
+// A lane with 3 runaway steps (more than 10x the prediction) among its last 16 is quarantined on
+// that stage, the gap scheduler's rule (lanes/gap_scheduler.h: runaway_limit, runaway_window). Not modelled: deterministic (frozen-plan) mode and a lane's
 // work running out; side work takes the device alone while it runs (time-sliced, as on the CPU).
 #pragma once
 #include <cstdint>
@@ -57,7 +57,8 @@ struct LaneSimSettings {
   // The gap scheduler's quarantine of runaway steps (is_runaway_step, gap_fit.h).
   double quarantine_factor = 10;
   double quarantine_min_s = 0.001;
-  int quarantine_strikes = 2;
+  int runaway_window = 16;  // the gap scheduler's: late steps among the last runaway_window
+  int runaway_limit = 3;
   std::uint64_t seed = 1;
 };
 
@@ -85,7 +86,9 @@ struct LaneTotals {
   double units = 0, lane_s = 0, harvested_s = 0, overrun_s = 0;
   long steps = 0;
   double predicted_step_s = 0, calibrated_step_s = 0;
-  int runaway_strikes = 0;
+  std::vector<char> late;  // the last runaway_window steps: late or not (a ring)
+  std::size_t late_next = 0;
+  int late_count = 0;
   bool quarantined = false;
   int quarantined_at = -1;  // iteration
 };

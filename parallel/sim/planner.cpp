@@ -29,7 +29,7 @@ void mark_frontier(std::vector<PlanCandidate>& all) {
 std::string balanced_layer_split(const GptConfig& model, int seq_len, int pp) {
   if (pp < 2 || model.layers < pp) return "";
   const double d = model.d_model, T = seq_len;
-  const double layer = 3 * (24 * d * d + 4 * T * d);       // forward + backward per token
+  const double layer = 3 * (2 * model.layer_matrix_params() + 4 * T * d);  // forward + backward per token
   const double head = 6 * d * model.padded_vocab();          // fused forward + backward per token
   // Layers the last stage gives up for its head, rounded, at most all but one of its share.
   const int even = model.layers / pp;
@@ -52,11 +52,39 @@ std::string balanced_layer_split(const GptConfig& model, int seq_len, int pp) {
   return out;
 }
 
-PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
-                     const std::function<void(int, int)>& progress) {
-  const Cluster& cluster = base.cluster;
-  const int devices = space.devices > 0 ? space.devices : cluster.devices();
-  const int max_tp = space.max_tp > 0 ? space.max_tp : cluster.devices_per_node;
+namespace {
+
+// The jobs of one (pp, tp, dp, micro batch): each schedule (interleaved at each virtual-stage
+// count), with an even layer split where the layers divide and the balanced one where it differs.
+void add_jobs_of_grid(const PlanSpace& space, const JobSpec& grid, std::vector<JobSpec>& jobs) {
+  const int pp = grid.schedule.pp;
+  for (ScheduleKind kind : space.schedules) {
+    std::vector<int> vs{1};
+    if (kind == ScheduleKind::Interleaved) vs = space.virtual_stages;
+    for (int v : vs) {
+      JobSpec job = grid;
+      job.schedule = {kind, pp, v, grid.schedule.microbatches};
+      try {
+        validate_schedule_spec(job.schedule);
+      } catch (const std::invalid_argument&) {
+        continue;
+      }
+      if (kind == ScheduleKind::Interleaved && pp < 2) continue;
+      if (space.model.layers % (pp * v) == 0) jobs.push_back(job);
+      if (space.balanced_split && v == 1) {
+        const std::string split = balanced_layer_split(space.model, space.seq_len, pp);
+        if (!split.empty()) {
+          job.layers_per_stage = split;
+          jobs.push_back(job);
+        }
+      }
+    }
+  }
+}
+
+// Every job of the space on `devices` devices: pp dividing them, tp a power of two within a node
+// and dividing the heads, dp the rest, micro batches dividing a replica's share of the batch.
+std::vector<JobSpec> candidate_jobs(const PlanSpace& space, int devices, int max_tp, bool replicas_across_sites) {
   std::vector<JobSpec> jobs;
   for (int pp : divisors(devices)) {
     if (pp > space.model.layers) continue;
@@ -69,112 +97,116 @@ PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
         for (int mb = 1; mb <= space.global_batch / dp; mb *= 2) micro_batches.push_back(mb);
       for (int mb : micro_batches) {
         if ((space.global_batch / dp) % mb != 0) continue;
-        const int m = space.global_batch / dp / mb;
-        for (ScheduleKind kind : space.schedules) {
-          std::vector<int> vs{1};
-          if (kind == ScheduleKind::Interleaved) vs = space.virtual_stages;
-          for (int v : vs) {
-            JobSpec job;
-            job.model = space.model;
-            job.seq_len = space.seq_len;
-            job.micro_batch = mb;
-            job.tp = tp;
-            job.dp = dp;
-            job.replicas_across_sites = base.job.replicas_across_sites;
-            job.schedule = {kind, pp, v, m};
-            try {
-              validate_schedule_spec(job.schedule);
-            } catch (const std::invalid_argument&) {
-              continue;
-            }
-            if (kind == ScheduleKind::Interleaved && pp < 2) continue;
-            if (space.model.layers % (pp * v) == 0) jobs.push_back(job);
-            if (space.balanced_split && v == 1) {
-              const std::string split = balanced_layer_split(space.model, space.seq_len, pp);
-              if (!split.empty()) {
-                job.layers_per_stage = split;
-                jobs.push_back(job);
-              }
-            }
-          }
-        }
+        JobSpec grid;
+        grid.model = space.model;
+        grid.seq_len = space.seq_len;
+        grid.micro_batch = mb;
+        grid.tp = tp;
+        grid.dp = dp;
+        grid.replicas_across_sites = replicas_across_sites;
+        grid.schedule.pp = pp;
+        grid.schedule.microbatches = space.global_batch / dp / mb;
+        add_jobs_of_grid(space, grid, jobs);
       }
     }
   }
+  return jobs;
+}
 
+// A simulated candidate's figures: throughput with and without lanes, and what the lanes' work
+// is worth per hour of training.
+PlanCandidate candidate_of(const JobSpec& job, const Cluster& cluster, const SimulationOutcome& out, double most_memory) {
+  PlanCandidate c;
+  c.job = job;
+  c.tokens_per_s_off = out.tokens_per_s;
+  c.tokens_per_s = out.on ? out.tokens_per_s_lanes : out.tokens_per_s;
+  c.bubble_fraction = out.off.bubble_fraction;
+  c.max_stage_memory = most_memory;
+  c.training_per_hour = job.world() * cluster.device.price_per_hour;
+  if (out.placement.multi_site()) c.sites = out.placement.describe(cluster.site_map());
+  if (!out.on) return c;
+  double bubble = 0, harvested = 0;
+  for (const StageReport& st : out.on->stages) {
+    bubble += st.bubble_after_profiling_s;
+    harvested += st.harvested_after_profiling_s;
+  }
+  c.harvest_fraction = bubble > 0 ? harvested / bubble : 0.0;
+  c.lane_value_per_hour = out.on->train_s > 0 ? out.value_usd / out.on->train_s * 3600 : 0.0;
+  for (const LaneValue& v : out.values)
+    c.lane_units_per_hour.push_back(out.on->train_s > 0 ? v.units / out.on->train_s * 3600 : 0.0);
+  c.net_saving = out.net_saving;
+  c.gross_saving = out.gross_saving;
+  c.overhead = out.overhead;
+  return c;
+}
+
+// Places and sizes `job`, simulates it when it fits, and adds it to `result` as a candidate or as
+// a rejection.
+void try_candidate(const JobSpec& job, const SimulationSetup& base, PlanResult& result) {
+  const Cluster& cluster = base.cluster;
+  SimulationSetup setup;
+  setup.job = job;
+  setup.cluster = cluster;
+  setup.profile = base.profile;
+  setup.lanes = base.lanes;
+  setup.lane_stages = base.lane_stages;
+  setup.lane_settings = base.lane_settings;
+  setup.all_reduce = base.all_reduce;
+  setup.iterations = base.iterations;
+  setup.wan = base.wan;
+  setup.force_sites = base.force_sites;
+  try {
+    const SitePlacement placement = job_placement(job, cluster);
+    if (!placement_refusal(placement, base.force_sites).empty()) {
+      ++result.rejected_sites;
+      return;
+    }
+    const JobShape shape = job_shape(job);
+    const std::vector<double> memory = shape.stage_memory_bytes(job.schedule, cluster.device.element_bytes());
+    const double most = *std::max_element(memory.begin(), memory.end());
+    if (result.smallest_memory_needed < 0 || most < result.smallest_memory_needed) result.smallest_memory_needed = most;
+    if (most > cluster.device.memory_bytes) {
+      ++result.rejected_memory;
+      return;
+    }
+    result.candidates.push_back(candidate_of(job, cluster, run_simulation(setup), most));
+  } catch (const DoesNotFit&) {
+    ++result.rejected_memory;
+  } catch (const std::invalid_argument&) {
+    ++result.rejected_shape;
+  }
+}
+
+DoesNotFit fits_no_device(const Cluster& cluster, const PlanResult& result, std::size_t tried, int devices) {
+  char need[64];
+  std::snprintf(need, sizeof need, "%.2f GiB", result.smallest_memory_needed / (1024.0 * 1024.0 * 1024.0));
+  return DoesNotFit("the model fits no " + cluster.device.name + " of cluster " + cluster.name + ": " +
+                    std::to_string(tried) + " ways to split it over " + std::to_string(devices) +
+                    " devices tried, the smallest needs " +
+                    (result.smallest_memory_needed > 0 ? std::string(need) : std::string("?")) +
+                    " on one device, which has " +
+                    std::to_string(static_cast<int>(cluster.device.memory_bytes / (1024.0 * 1024.0 * 1024.0))) +
+                    " GiB");
+}
+
+}  // namespace
+
+PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
+                     const std::function<void(int, int)>& progress) {
+  const Cluster& cluster = base.cluster;
+  const int devices = space.devices > 0 ? space.devices : cluster.devices();
+  const int max_tp = space.max_tp > 0 ? space.max_tp : cluster.devices_per_node;
+  const std::vector<JobSpec> jobs = candidate_jobs(space, devices, max_tp, base.job.replicas_across_sites);
   PlanResult result;
   result.smallest_memory_needed = -1;
   int done = 0;
   for (const JobSpec& job : jobs) {
     if (progress) progress(done, static_cast<int>(jobs.size()));
     ++done;
-    SimulationSetup setup;
-    setup.job = job;
-    setup.cluster = cluster;
-    setup.profile = base.profile;
-    setup.lanes = base.lanes;
-    setup.lane_stages = base.lane_stages;
-    setup.lane_settings = base.lane_settings;
-    setup.all_reduce = base.all_reduce;
-    setup.iterations = base.iterations;
-    setup.wan = base.wan;
-    setup.force_sites = base.force_sites;
-    try {
-      const SitePlacement placement = job_placement(job, cluster);
-      if (!placement_refusal(placement, base.force_sites).empty()) {
-        ++result.rejected_sites;
-        continue;
-      }
-      const JobShape shape = job_shape(job);
-      const std::vector<double> memory = shape.stage_memory_bytes(job.schedule, cluster.device.element_bytes());
-      const double most = *std::max_element(memory.begin(), memory.end());
-      if (result.smallest_memory_needed < 0 || most < result.smallest_memory_needed) result.smallest_memory_needed = most;
-      if (most > cluster.device.memory_bytes) {
-        ++result.rejected_memory;
-        continue;
-      }
-      const SimulationOutcome out = run_simulation(setup);
-      PlanCandidate c;
-      c.job = job;
-      c.tokens_per_s_off = out.tokens_per_s;
-      c.tokens_per_s = out.on ? out.tokens_per_s_lanes : out.tokens_per_s;
-      c.bubble_fraction = out.off.bubble_fraction;
-      c.max_stage_memory = most;
-      c.training_per_hour = job.world() * cluster.device.price_per_hour;
-      if (out.placement.multi_site()) c.sites = out.placement.describe(cluster.site_map());
-      if (out.on) {
-        double bubble = 0, harvested = 0;
-        for (const StageReport& st : out.on->stages) {
-          bubble += st.bubble_after_profiling_s;
-          harvested += st.harvested_after_profiling_s;
-        }
-        c.harvest_fraction = bubble > 0 ? harvested / bubble : 0.0;
-        c.lane_value_per_hour = out.on->train_s > 0 ? out.value_usd / out.on->train_s * 3600 : 0.0;
-        for (const LaneValue& v : out.values)
-          c.lane_units_per_hour.push_back(out.on->train_s > 0 ? v.units / out.on->train_s * 3600 : 0.0);
-        c.net_saving = out.net_saving;
-        c.gross_saving = out.gross_saving;
-        c.overhead = out.overhead;
-      }
-      result.candidates.push_back(c);
-    } catch (const DoesNotFit&) {
-      ++result.rejected_memory;
-    } catch (const std::invalid_argument&) {
-      ++result.rejected_shape;
-    }
+    try_candidate(job, base, result);
   }
   if (progress) progress(done, static_cast<int>(jobs.size()));
-  if (result.candidates.empty()) {
-    char need[64];
-    std::snprintf(need, sizeof need, "%.2f GiB", result.smallest_memory_needed / (1024.0 * 1024.0 * 1024.0));
-    throw DoesNotFit("the model fits no " + cluster.device.name + " of cluster " + cluster.name + ": " +
-                     std::to_string(jobs.size()) + " ways to split it over " + std::to_string(devices) +
-                     " devices tried, the smallest needs " +
-                     (result.smallest_memory_needed > 0 ? std::string(need) : std::string("?")) +
-                     " on one device, which has " +
-                     std::to_string(static_cast<int>(cluster.device.memory_bytes / (1024.0 * 1024.0 * 1024.0))) +
-                     " GiB");
-  }
+  if (result.candidates.empty()) throw fits_no_device(cluster, result, jobs.size(), devices);
   std::sort(result.candidates.begin(), result.candidates.end(),
             [](const PlanCandidate& a, const PlanCandidate& b) { return a.tokens_per_s > b.tokens_per_s; });
   mark_frontier(result.candidates);

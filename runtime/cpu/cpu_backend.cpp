@@ -287,6 +287,66 @@ class CpuBackend final : public Backend {
     return cpu::measure_sgemm_gflops(n, reps);
   }
 
+  // ---- The Llama family ----
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                       Stream&) override {
+    ThreadScope t(threads_);
+    cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* rstd, int N, int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C);
+  }
+  void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N,
+                               int C, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::rmsnorm_backward_params(dweight, dout, inp, rstd, N, C);
+  }
+  void rope_forward(float* x, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
+                    Stream&) override {
+    ThreadScope t(threads_);
+    cpu::rope_forward(x, table, B, T, pos0, heads, hs, ld);
+  }
+  void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
+                     Stream&) override {
+    ThreadScope t(threads_);
+    cpu::rope_backward(dx, table, B, T, pos0, heads, hs, ld);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::swiglu_forward(out, gate, up, n);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B,
+                             int T, int NH, int KVH, int hs, Stream&) override {
+    ThreadScope t(threads_);
+    if (bf16_) cpu::bf16::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
+    else cpu::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
+  }
+  void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float*, const float* att, int B, int T, int NH, int KVH,
+                              int hs, Stream&) override {
+    ThreadScope t(threads_);
+    if (bf16_) cpu::bf16::attention_backward_gqa(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
+    else cpu::attention_backward_gqa(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
+  }
+  void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
+                                float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs,
+                                Stream&) override {
+    ThreadScope t(threads_);
+    cpu::attention_forward_kv_gqa(out, scores, q, k, v, k_cache, v_cache, past, n, NH, KVH, hs);
+  }
+  void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
+                                 int vcount, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::embedding_backward_tokens(dwte, dout, tokens, N, C, v0, vcount);
+  }
+
  private:
   static int default_threads() {
     const unsigned n = std::thread::hardware_concurrency();

@@ -168,4 +168,34 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
 // PageRank's bounded step: Backend::pagerank_step (runtime/backend.h), synchronously.
 void pagerank_step(const PagerankStep& step);
 
+// ---- The Llama family (runtime/backend.h has the contracts) ----
+// RMSNorm: out = weight * (x * rstd); backward: dinp (+=), dweight (+=).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C);
+void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C);
+// RoPE in place (rotate-half), forward and its transpose.
+void rope_forward(float* x, const float* table, int B, int T, int pos0, int heads, int hs, int ld);
+void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld);
+// out = silu(gate) * up; dgate, dup (=).
+void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                     std::size_t n);
+// Grouped-query causal attention on separate q, k, v; dq, dk, dv (=).
+void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+                           int NH, int KVH, int hs);
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs);
+void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
+                              float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs);
+// The lookup's backward without positions: dwte (+=) for tokens in [v0, v0 + vcount).
+void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
+                               int vcount);
+namespace bf16 {
+void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+                           int NH, int KVH, int hs);
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs);
+}  // namespace bf16
+
 }  // namespace pipelane::cpu

@@ -10,22 +10,11 @@
 
 #include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
+#include "runtime/cpu/vector_loops.h"
 #include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 
-namespace {
-inline float dot(const float* a, const float* b, int n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-inline void axpy(float* y, float a, const float* x, int n) {
-#pragma omp simd
-  for (int i = 0; i < n; ++i) y[i] += a * x[i];
-}
-}  // namespace
 
 template <bool kBf16>
 void attention_forward_t(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {

@@ -90,3 +90,26 @@ void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
 }
 
 }  // namespace pipelane::cpu
+
+namespace pipelane::cpu {
+
+// embedding_backward_local without the positions (a model with RoPE has no wpe): the same
+// channel slices and row order.
+void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
+                               int vcount) {
+  constexpr int kSlice = 16;
+  const int slices = (C + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < slices; ++s) {
+    const int c0 = s * kSlice, c1 = c0 + kSlice < C ? c0 + kSlice : C;
+    for (int n = 0; n < N; ++n) {
+      const int local = tokens[n] - v0;
+      if (local < 0 || local >= vcount) continue;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      float* w = dwte + static_cast<std::size_t>(local) * C;
+      for (int c = c0; c < c1; ++c) w[c] += d[c];
+    }
+  }
+}
+
+}  // namespace pipelane::cpu

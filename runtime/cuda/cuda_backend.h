@@ -45,6 +45,8 @@ struct CudaBackendStats {
   std::uint64_t scratch_high_water = 0;  // bytes of op temporaries at most at once
   int lane_partition_sms = 0;            // SMs of the lanes' green context (0: none)
   int priority_least = 0, priority_greatest = 0;
+  // GEMMs whose epilogue (bias, GeLU) the library had no algorithm for, run as separate kernels.
+  std::uint64_t unfused_epilogues = 0;
 };
 
 // bf16 storage for the composed ops (fp32 arithmetic inside every kernel, fp32 GEMM accumulation;

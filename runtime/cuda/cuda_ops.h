@@ -197,6 +197,9 @@ inline std::size_t sum_squares_scratch_doubles(std::size_t n) {
 template <typename floatX>
 void sum_squares(double* result, const floatX* x, std::size_t n, double* scratch,
                  cudaStream_t stream);
+// *result (device) = x[0] + x[1] + ... in double, in index order (one thread: the host loop's
+// bits, for the LM head's loss sums of a few thousand rows).
+void sum_in_order(double* result, const float* x, std::size_t n, cudaStream_t stream);
 
 // ---- pagerank (kernels/pagerank.cuh): Backend::pagerank_step, fp32 ----
 // One slice of a power iteration with the semantics of runtime/backend.h: a kernel of one thread

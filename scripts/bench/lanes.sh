@@ -85,7 +85,7 @@ for m in $ms; do
       train "$out/off-$m-$lane-$r"
       offs+=("$(field "$out/off-$m-$lane-$r/summary.json" 'd["train_seconds"]')")
       # Each lanes-on run is valued against the lanes-off run just before it, by pipelane itself:
-      # summary.json's overhead and cost saving (trainer/lane_valuation.h).
+      # summary.json's overhead and cost saving (trainer/run/lane_valuation.h).
       train "$out/on-$m-$lane-$r" $(lane_args $lane) --lanes.baseline="$out/off-$m-$lane-$r/summary.json" \
         --lanes.dedicated="$out/dedicated.jsonl" "${prices[@]}"
       s="$out/on-$m-$lane-$r/summary.json"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch (CPU) side of the GPT-2 training-throughput benchmark.
+"""PyTorch (CPU) side of the GPT-2 (and, with --arch llama, Llama) training-throughput benchmark.
 
 Trains a GPT-2 with AdamW on random tokens: --model idiomatic (default: the fast, straightforward
 model a PyTorch user would write, torch_gpt2_idiomatic.py; the benchmark's peer) or --model
@@ -30,11 +30,31 @@ from gpt2_reference import GPT2, GPT2Config, make_optimizer  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_gpt2_idiomatic import IdiomaticGPT2  # noqa: E402
+from torch_llama_idiomatic import IdiomaticLlama, llama_ffn_hidden  # noqa: E402
 
 
 def flops_per_token(model, cfg: GPT2Config, seq_len: int) -> int:
     n_nonemb = model.num_params(non_embedding=True)
     return 6 * (n_nonemb + cfg.d_model * cfg.vocab_size) + 12 * cfg.layers * cfg.d_model * seq_len
+
+
+def make_llama(args):
+    kv = args.kv_heads or args.heads
+    ffn = llama_ffn_hidden(args.d_model)
+    if args.model == "idiomatic":
+        return IdiomaticLlama(args.layers, args.d_model, args.heads, kv, args.seq_len, args.vocab, ffn)
+    from llama_reference import Llama, LlamaConfig  # noqa: E402  (tests/golden, on the path above)
+    ref = Llama(LlamaConfig(layers=args.layers, d_model=args.d_model, heads=args.heads, kv_heads=kv,
+                            max_seq_len=args.seq_len, vocab_size=args.vocab, multiple_of=256,
+                            ffn_dim_multiplier=0.0, rope_factor=1.0, rope_original_context=1 << 30))
+    ref.num_params = lambda non_embedding=False: sum(p.numel() for p in ref.parameters()) - (
+        ref.tok_embeddings.weight.numel() + ref.output.weight.numel() if non_embedding else 0)
+    return ref
+
+
+def make_llama_optimizer(model, lr, betas, eps, weight_decay):
+    from llama_reference import make_optimizer as llama_optimizer  # noqa: E402
+    return llama_optimizer(model, lr, betas, eps, weight_decay)
 
 
 def main(argv=None) -> int:
@@ -57,6 +77,9 @@ def main(argv=None) -> int:
                     help="idiomatic: what a PyTorch user would run (default); reference: the "
                          "clarity-first golden model")
     ap.add_argument("--json", action="store_true", help="print one JSON line")
+    ap.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2",
+                    help="llama: RMSNorm, RoPE, SwiGLU (Meta's width rule), --kv-heads, untied head, no biases")
+    ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: heads)")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be >= 1")
@@ -67,7 +90,11 @@ def main(argv=None) -> int:
 
     cfg = GPT2Config(layers=args.layers, d_model=args.d_model, heads=args.heads,
                      max_seq_len=args.seq_len, vocab_size=args.vocab)
-    if args.model == "idiomatic":
+    if args.arch == "llama":
+        model = make_llama(args)
+        opt = model.optimizer(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1) if args.model == "idiomatic" \
+            else make_llama_optimizer(model, 1e-3, (0.9, 0.95), 1e-8, 0.1)
+    elif args.model == "idiomatic":
         model = IdiomaticGPT2(cfg.layers, cfg.d_model, cfg.heads, cfg.max_seq_len, cfg.vocab_size)
         opt = model.optimizer(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     else:

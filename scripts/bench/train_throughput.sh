@@ -5,6 +5,10 @@
 # model (tests/golden/gpt2_reference.py) is shown too, labelled as what it is. The three run in
 # turn, --rounds times; medians over rounds (each a median over timed steps), with the spread.
 #   scripts/bench/train_throughput.sh [--threads N] [--steps N] [--rounds N] [--shape bench|gpt2-small]
+#                                     [--arch gpt2|llama]
+#     --arch llama        the same shape as a Llama: RMSNorm, RoPE, SwiGLU (Meta's width rule),
+#                         kv_heads = heads / 2, untied head, no biases; the peer is
+#                         scripts/bench/torch_llama_idiomatic.py
 #     --shape bench       4 layers, d_model 256, 4 heads, T 256, B 8, vocab 50304 (default;
 #                         configs/bench-throughput.ini)
 #     --shape gpt2-small  GPT-2 124M: 12 layers, d_model 768, 12 heads, T 256, B 4, vocab 50304
@@ -14,12 +18,14 @@ threads=$(nproc)
 steps=8
 rounds=3
 shape=bench
+arch=gpt2
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
+    --arch) arch=$2; shift 2 ;;
     -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "train_throughput.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -30,6 +36,13 @@ case "$shape" in
   gpt2-small) model=(--model.layers=12 --model.d_model=768 --model.heads=12 --model.seq_len=256 --train.micro_batch=4 --train.global_batch=4)
               torch_model=(--layers 12 --d-model 768 --heads 12 --seq-len 256 --batch 4) ;;
   *) echo "train_throughput.sh: --shape is bench or gpt2-small, not '$shape'" >&2; exit 2 ;;
+esac
+case "$arch" in
+  gpt2) ;;
+  llama) heads=$(printf '%s\n' "${model[@]}" | sed -n 's/^--model.heads=//p')
+         model+=(--model.arch=llama --model.kv_heads=$((heads / 2)) --model.rope_theta=10000)
+         torch_model+=(--arch llama --kv-heads $((heads / 2))) ;;
+  *) echo "train_throughput.sh: --arch is gpt2 or llama, not '$arch'" >&2; exit 2 ;;
 esac
 setup_flags=--reference
 source scripts/bench/common.sh
@@ -46,7 +59,7 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 
-/usr/bin/python3 - "$out" "$rounds" "$threads" "$shape" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" "$threads" "$shape $arch" <<'PY'
 import json, statistics, sys
 out, rounds, threads, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rows = {"pipelane": [], "pytorch (idiomatic)": [], "pytorch (golden ref.)": []}

@@ -4,9 +4,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <stdexcept>
 #include <string>
+
+#include "datasets/data_error.h"
 
 namespace pipelane::test_support {
 
@@ -43,6 +46,16 @@ inline void write_gzip_file(const std::string& path, const std::string& bytes) {
   const int written = gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
   if (gzclose(file) != Z_OK || written != static_cast<int>(bytes.size()))
     throw std::runtime_error("cannot write " + path);
+}
+
+// The message of the DataError that `f` throws; "" when it throws none.
+inline std::string data_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace pipelane::test_support

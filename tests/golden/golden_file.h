@@ -7,6 +7,9 @@
 // See tests/golden/README.md for the records a file holds.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -41,5 +44,16 @@ class GoldenFile {
   std::vector<Record> records_;
   std::unordered_map<std::string, std::size_t> index_;
 };
+
+// Relative error of a tensor as a whole: max |a - b| / max |b| (per-element ratios mean nothing
+// for entries near zero). The golden tests' measure.
+inline double relative_error(const float* a, const float* b, std::size_t n) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
 
 }  // namespace pipelane::golden

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/mpi_job.h"
-#include "tests/trainer/test_checkpoint_support.h"
-#include "trainer/checkpoint.h"
+#include "tests/trainer/checkpoint/test_checkpoint_support.h"
+#include "trainer/checkpoint/checkpoint.h"
 
 namespace pipelane {
 namespace {

@@ -26,10 +26,10 @@ class LanesTraining : public ::testing::Test {
     write_test_corpus(dir_.file("data.h5"));
     write_file(dir_.file("tiny.ini"), tiny_parallel_config(dir_.file("data.h5")));
   }
-  StepMetrics train(const std::string& name, const std::string& extra, JobResult* job = nullptr) {
+  StepMetrics train(const std::string& name, const std::string& extra, JobResult* job = nullptr, int steps = 6) {
     const std::string run = dir_.file(name);
     JobResult r = run_job(2, "--config " + dir_.file("tiny.ini") + " --run.dir=" + run +
-                                 " --parallel.pp=2 --train.steps=6 " + extra,
+                                 " --parallel.pp=2 --train.steps=" + std::to_string(steps) + " " + extra,
                           run + ".log");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     if (job) *job = r;
@@ -56,6 +56,33 @@ TEST_F(LanesTraining, LossesAreBitIdenticalWithLanesOnAndOff) {
   EXPECT_GT(total["lanes"]["pagerank"]["units"].get<double>() +
                 total["lanes"]["imageproc"]["units"].get<double>(), 0.0)
       << total.dump();
+}
+
+// Activation recomputation with lanes on, through `pipelane train` on two ranks: the same losses
+// and gradient norms as recompute = none with lanes off, bit for bit, and every rank's summary
+// row has the memory model's prediction equal to the arena's high-water mark, smaller than none's.
+TEST_F(LanesTraining, RecomputeWithLanesOnIsBitIdenticalAndItsArenaMeetsThePrediction) {
+  const StepMetrics off = train("plain", "", nullptr, 3);
+  const std::string lanes = " --lanes.enabled=pagerank --lanes.profile_iterations=1 --lane.pagerank.generate=rmat "
+                            "--lane.pagerank.scale=10";
+  const StepMetrics full = train("full", "--train.recompute=full" + lanes, nullptr, 3);
+  const StepMetrics selective = train("selective", "--train.recompute=selective --parallel.schedule=zb-h1" + lanes, nullptr, 3);
+  const StepMetrics zb = train("zb", "--parallel.schedule=zb-h1", nullptr, 3);
+  ASSERT_EQ(off.loss.size(), 3u);
+  EXPECT_EQ(full.loss, off.loss);
+  EXPECT_EQ(full.grad_norm, off.grad_norm);
+  EXPECT_EQ(selective.loss, zb.loss);
+  EXPECT_EQ(selective.grad_norm, zb.grad_norm);
+  const auto memory = [&](const std::string& name) {
+    std::ifstream in(dir_.file(name) + "/summary.json");
+    return nlohmann::json::parse(in)["memory"];
+  };
+  const nlohmann::json plain = memory("plain"), recomputed = memory("full");
+  ASSERT_EQ(recomputed.size(), 2u) << recomputed.dump();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(recomputed[r]["predicted_bytes"], recomputed[r]["high_water_bytes"]) << r;
+    EXPECT_LT(recomputed[r]["high_water_bytes"].get<double>(), plain[r]["high_water_bytes"].get<double>()) << r;
+  }
 }
 
 TEST_F(LanesTraining, FailingLanesAreQuarantinedAndTrainingCarriesOn) {

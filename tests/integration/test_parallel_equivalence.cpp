@@ -15,6 +15,8 @@ struct ParallelCase {
   const char* name;
   int ranks;
   const char* args;
+  // The case's name in test names and failures, not gtest's dump of the struct's bytes.
+  friend void PrintTo(const ParallelCase& c, std::ostream* os) { *os << c.name; }
 };
 
 class ParallelEquivalence : public ::testing::TestWithParam<ParallelCase> {

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "tests/integration/mpi_job.h"
-#include "trainer/checkpoint_manifest.h"
-#include "trainer/preemption.h"
+#include "trainer/checkpoint/manifest.h"
+#include "trainer/run/preemption.h"
 
 namespace pipelane {
 namespace {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lanes/builtin/builtin_lanes.h"
+#include "lanes/builtin/graph/rmat.h"
 #include "lanes/builtin/pagerank_lane.h"
 #include "tests/lanes/builtin_io_test_env.h"
 
@@ -245,8 +246,10 @@ TEST(PageRankLane, MalformedEdgeLineNamesFileAndLine) {
   } catch (const LaneError& e) {
     EXPECT_NE(std::string(e.what()).find(path + ":3"), std::string::npos) << e.what();
   }
-  testing_io::write_file(path, "0 1 2\n");
+  testing_io::write_file(path, "0 1 2 3\n");  // a third column is a weight (graph/edge_source.h), a fourth is not
   EXPECT_THROW(make_pagerank_lane()->setup(run.ctx), LaneError);
+  testing_io::write_file(path, "0 1 2.5\n1 0 1\n");  // weights: read, and ignored by pagerank
+  EXPECT_NO_THROW(make_pagerank_lane()->setup(run.ctx));
   testing_io::write_file(path, "0 -1\n");
   EXPECT_THROW(make_pagerank_lane()->setup(run.ctx), LaneError);
   LaneEnv missing("pagerank", {{"graph", env.dir + "/nope.txt"}});

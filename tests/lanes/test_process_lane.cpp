@@ -47,6 +47,39 @@ char state_of(pid_t pid) {
   return close == std::string::npos || close + 2 >= line.size() ? 0 : line[close + 2];
 }
 
+// Every live process whose environment holds `marker`: the workers started since it was set
+// (setenv), and whatever they started, whichever PID namespace they are in.
+std::vector<pid_t> processes_marked(const std::string& marker) {
+  std::vector<pid_t> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    std::ifstream environ(entry.path() / "environ", std::ios::binary);
+    const std::string env((std::istreambuf_iterator<char>(environ)), {});
+    const pid_t pid = std::stoi(name);
+    if (env.find(marker) != std::string::npos && running(pid)) found.push_back(pid);
+  }
+  return found;
+}
+
+// The pid, as this process sees it, of the process below `root` that its own PID namespace calls
+// `inner` (the last field of /proc/PID/status NSpid); `inner` itself without a namespace.
+pid_t outer_pid(pid_t root, pid_t inner) {
+  std::vector<pid_t> all = {root};
+  for (std::size_t i = 0; i < all.size() && all.size() < 10000; ++i) {
+    const std::string task_dir = "/proc/" + std::to_string(all[i]) + "/task";
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(task_dir, ec)) {
+      std::ifstream children(task.path() / "children");
+      for (pid_t child; children >> child;) all.push_back(child);
+    }
+    std::ifstream status("/proc/" + std::to_string(all[i]) + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("NSpid:", 0) == 0 && std::stoi(line.substr(line.find_last_of(" \t") + 1)) == inner) return all[i];
+  }
+  return inner;
+}
+
 std::vector<pid_t> pids_in(const std::string& path) {
   std::vector<pid_t> pids;
   std::ifstream in(path);
@@ -107,6 +140,8 @@ class HostilePlugin : public ::testing::TestWithParam<HostileCase> {};
 
 TEST_P(HostilePlugin, EndsInTheWorkerNamedAndLeavesNoProcessBehind) {
   const HostileCase& c = GetParam();
+  const std::string marker = "PIPELANE_PROCESS_LANE_TEST=" + c.mode + std::to_string(::getpid());
+  ::setenv("PIPELANE_PROCESS_LANE_TEST", (c.mode + std::to_string(::getpid())).c_str(), 1);
   LaneEnv env("hostile", {{"mode", c.mode}, {"good_steps", "2"}, {"step_us", "100"}}, 16u << 20);
   const int threads = omp_get_max_threads();  // as the CPU backend of env left it
   const Outcome outcome = run_hostile(env, c.mode == "malloc" ? 80 : 6);  // 2 MiB a step, 64 MiB allowed
@@ -114,10 +149,13 @@ TEST_P(HostilePlugin, EndsInTheWorkerNamedAndLeavesNoProcessBehind) {
   EXPECT_NE(("|" + c.kind + "|").find("|" + outcome.kind + "|"), std::string::npos) << outcome.message;
   EXPECT_NE(outcome.message.find(c.message_part), std::string::npos) << outcome.message;
   EXPECT_GE(outcome.steps, 2) << outcome.message;
-  // Nothing the lane started survives it: its own process and every child it forked.
+  // Nothing the lane started survives it: its own process and every child it forked (in its PID
+  // namespace their pids are the namespace's: found by the marker in their environment instead).
   const std::vector<pid_t> pids = pids_in(env.dir + "/pids.txt");
   EXPECT_GE(pids.size(), 1u);
-  for (pid_t pid : pids) EXPECT_FALSE(running(pid)) << "pid " << pid << " of mode " << c.mode << " still runs";
+  const std::vector<pid_t> left = processes_marked(marker);
+  EXPECT_TRUE(left.empty()) << "pid " << left[0] << " of mode " << c.mode << " still runs";
+  ::unsetenv("PIPELANE_PROCESS_LANE_TEST");
   // And nothing of it reached this process.
   EXPECT_EQ(std::fegetround(), FE_TONEAREST);
   EXPECT_EQ(omp_get_max_threads(), threads);
@@ -263,26 +301,29 @@ TEST(ProcessLane, RunsInsideTheGapSchedulerAndSavesThroughTheWorker) {
 }
 
 TEST(CommandLaneInAWorker, AProcessThatLeftItsSessionIsStoppedBetweenStepsAndKilledAtTeardown) {
-  const std::string files = testing_io::make_temp_dir("escape");
-  const std::string pidfile = files + "/escape.pid";
-  LaneEnv env("command", {{"command", "setsid sh -c 'echo $$ > " + pidfile + "; while :; do :; done' & "
+  // The command writes into its output directory (the only place a sandboxed lane may write).
+  LaneEnv env("command", {{"command", "setsid sh -c 'echo $$ > escape.pid; while :; do :; done' & "
                                       "while :; do sleep 0.01; done"},
                           {"slice_ms", "20"}});
-  ProcessLane lane("command", "cpu_ms", worker("", /*allow_children=*/true));
+  const std::string pidfile = env.dir + "/escape.pid";
+  LaneWorkerLaunch launch = worker("", /*allow_children=*/true);
+  ProcessLane lane("command", "cpu_ms", launch);
   lane.set_limits({5, 30, 0});
-  lane.setup(env.ctx);
-  for (int i = 0; i < 100 && pids_in(pidfile).empty(); ++i) lane.step(env.ctx);
+  LaneOptions options("command", {{"command", env.options.values().at("command")}, {"slice_ms", "20"},
+                                  {"workdir", env.dir}}, "test.ini");
+  LaneContext ctx{*env.device, *env.stream, env.arena, options, env.dir, 0, 1};
+  lane.setup(ctx);
+  for (int i = 0; i < 100 && pids_in(pidfile).empty(); ++i) lane.step(ctx);
   ASSERT_EQ(pids_in(pidfile).size(), 1u);
-  const pid_t escape = pids_in(pidfile)[0];
-  for (int i = 0; i < 3; ++i) lane.step(env.ctx);
+  const pid_t escape = outer_pid(lane.worker_pid(), pids_in(pidfile)[0]);
+  for (int i = 0; i < 3; ++i) lane.step(ctx);
   // Between steps it does not run: stopped (T), like the command itself.
   char state = 0;
   for (int i = 0; i < 100 && (state = state_of(escape)) != 'T'; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(state, 'T');
-  lane.teardown(env.ctx);
+  lane.teardown(ctx);
   EXPECT_FALSE(running(escape));
-  std::filesystem::remove_all(files);
 }
 
 TEST(CommandLaneInAWorker, AFloodOfOutputIsCappedAtTheOutputQuota) {

@@ -222,8 +222,36 @@ double expect_same(const RunResult& got, const RunResult& want, const std::strin
 // (F1 runs before W0) head0 + head1 + emb0 + emb1. Float addition is not associative, so rows of
 // tokens that appear in the batch may differ in the last bits: 1e-6 relative. On a two-stage
 // pipeline the head and the embedding are on different stages, so there it is bit-identical too.
-TEST(SplitBackward, MatchesBackwardBitForBit) {
-  const GptConfig c = tiny_config();
+// The Llama family (GQA 4 on 2, RoPE, SwiGLU, q/k/v biases, untied head) and GPT-2's names with
+// RMSNorm, RoPE and no biases: the same checks as GPT-2's below.
+std::vector<GptConfig> family_configs() {
+  GptConfig llama = tiny_config();
+  llama.apply_arch_defaults(ModelArch::Llama);
+  llama.kv_heads = 2;
+  llama.ffn_hidden = 48;
+  llama.bias = BiasKind::Qkv;
+  llama.rope_theta = 10000;
+  GptConfig gpt2_rope = tiny_config();
+  gpt2_rope.norm = NormKind::RmsNorm;
+  gpt2_rope.position = PositionKind::Rope;
+  gpt2_rope.bias = BiasKind::None;
+  gpt2_rope.tie_embeddings = false;
+  return {llama, gpt2_rope};
+}
+
+void check_split_matches_backward(const GptConfig& c);
+void check_split_matches_backward_under_tp(const GptConfig& c);
+
+TEST(SplitBackward, MatchesBackwardBitForBit) { check_split_matches_backward(tiny_config()); }
+TEST(SplitBackward, MatchesBackwardUnderTensorParallelism) { check_split_matches_backward_under_tp(tiny_config()); }
+TEST(SplitBackward, LlamaFamilyMatchesBackwardBitForBit) {
+  for (const GptConfig& c : family_configs()) {
+    check_split_matches_backward(c);
+    check_split_matches_backward_under_tp(c);
+  }
+}
+
+void check_split_matches_backward(const GptConfig& c) {
   const Data data(c.vocab_size);
   const std::vector<std::vector<StageRange>> pipelines = {
       {StageRange::whole(c)}, {{0, 2, true, false}, {2, 4, false, true}}};
@@ -239,8 +267,7 @@ TEST(SplitBackward, MatchesBackwardBitForBit) {
   }
 }
 
-TEST(SplitBackward, MatchesBackwardUnderTensorParallelism) {
-  const GptConfig c = tiny_config();
+void check_split_matches_backward_under_tp(const GptConfig& c) {
   const Data data(c.vocab_size);
   const int tp = 2;
   const std::vector<std::vector<StageRange>> pipelines = {

@@ -175,8 +175,7 @@ TEST(TensorParallel, ShardsInitialiseAsSlicesOfTheFullModel) {
 }
 
 // Runs one forward + backward at tp and compares with tp = 1. Returns the worst relative error.
-double check_loss_and_gradients(int tp, int vocab) {
-  GptConfig c = tiny_config();
+double check_loss_and_gradients(int tp, int vocab, GptConfig c = tiny_config()) {
   c.vocab_size = vocab;
   std::vector<std::int32_t> tokens(kB * kT), targets(kB * kT);
   random_tokens(tokens, c.vocab_size, 21);
@@ -236,6 +235,24 @@ TEST(TensorParallel, LossAndEveryGradientMatchTp1) {
   // Vocabulary 65 (padded 128) at tp = 4: rank 2 holds one real row, rank 3 only padding.
   const double worst = check_loss_and_gradients(4, 65);
   std::printf("[ tp=4, V=65 ] max relative error of loss/gradients vs tp=1: %.3g\n", worst);
+}
+
+// The Llama family: q heads and kv heads split across the ranks (4 on 2 kv heads at tp 2, MQA's
+// one kv head only at tp 1: tp must divide kv_heads), SwiGLU's gate/up column-parallel,
+// o_proj/down_proj row-parallel with a replicated bias (bias = all), an untied vocab-parallel head.
+TEST(TensorParallel, LlamaFamilyLossAndEveryGradientMatchTp1) {
+  GptConfig c = tiny_config();
+  c.apply_arch_defaults(ModelArch::Llama);
+  c.kv_heads = 2;
+  c.ffn_hidden = 48;
+  c.rope_theta = 10000;
+  for (BiasKind bias : {BiasKind::None, BiasKind::Qkv, BiasKind::All}) {
+    c.bias = bias;
+    const double worst = check_loss_and_gradients(2, 97, c);
+    std::printf("[ llama bias=%s tp=2 ] max relative error of loss/gradients vs tp=1: %.3g\n", bias_name(bias), worst);
+  }
+  c.tie_embeddings = true;
+  EXPECT_LE(check_loss_and_gradients(2, 65, c), 1e-5);
 }
 
 TEST(TensorParallel, AdamWStepsWithClippingMatchTp1) {

@@ -62,10 +62,12 @@ struct JobResult {
 };
 
 // `sites` (empty: one site) splits the ranks into consecutive sites; `wan` lowers each rank's list.
-// `adapt` may replace a rank's planes before its executor is made.
+// `adapt` may replace a rank's planes before its executor is made, `configure` set up its
+// executor (an update gate) before the first step.
 JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool with_filler,
                   const std::vector<int>& sites = {}, std::optional<WanSettings> wan = std::nullopt,
-                  const std::function<void(Topology&, int)>& adapt = {}) {
+                  const std::function<void(Topology&, int)>& adapt = {},
+                  const std::function<void(PipelineExecutor&, int)>& configure = {}) {
   std::vector<std::string> names;
   for (std::size_t i = 0; i < sites.size(); ++i) names.push_back("site" + std::to_string(i));
   const SitePlacement placement = place_on_sites(dims, SiteMap::from_counts(names, sites));
@@ -90,6 +92,7 @@ JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool
         o.seed = 5;
         if (wan) o.wan = wan_route(placement, rank, *wan);
         PipelineExecutor exec(o, topo, *backend);
+        if (configure) configure(exec, rank);
         RecordingFiller filler;
         if (with_filler) exec.set_gap_filler(&filler);
         const float loss_scale = 1.0f / (kGlobalMicrobatches * kMicroBatch * kSeq);
@@ -125,6 +128,8 @@ struct Case {
   ParallelDims dims;
   ScheduleKind kind;
   int v;
+  // The case's name in test names and failures, not gtest's dump of the struct's bytes.
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
 class ExecutorThreads : public ::testing::TestWithParam<Case> {};
@@ -331,6 +336,63 @@ TEST(ScheduleLowering, PeersAreTheNeighbouringVirtualStages) {
       EXPECT_EQ(in.peer_stage, want.stage);
       EXPECT_EQ(in.peer_chunk, want.chunk);
     }
+}
+
+// A rank's world control plane, counting its scalar sums (the gradient norm's, the loss's).
+class CountingWorld final : public ControlPlane {
+ public:
+  CountingWorld(std::unique_ptr<ControlPlane> inner, int& sums) : inner_(std::move(inner)), sums_(sums) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::unique_ptr<CommRequest> isend(const void* data, std::size_t bytes, int dest, int tag) override {
+    return inner_->isend(data, bytes, dest, tag);
+  }
+  std::unique_ptr<CommRequest> irecv(void* data, std::size_t bytes, int src, int tag) override {
+    return inner_->irecv(data, bytes, src, tag);
+  }
+  void all_reduce_sum(double* data, std::size_t n) override {
+    ++sums_;
+    inner_->all_reduce_sum(data, n);
+  }
+  void all_reduce_max(float* data, std::size_t n) override { inner_->all_reduce_max(data, n); }
+  void broadcast(void* data, std::size_t bytes, int root) override { inner_->broadcast(data, bytes, root); }
+  void barrier() override { inner_->barrier(); }
+  std::unique_ptr<BarrierRequest> ibarrier() override { return inner_->ibarrier(); }
+
+ private:
+  std::unique_ptr<ControlPlane> inner_;
+  int& sums_;
+};
+
+// The trainer always sets an update gate, which is handed the world's loss sum at OptimizerStep:
+// the step reports that sum rather than summing again, so a step makes two world sums (gradient
+// norm, loss) with a gate as without, and reports the same loss bits.
+TEST(ExecutorThreadsLossSum, TheWorldLossIsSummedOnceAStepWithOrWithoutAnUpdateGate) {
+  const ParallelDims dims{1, 2, 2};
+  std::vector<double> losses[2];
+  for (const bool gated : {false, true}) {
+    std::vector<int> sums(dims.world(), 0);
+    std::vector<std::vector<double>> gate_losses(dims.world());
+    const auto count = [&sums](Topology& topo, int rank) {
+      topo.world = std::make_unique<CountingWorld>(std::move(topo.world), sums[rank]);
+    };
+    const auto gate = [&](PipelineExecutor& exec, int rank) {
+      if (gated)
+        exec.set_update_gate([&gate_losses, rank](double loss_sum, double) {
+          gate_losses[rank].push_back(loss_sum);
+          return true;
+        });
+    };
+    const JobResult r = run_job(dims, ScheduleKind::OneFOneB, 1, false, {}, std::nullopt, count, gate);
+    for (int rank = 0; rank < dims.world(); ++rank) EXPECT_EQ(sums[rank], 2 * kSteps) << "rank " << rank;
+    if (gated) {
+      const float loss_scale = 1.0f / (kGlobalMicrobatches * kMicroBatch * kSeq);
+      ASSERT_EQ(gate_losses[0].size(), r.loss.size());
+      for (std::size_t s = 0; s < r.loss.size(); ++s) EXPECT_EQ(gate_losses[0][s] * loss_scale, r.loss[s]);
+    }
+    losses[gated] = r.loss;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
 }
 
 }  // namespace

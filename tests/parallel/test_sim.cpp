@@ -110,6 +110,32 @@ TEST(SimLanes, AStepPastTheArrivalDelaysTrainingAndIsCountedAsOverrun) {
   EXPECT_EQ(lanes.totals()[0][0].steps, 0);  // not on stage 0
 }
 
+// The gap scheduler's quarantine rule (lanes/gap_scheduler.h): 3 late steps (over 10x the
+// prediction) among the lane's last 16, not 2 in a row. The lane runs on stage 1 only, which replays
+// the second half of its step sequence: 3 calibration steps of 0.1 s, then the spikes given.
+LaneModel lane_with_spikes(const std::vector<int>& spikes_after_calibration) {
+  LaneModel lane = constant_lane("spiky", 0.1);
+  const std::size_t half = 200;
+  lane.step_sequence.assign(2 * half, 0.1);
+  for (int k : spikes_after_calibration) lane.step_sequence[half + 3 + k] = 2.0;
+  return lane;
+}
+
+bool quarantined_after(const std::vector<int>& spikes) {
+  FixedCosts costs(1, 2);
+  LaneSimSettings settings;
+  settings.profile_iterations = 1;
+  LaneSimulator lanes({lane_with_spikes(spikes)}, {{false}, {true}}, settings);
+  simulate_job(kTwoStages, lists_of(kTwoStages), costs, &lanes, 8, 0);
+  return lanes.totals()[1][0].quarantined;
+}
+
+TEST(SimLanes, QuarantineTakesThreeLateStepsAmongTheLastSixteen) {
+  EXPECT_FALSE(quarantined_after({5, 6}));          // two in a row: the machine, maybe
+  EXPECT_TRUE(quarantined_after({5, 10, 15}));      // three within 16 steps: the lane
+  EXPECT_FALSE(quarantined_after({5, 25, 45, 65}));  // never three within 16
+}
+
 TEST(SimCosts, TransfersPayLatencyAndBandwidthOnTheLinkBetweenStages) {
   JobSpec job;
   job.model = small_model();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <set>
 
 #include "runtime/backend_registry.h"
@@ -86,11 +87,17 @@ class BackendOps : public ::testing::TestWithParam<std::string> {
 
 TEST_P(BackendOps, EveryOpMatchesTheReferenceAndTheCpuBackend) {
   const std::vector<OpCase> cases = backend_ops::all_cases(20261130u);
-  std::set<OpKind> covered;
+  std::set<OpKind> covered, lacking;
   for (const OpCase& c : cases) {
     SCOPED_TRACE(c.name);
-    ASSERT_TRUE(backend_->supports(c.op, DType::F32)) << GetParam() << " lacks " << op_kind_name(c.op);
     covered.insert(c.op);
+    // The CPU backend runs every op. Another may lack an op only where its supports() says so
+    // (none does today): those are listed, not run.
+    if (!backend_->supports(c.op, DType::F32)) {
+      ASSERT_NE(GetParam(), "cpu") << "cpu lacks " << op_kind_name(c.op);
+      lacking.insert(c.op);
+      continue;
+    }
     const OpRun first = run_case(*backend_, c, false);
     const OpRun second = run_case(*backend_, c, false);
     const OpRun on_cpu = run_case(*cpu_, c, false);
@@ -117,6 +124,11 @@ TEST_P(BackendOps, EveryOpMatchesTheReferenceAndTheCpuBackend) {
   }
   for (int k = 0; k < static_cast<int>(OpKind::Count); ++k)
     EXPECT_TRUE(covered.count(static_cast<OpKind>(k))) << "no case for " << op_kind_name(static_cast<OpKind>(k));
+  if (!lacking.empty()) {
+    std::string names;
+    for (OpKind op : lacking) names += std::string(names.empty() ? "" : ", ") + op_kind_name(op);
+    std::cout << "[   NOTE   ] " << GetParam() << " does not support (not run): " << names << "\n";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Registered, BackendOps, ::testing::ValuesIn(available_backends()),

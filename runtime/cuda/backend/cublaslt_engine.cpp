@@ -15,8 +15,8 @@ class CublasLtEngine final : public GemmEngine {
     return "cuBLASLt " + std::to_string(cublasLtGetVersion()) +
            (sm_count_target_ > 0 ? " (" + std::to_string(sm_count_target_) + " SMs)" : "");
   }
-  void run(const GemmCall& g, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
-    lt_.run(g, workspace, workspace_bytes, stream, sm_count_target_);
+  bool run(const GemmCall& g, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) override {
+    return lt_.run(g, workspace, workspace_bytes, stream, sm_count_target_);
   }
 
  private:

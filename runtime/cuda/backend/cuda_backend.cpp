@@ -1,6 +1,7 @@
 // The CUDA backend: construction, memory, streams and events, and the ops that are one kernel.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -61,13 +62,12 @@ void CudaBackendImpl::expect_device(const char* op, std::initializer_list<const 
 }
 
 double CudaBackendImpl::host_sum(const float* device, std::size_t n, cudaStream_t stream) const {
-  std::vector<float> host(n);
-  if (n > 0)
-    check_cuda(cudaMemcpyAsync(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
-               "cudaMemcpyAsync (losses to the host)");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const Temp<double> sum(*scratch_, 1, stream);
+  cuda::sum_in_order(sum.get(), device, n, stream);
   double total = 0.0;
-  for (float v : host) total += v;
+  check_cuda(cudaMemcpyAsync(&total, sum.get(), sizeof total, cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (the loss sum to the host)");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return total;
 }
 
@@ -121,7 +121,10 @@ std::unique_ptr<Event> CudaBackendImpl::create_event() {
   return std::make_unique<CudaEvent>();
 }
 
-bool CudaBackendImpl::supports(OpKind op, DType dtype) const { return op != OpKind::Count && dtype == DType::F32; }
+// Every op of the table, the Llama family's included (cuda_backend_llama.cpp), on fp32 buffers.
+bool CudaBackendImpl::supports(OpKind op, DType dtype) const {
+  return op != OpKind::Count && dtype == DType::F32;
+}
 
 CudaBackendStats CudaBackendImpl::stats() const {
   CudaBackendStats s;
@@ -129,6 +132,7 @@ CudaBackendStats CudaBackendImpl::stats() const {
   s.lane_partition_sms = lane_partition_ ? lane_partition_->sm_count() : 0;
   s.priority_least = priority_least_;
   s.priority_greatest = priority_greatest_;
+  s.unfused_epilogues = unfused_epilogues_.load();
   return s;
 }
 
@@ -241,6 +245,24 @@ double CudaBackendImpl::sum_squares(const float* x, std::size_t n, Stream& s) {
              "cudaMemcpyAsync (sum of squares to the host)");
   check_cuda(cudaStreamSynchronize(h), "cudaStreamSynchronize");
   return value;
+}
+
+void CudaBackendImpl::sum_squares_each(double* sums, const float* const* xs, const std::size_t* ns,
+                                       std::size_t count, Stream& s) {
+  const cudaStream_t h = enter(s);
+  if (count == 0) return;
+  std::size_t partials = 1;
+  for (std::size_t i = 0; i < count; ++i) {
+    expect_device("sum_squares_each", {xs[i]});
+    partials = std::max(partials, sum_squares_scratch_doubles(ns[i]));
+  }
+  // One partial buffer for every slice: the launches run in the stream's order, each slice's
+  // partials summed before the next slice overwrites them. The same kernels as sum_squares.
+  const Temp<double> partial(*scratch_, partials, h), results(*scratch_, count, h);
+  for (std::size_t i = 0; i < count; ++i) cuda::sum_squares<float>(results.get() + i, xs[i], ns[i], partial.get(), h);
+  check_cuda(cudaMemcpyAsync(sums, results.get(), count * sizeof(double), cudaMemcpyDeviceToHost, h),
+             "cudaMemcpyAsync (sums of squares to the host)");
+  check_cuda(cudaStreamSynchronize(h), "cudaStreamSynchronize");
 }
 
 }  // namespace pipelane::cuda

@@ -3,7 +3,9 @@
 // the second layer's input gradient (dpre = (dout W) * gelu'(pre)). One kernel less each way,
 // and neither pre nor out is read back by a separate elementwise pass. cuBLASLt wants the
 // auxiliary output's leading dimension a multiple of 8 (gelu_epilogue_fits); other widths take
-// Backend's two-op defaults. In bf16 compute the GEMMs read bf16 copies, as every GEMM does there.
+// Backend's two-op defaults, and so do shapes for which the library finds no algorithm with the
+// epilogue (nothing was enqueued then). In bf16 compute the GEMMs read bf16 copies, as every GEMM
+// does there.
 #include "runtime/cuda/backend/cuda_backend_impl.h"
 
 namespace pipelane::cuda {
@@ -19,12 +21,16 @@ void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, const float* i
   if (!gelu_epilogue_fits(OC)) return Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC, s);
   const cudaStream_t h = enter(s);
   expect_device("matmul_gelu_forward", {pre, out, inp, weight, bias});
+  bool fused = false;
   if (!bf16_compute()) {
-    gemm(matmul_forward_gemm(out, inp, weight, bias, N, C, OC, DataType::F32, pre), s);
-    return;
+    fused = try_gemm(matmul_forward_gemm(out, inp, weight, bias, N, C, OC, DataType::F32, pre), s);
+  } else {
+    const Bf16Copy x(*scratch_, inp, count(N, C), h), w(*scratch_, weight, count(OC, C), h);
+    fused = try_gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
   }
-  const Bf16Copy x(*scratch_, inp, count(N, C), h), w(*scratch_, weight, count(OC, C), h);
-  gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
+  if (fused) return;
+  ++unfused_epilogues_;
+  Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC, s);
 }
 
 void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight,
@@ -32,12 +38,16 @@ void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout
   if (!gelu_epilogue_fits(C)) return Backend::matmul_backward_input_dgelu(dpre, dout, weight, pre, N, C, OC, s);
   const cudaStream_t h = enter(s);
   expect_device("matmul_backward_input_dgelu", {dpre, dout, weight, pre});
+  bool fused = false;
   if (!bf16_compute()) {
-    gemm(matmul_backward_input_gemm(dpre, dout, weight, N, C, OC, DataType::F32, pre), s);
-    return;
+    fused = try_gemm(matmul_backward_input_gemm(dpre, dout, weight, N, C, OC, DataType::F32, pre), s);
+  } else {
+    const Bf16Copy d(*scratch_, dout, count(N, OC), h), w(*scratch_, weight, count(OC, C), h);
+    fused = try_gemm(matmul_backward_input_gemm(dpre, d.get(), w.get(), N, C, OC, kAutocast, pre), s);
   }
-  const Bf16Copy d(*scratch_, dout, count(N, OC), h), w(*scratch_, weight, count(OC, C), h);
-  gemm(matmul_backward_input_gemm(dpre, d.get(), w.get(), N, C, OC, kAutocast, pre), s);
+  if (fused) return;
+  ++unfused_epilogues_;
+  Backend::matmul_backward_input_dgelu(dpre, dout, weight, pre, N, C, OC, s);
 }
 
 }  // namespace pipelane::cuda

@@ -1,6 +1,7 @@
 // The CudaBackend class (private to runtime/cuda/): construction, memory, streams and the simple
 // ops in cuda_backend.cpp; matmuls, attention and the LM head in cuda_backend_ops.cpp.
 #pragma once
+#include <atomic>
 #include <cuda_runtime_api.h>
 
 #include <initializer_list>
@@ -150,6 +151,8 @@ class CudaBackendImpl final : public CudaBackend {
   void add_bias(float* out, const float* bias, int N, int C, Stream& s) override;
   void scale(float* x, float factor, std::size_t n, Stream& s) override;
   double sum_squares(const float* x, std::size_t n, Stream& s) override;
+  void sum_squares_each(double* sums, const float* const* xs, const std::size_t* ns, std::size_t count,
+                        Stream& s) override;
   void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp, Stream& s) override;
   std::size_t lm_head_scratch_floats(int N, int Vp) const override;
   double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, const float* wte,
@@ -164,6 +167,31 @@ class CudaBackendImpl final : public CudaBackend {
                     float grad_scale, Stream& s) override;
   double measure_matmul_gflops(int n, int reps) override;
   void pagerank_step(const PagerankStep& step, Stream& s) override;  // cuda_backend_pagerank.cpp
+
+  // The Llama family's ops (cuda_backend_llama.cpp).
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                       Stream& s) override;
+  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* rstd,
+                              int N, int C, Stream& s) override;
+  void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C,
+                               Stream& s) override;
+  void rope_forward(float* x, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
+                    Stream& s) override;
+  void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
+                     Stream& s) override;
+  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream& s) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n,
+                       Stream& s) override;
+  void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+                             int NH, int KVH, int hs, Stream& s) override;
+  void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* att, int B, int T, int NH, int KVH,
+                              int hs, Stream& s) override;
+  void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
+                                float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs,
+                                Stream& s) override;
+  void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
+                                 int vcount, Stream& s) override;
 
  private:
   bool bf16_compute() const { return config_.compute == DType::BF16; }
@@ -196,13 +224,18 @@ class CudaBackendImpl final : public CudaBackend {
   cudaStream_t enter(Stream& s) const;
   // With config.check_pointers: std::logic_error unless every non-null pointer is device memory.
   void expect_device(const char* op, std::initializer_list<const void*> buffers) const;
+  // Runs g; false (nothing enqueued) when the engine has no algorithm for it.
+  bool try_gemm(const GemmCall& g, Stream& s);
+  // Runs g, a Bias epilogue the engine refuses as the GEMM plus the bias kernel; throws naming
+  // the call when the engine has no algorithm for anything else.
   void gemm(const GemmCall& g, Stream& s);
-  // The sum of n device floats in double, in index order (as the CPU ops sum their losses);
-  // waits for the stream.
+  // The sum of n device floats in double, in index order (as the CPU ops sum their losses),
+  // computed on the device: one 8-byte copy and one wait for the stream.
   double host_sum(const float* device, std::size_t n, cudaStream_t stream) const;
 
   CudaBackendConfig config_;
   std::unique_ptr<GemmEngine> gemm_;
+  std::atomic<std::uint64_t> unfused_epilogues_{0};  // stats(): epilogues run as separate kernels
   std::unique_ptr<AttentionEngine> attention_;
   std::string name_;
   StreamPriorities priorities_{};

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "runtime/cuda/backend/cuda_backend_impl.h"
@@ -33,10 +35,35 @@ int head_chunk_rows(int N, int width) {
   return std::max(1, std::min(N, rows));
 }
 
-void CudaBackendImpl::gemm(const GemmCall& g, Stream& s) {
+bool CudaBackendImpl::try_gemm(const GemmCall& g, Stream& s) {
   const CudaStream& cs = cuda_stream(s);
-  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-  gemm_->run(g, cs.workspace(), cs.workspace_bytes(), cs.handle());
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return true;
+  return gemm_->run(g, cs.workspace(), cs.workspace_bytes(), cs.handle());
+}
+
+void CudaBackendImpl::gemm(const GemmCall& g, Stream& s) {
+  if (try_gemm(g, s)) return;
+  const bool dense_d = g.c.ld == g.m && (g.batch == 1 || g.c.batch_stride == std::int64_t{g.m} * g.n);
+  if (g.epilogue == Epilogue::Bias && g.bias_type == g.c.type && dense_d) {
+    // The same product without the epilogue, then the bias added to each row of the row-major
+    // [n, m] result (column-major D is m x n): what the epilogue computes, in two kernels.
+    GemmCall plain = g;
+    plain.epilogue = Epilogue::None;
+    plain.bias = nullptr;
+    if (try_gemm(plain, s)) {
+      const cudaStream_t h = cuda_stream(s).handle();
+      ++unfused_epilogues_;
+      if (g.c.type == DataType::F32)
+        cuda::add_bias<float>(static_cast<float*>(g.d), static_cast<const float*>(g.bias), g.n * g.batch, g.m, h);
+      else
+        cuda::add_bias<bf16>(static_cast<bf16*>(g.d), static_cast<const bf16*>(g.bias), g.n * g.batch, g.m, h);
+      return;
+    }
+  }
+  throw std::runtime_error(std::string("cuBLASLt: no algorithm for a ") + std::to_string(g.m) + "x" +
+                           std::to_string(g.n) + "x" + std::to_string(g.k) + " GEMM (batch " +
+                           std::to_string(g.batch) + ", " + to_string(g.a.type) + " operands, " +
+                           to_string(g.c.type) + " output) with epilogue " + to_string(g.epilogue));
 }
 
 // ---- matmul ----

@@ -15,8 +15,10 @@ class GemmEngine {
  public:
   virtual ~GemmEngine() = default;
   virtual std::string name() const = 0;
-  // `workspace` belongs to `stream` (CudaStream's): no other stream uses it meanwhile.
-  virtual void run(const GemmCall& g, void* workspace, std::size_t workspace_bytes,
+  // `workspace` belongs to `stream` (CudaStream's): no other stream uses it meanwhile. False,
+  // with nothing enqueued, when the library has no algorithm for the call (cuBLASLt's heuristic
+  // may find none for an epilogue on some shapes): the backend then runs the unfused ops.
+  virtual bool run(const GemmCall& g, void* workspace, std::size_t workspace_bytes,
                    cudaStream_t stream) = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "runtime/cuda/backend/attention_engine.h"
 #include "runtime/cuda/backend/gemm_engine.h"
@@ -18,14 +19,21 @@ namespace {
 // in the stream's order.
 class InterpretedGemm final : public cuda::GemmEngine {
  public:
+  explicit InterpretedGemm(InterpretedGemmOptions options = {}) : options_(std::move(options)) {}
   std::string name() const override { return "GEMM interpreter (emulated cuBLASLt)"; }
-  void run(const cuda::GemmCall& g, void*, std::size_t, cudaStream_t stream) override {
+  bool run(const cuda::GemmCall& g, void*, std::size_t, cudaStream_t stream) override {
+    if (options_.observe) options_.observe(g);
+    if (options_.refuse_epilogues && g.epilogue != cuda::Epilogue::None) return false;
     auto work = [g] { run_gemm(g); };
     if (stream)
       stream->submit(work);
     else
       work();
+    return true;
   }
+
+ private:
+  InterpretedGemmOptions options_;
 };
 
 // cuDNN's stand-in: each attention graph interpreted (graph_interpreter.h), in the stream's order.
@@ -64,6 +72,12 @@ cuda::CudaBackendConfig emulated_backend_config() {
   c.gemm_workspace_bytes = 4096;
   c.check_pointers = true;
   return c;
+}
+
+std::unique_ptr<cuda::CudaBackend> make_emulated_cuda_backend(const cuda::CudaBackendConfig& config,
+                                                              InterpretedGemmOptions gemm) {
+  return cuda::make_cuda_backend(config, std::make_unique<InterpretedGemm>(std::move(gemm)),
+                                 std::make_unique<InterpretedAttention>());
 }
 
 std::unique_ptr<cuda::CudaBackend> make_emulated_cuda_backend(const cuda::CudaBackendConfig& config) {

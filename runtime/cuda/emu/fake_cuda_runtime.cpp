@@ -52,6 +52,7 @@ class FakeDevice {
   pipelane::cuda_emu::StreamMode mode = pipelane::cuda_emu::StreamMode::Deferred;
   cudaError_t sticky = cudaSuccess;
   std::string sticky_message;
+  std::uint64_t stream_synchronizations = 0;  // host waits for a stream, for the tests
 
   // The allocation that holds [p, p + bytes), or null.
   const Allocation* find(const void* p, std::size_t bytes) {
@@ -227,6 +228,11 @@ std::size_t device_bytes_in_use() {
   FakeDevice& d = FakeDevice::get();
   std::lock_guard lock(d.mu);
   return d.device_bytes;
+}
+std::uint64_t stream_synchronizations() {
+  FakeDevice& d = FakeDevice::get();
+  std::lock_guard lock(d.mu);
+  return d.stream_synchronizations;
 }
 std::string last_error_message() {
   FakeDevice& d = FakeDevice::get();
@@ -559,6 +565,11 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream) {
+  {
+    FakeDevice& d = FakeDevice::get();
+    std::lock_guard lock(d.mu);
+    ++d.stream_synchronizations;
+  }
   if (stream) as_stream(stream)->synchronize();
   return note(FakeDevice::get().sticky_error());
 }

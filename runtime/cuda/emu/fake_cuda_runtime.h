@@ -24,6 +24,7 @@
 // a time), or of cuBLASLt/cuDNN/NCCL (the GEMMs are interpreted elsewhere).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace pipelane::cuda_emu {
@@ -37,6 +38,8 @@ StreamMode stream_mode();
 // Device memory that cudaMalloc and pools may hold in all (default 4 GiB).
 void set_device_capacity(std::size_t bytes);
 std::size_t device_bytes_in_use();
+// cudaStreamSynchronize calls so far (host waits on the hot path are what a GPU pays for).
+std::uint64_t stream_synchronizations();
 // The message behind the current sticky error ("" when none); clear_sticky_error() resets it
 // (a real device would need a new process).
 std::string last_error_message();

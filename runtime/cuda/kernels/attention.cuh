@@ -112,7 +112,9 @@ __global__ void attention_softmax_backward_kernel(floatX* dpreatt, const floatX*
 // value in X would reach outputs the causal sum never touches. For every column d of X[r] holding
 // a non-finite value, this recomputes that column of out[r] = P[r] X[r] (P^T X when transposed)
 // over the causal terms only, as the CPU op sums them; finite columns (every column in training)
-// cost one coalesced read of X. One thread per column d: no barrier.
+// cost one coalesced read of X. One thread per column d: no barrier. The finiteness test reads
+// every row unconditionally (&=, not a short-circuiting &&), so the loads do not wait for each
+// other's comparisons and can be in flight together.
 template <typename floatX>
 __global__ void attention_causal_fixup_kernel(floatX* out, const floatX* P, const floatX* X, bool transposed, int T,
                                               int hs) {
@@ -121,7 +123,7 @@ __global__ void attention_causal_fixup_kernel(floatX* out, const floatX* P, cons
   const std::size_t base = static_cast<std::size_t>(r) * T * hs;
   const floatX* x = X + base + d;
   bool finite = true;
-  for (int t = 0; t < T; ++t) finite = finite && is_finite(to_float(x[static_cast<std::size_t>(t) * hs]));
+  for (int t = 0; t < T; ++t) finite &= is_finite(to_float(x[static_cast<std::size_t>(t) * hs]));
   if (finite) return;
   const floatX* p = P + static_cast<std::size_t>(r) * T * T;
   for (int o = 0; o < T; ++o) {

@@ -153,6 +153,15 @@ void embedding_backward_local(float* dwte, float* dwpe, const floatX* dout,
                   dout, tokens, B * T, C, v0, vcount);
 }
 
+// The lookup's backward without positions (the Llama family): the token rows only.
+template <typename floatX>
+void embedding_backward_tokens(float* dwte, const floatX* dout, const std::int32_t* tokens, int N, int C, int v0,
+                               int vcount, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  PIPELANE_LAUNCH(token_grad_kernel<floatX>, dim3(N), dim3(kEmbeddingThreads), 0, stream, dwte, dout, tokens, N, C,
+                  v0, vcount);
+}
+
 template <typename floatX>
 void embedding_backward(float* dwte, float* dwpe, const floatX* dout, const std::int32_t* tokens,
                         int B, int T, int C, cudaStream_t stream) {

@@ -89,4 +89,15 @@ void sum_squares(double* result, const floatX* x, std::size_t n, double* scratch
                   scratch, chunks);
 }
 
+static __global__ void sum_in_order_kernel(double* result, const float* x, std::size_t n) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < n; ++i) s += x[i];
+  *result = s;
+}
+
+// A non-template: defined once, in the one translation unit that includes this file.
+void sum_in_order(double* result, const float* x, std::size_t n, cudaStream_t stream) {
+  PIPELANE_LAUNCH(sum_in_order_kernel, dim3(1), dim3(1), 0, stream, result, x, n);
+}
+
 }  // namespace pipelane::cuda

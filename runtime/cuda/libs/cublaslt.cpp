@@ -1,6 +1,7 @@
 #include "runtime/cuda/libs/cublaslt.h"
 
 #include <cstdint>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -70,8 +71,9 @@ GemmDescriptors::GemmDescriptors(const GemmCall& g, int sm_count_target) {
     }
     if (g.aux) {
       set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux, "aux pointer");
+      // The aux matrix's type is left unset: cuBLASLt then takes D's, which is what the plans
+      // lay it out as (setting it explicitly is only needed for fp8 outputs).
       set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.aux_ld, "aux ld");
-      set(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, cuda_type(g.c.type), "aux type");
     }
     if (sm_count_target > 0)
       set(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, static_cast<std::int32_t>(sm_count_target),
@@ -107,30 +109,43 @@ CublasLt::~CublasLt() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void CublasLt::run(const GemmCall& g, void* workspace, std::size_t workspace_bytes,
+namespace {
+
+// The heuristic's preferences: the workspace, and each matrix's alignment as its pointer has it
+// (cuBLASLt otherwise assumes 256 bytes and may choose kernels that fault on less).
+cublasStatus_t set_preferences(cublasLtMatmulPreference_t pref, const GemmCall& g, const std::size_t& workspace_bytes) {
+  cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &workspace_bytes, sizeof workspace_bytes);
+  const GemmAlignments al = gemm_alignments(g);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, std::uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al.a}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al.b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al.c}, {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al.d}};
+  for (const auto& [attr, bytes] : alignments)
+    if (s == CUBLAS_STATUS_SUCCESS) s = cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes);
+  return s;
+}
+
+}  // namespace
+
+bool CublasLt::run(const GemmCall& g, void* workspace, std::size_t workspace_bytes,
                    cudaStream_t stream, int sm_count_target) const {
   const GemmDescriptors desc(g, sm_count_target);
   cublasLtMatmulPreference_t pref = nullptr;
   check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = [&] {
-    const cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof workspace_bytes);
-    if (s != CUBLAS_STATUS_SUCCESS) return s;
-    return cublasLtMatmulAlgoGetHeuristic(handle_, desc.op, desc.a, desc.b, desc.c, desc.d, pref, 1,
-                                          &result, &found);
-  }();
+  cublasStatus_t status = set_preferences(pref, g, workspace_bytes);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, desc.op, desc.a, desc.b, desc.c, desc.d, pref, 1, &result,
+                                            &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  // "Not supported" is how the heuristic says that no algorithm fits these descriptors.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   check(status, "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0)
-    throw std::runtime_error(std::string("cuBLASLt: no algorithm for a ") + std::to_string(g.m) +
-                             "x" + std::to_string(g.n) + "x" + std::to_string(g.k) +
-                             " GEMM with epilogue " + to_string(g.epilogue));
-  check(
-      cublasLtMatmul(handle_, desc.op, &g.alpha, g.a.ptr, desc.a, g.b.ptr, desc.b, &g.beta, g.c.ptr,
-                     desc.c, g.d, desc.d, &result.algo, workspace, workspace_bytes, stream),
-      "cublasLtMatmul");
+  check(cublasLtMatmul(handle_, desc.op, &g.alpha, g.a.ptr, desc.a, g.b.ptr, desc.b, &g.beta, g.c.ptr, desc.c, g.d,
+                       desc.d, &result.algo, workspace, workspace_bytes, stream),
+        "cublasLtMatmul");
+  return true;
 }
 
 }  // namespace pipelane::cuda

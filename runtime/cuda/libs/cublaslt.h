@@ -36,8 +36,10 @@ class CublasLt {
   CublasLt(const CublasLt&) = delete;
   CublasLt& operator=(const CublasLt&) = delete;
 
-  // Runs g on `stream`; the workspace comes from the caller's arena (32 MiB suits Hopper).
-  void run(const GemmCall& g, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+  // Runs g on `stream`; the workspace comes from the caller's arena (32 MiB suits Hopper). The
+  // heuristic is told the workspace and each matrix's real alignment (gemm_alignments). False,
+  // with nothing enqueued, when it returns no algorithm.
+  bool run(const GemmCall& g, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
            int sm_count_target = 0) const;
 
  private:

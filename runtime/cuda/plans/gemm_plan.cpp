@@ -21,6 +21,21 @@ const char* to_string(Epilogue e) {
 
 bool gelu_epilogue_fits(int width) { return width % 8 == 0; }
 
+std::uint32_t pointer_alignment(const void* p) {
+  constexpr std::uintptr_t kMost = 256;
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  if (address == 0) return kMost;
+  const std::uintptr_t lowest_bit = address & (~address + 1);
+  return static_cast<std::uint32_t>(lowest_bit < kMost ? lowest_bit : kMost);
+}
+
+GemmAlignments gemm_alignments(const GemmCall& g) {
+  // C is D when beta != 0 (in-place accumulation); when beta = 0 cuBLASLt still takes C's layout.
+  const void* c = g.c.ptr ? g.c.ptr : g.d;
+  return {pointer_alignment(g.a.ptr), pointer_alignment(g.b.ptr), pointer_alignment(c),
+          pointer_alignment(g.d)};
+}
+
 namespace {
 
 void check_gelu_width(int width, const char* where) {

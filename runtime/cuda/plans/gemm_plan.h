@@ -65,6 +65,16 @@ struct GemmCall {
   std::int64_t aux_ld = 0;
 };
 
+// The alignment cuBLASLt may assume of each matrix (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES):
+// the largest power of two dividing its pointer, at most 256 (cuBLASLt's default assumption).
+// Arenas align to 64 bytes and op temporaries such as `q + n` to less, so the default would let
+// the heuristic pick kernels that fault on them. A null pointer (C when beta = 0) counts as 256.
+struct GemmAlignments {
+  std::uint32_t a = 256, b = 256, c = 256, d = 256;
+};
+std::uint32_t pointer_alignment(const void* p);
+GemmAlignments gemm_alignments(const GemmCall& g);
+
 // ---- nn.Linear, row-major, as cpu::matmul_forward / matmul_backward ----
 // `act`: the types of inputs and weights (operands) and outputs; weight gradients are fp32.
 

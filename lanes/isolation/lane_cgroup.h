@@ -1,0 +1,74 @@
+// The control groups of one lane worker: memory (everything the kernel charges it, anonymous,
+// shared, tmpfs and memfd pages alike), pids, and cpu. cgroup v2 when the unified hierarchy has
+// the controllers, otherwise v1 (/sys/fs/cgroup/{memory,pids,cpu}, as on machines whose
+// controllers are v1). Each group is made below this process's own group, so the lane's limits
+// nest inside whatever limits the job already has.
+//
+// CPU: while the worker serves a call the lane may use `threads` cores; between calls its quota
+// is 1 ms per 100 ms, so a thread a lane leaves spinning costs training 1% of one core, not a core.
+//
+// A controller that cannot be used (no cgroup mounted, no permission to make a group, a
+// container) is left out and named in missing(); the rlimits of the worker still apply.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipelane {
+
+struct LaneCgroupLimits {
+  std::uint64_t memory_bytes = 0;  // 0: none
+  int pids = 0;                    // 0: none
+  int threads = 1;                 // cores during a call
+};
+
+// What the kernel counted when a limit was hit.
+struct LaneCgroupEvents {
+  std::uint64_t oom_kills = 0;      // processes the memory limit killed
+  std::uint64_t memory_failures = 0;  // charges the memory limit refused (v1 failcnt, v2 max)
+  std::uint64_t pids_refused = 0;   // forks the pids limit refused
+};
+
+class LaneCgroup {
+ public:
+  LaneCgroup() = default;
+  // Makes the groups (named `name`, unique on this machine) and sets the limits.
+  LaneCgroup(const std::string& name, const LaneCgroupLimits& limits);
+  ~LaneCgroup();  // removes the groups (their processes must be gone)
+  LaneCgroup(LaneCgroup&& other) noexcept;
+  LaneCgroup& operator=(LaneCgroup&& other) noexcept;
+  LaneCgroup(const LaneCgroup&) = delete;
+  LaneCgroup& operator=(const LaneCgroup&) = delete;
+
+  // The files a process writes its pid into to join every group (a worker joins before it execs,
+  // so everything it starts is inside from its first instruction).
+  const std::vector<std::string>& procs_files() const { return procs_files_; }
+  // "memory", "pids", "cpu" that could be set up, and why the others could not.
+  const std::vector<std::string>& enforced() const { return enforced_; }
+  const std::string& missing() const { return missing_; }
+
+  void open_cpu() const;   // a call starts: `threads` cores
+  void close_cpu() const;  // between calls: 1%
+  LaneCgroupEvents events() const;
+  const LaneCgroupLimits& limits() const { return limits_; }
+
+ private:
+  struct Group {
+    std::string controller, dir;
+    bool v2 = false;
+  };
+  void add(const std::string& controller);
+  void set(const Group& group, const std::string& file, const std::string& value);
+  const Group* find(const std::string& controller) const;
+  void remove();
+
+  LaneCgroupLimits limits_;
+  std::string name_;
+  std::vector<Group> groups_;
+  std::vector<std::string> procs_files_, enforced_;
+  std::string missing_;
+};
+
+}  // namespace pipelane

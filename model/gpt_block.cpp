@@ -1,0 +1,135 @@
+// One transformer layer's sublayers for both families (GptStage's private helpers; the layer
+// loops are in gpt_model.cpp). The GPT-2 family keeps the exact op sequence it always had
+// (fused c_attn, the GeLU fused with its GEMMs); what a config adds (RMSNorm, RoPE, missing
+// biases) are other calls in the same places. The Llama family runs q/k/v and gate/up as separate
+// GEMMs on the same normalised input, GQA attention on separate q, k and v, and SwiGLU.
+#include <stdexcept>
+
+#include "model/gpt_model.h"
+
+namespace pipelane {
+
+namespace {
+// A tensor this config may lack: null when the layout has no such tensor.
+const float* at(const float* base, std::size_t offset) { return offset == ParamLayout::npos ? nullptr : base + offset; }
+}  // namespace
+
+GptStage::Dims GptStage::dims(int B, int T) const {
+  const ParamLayout& L = layout_;
+  Dims d{};
+  d.B = B;
+  d.T = T;
+  d.N = B * T;
+  d.C = config().d_model;
+  d.NH = L.local_heads();
+  d.KVH = L.local_kv_heads();
+  d.hs = config().head_size();
+  d.CA = L.local_attn_width();
+  d.KV = L.local_kv_width();
+  d.CM = L.local_mlp_width();
+  d.NC = static_cast<std::size_t>(d.N) * d.C;
+  return d;
+}
+
+void GptStage::norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* params,
+                            std::size_t w, std::size_t b, int N) const {
+  const int C = config().d_model;
+  if (config().norm == NormKind::LayerNorm)
+    backend_.layernorm_forward(out, mean, rstd, inp, params + w, params + b, N, C, stream_);
+  else
+    backend_.rmsnorm_forward(out, rstd, inp, params + w, N, C, config().norm_eps, stream_);
+}
+
+void GptStage::norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const float* params,
+                             std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const {
+  const int C = config().d_model;
+  if (config().norm == NormKind::LayerNorm)
+    backend_.layernorm_backward(dinp, grads + w, grads + b, dout, inp, params + w, mean, rstd, N, C, stream_);
+  else
+    backend_.rmsnorm_backward(dinp, grads + w, dout, inp, params + w, rstd, N, C, stream_);
+}
+
+void GptStage::norm_backward_input(float* dinp, const float* dout, const float* inp, const float* params,
+                                   std::size_t w, const float* mean, const float* rstd, int N) const {
+  const int C = config().d_model;
+  if (config().norm == NormKind::LayerNorm)
+    backend_.layernorm_backward_input(dinp, dout, inp, params + w, mean, rstd, N, C, stream_);
+  else
+    backend_.rmsnorm_backward_input(dinp, dout, inp, params + w, rstd, N, C, stream_);
+}
+
+void GptStage::norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
+                                    const float* mean, const float* rstd, int N) const {
+  const int C = config().d_model;
+  if (config().norm == NormKind::LayerNorm)
+    backend_.layernorm_backward_params(grads + w, grads + b, dout, inp, mean, rstd, N, C, stream_);
+  else
+    backend_.rmsnorm_backward_params(grads + w, dout, inp, rstd, N, C, stream_);
+}
+
+void GptStage::rope(float* x, const float* table, int heads, int ld, const Dims& d, bool backward) const {
+  if (backward) backend_.rope_backward(x, table, d.B, d.T, 0, heads, d.hs, ld, stream_);
+  else backend_.rope_forward(x, table, d.B, d.T, 0, heads, d.hs, ld, stream_);
+}
+
+// A row-parallel projection into the residual stream: partial products all-reduced, then the
+// (replicated) bias added once. With tp == 1 the bias stays fused into the matmul.
+void GptStage::out_projection(float* out, const float* params, const float* inp, std::size_t w, std::size_t b,
+                              int in, const Dims& d) const {
+  backend_.matmul_forward(out, inp, params + w, tp_ ? nullptr : at(params, b), d.N, in, d.C, stream_);
+  if (tp_) {
+    reduce_sum(out, d.NC);
+    if (b != ParamLayout::npos) backend_.add_bias(out, params + b, d.N, d.C, stream_);
+  }
+}
+
+void GptStage::attention_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                                 const Dims& d) const {
+  const bool rope_on = config().position == PositionKind::Rope;
+  if (!config().split_projections()) {
+    // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
+    backend_.matmul_forward(h.qkv, h.ln1, params + o.qkvw, at(params, o.qkvb), d.N, d.C, 3 * d.CA, stream_);
+    if (rope_on) {
+      rope(h.qkv, s.rope, d.NH, 3 * d.CA, d, false);
+      rope(h.qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, false);
+    }
+    backend_.attention_forward(h.atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
+  } else {
+    backend_.matmul_forward(h.q, h.ln1, params + o.qkvw, at(params, o.qkvb), d.N, d.C, d.CA, stream_);
+    backend_.matmul_forward(h.k, h.ln1, params + o.kw, at(params, o.kb), d.N, d.C, d.KV, stream_);
+    backend_.matmul_forward(h.v, h.ln1, params + o.vw, at(params, o.vb), d.N, d.C, d.KV, stream_);
+    if (rope_on) {
+      rope(h.q, s.rope, d.NH, d.CA, d, false);
+      rope(h.k, s.rope, d.KVH, d.KV, d, false);
+    }
+    backend_.attention_forward_gqa(h.atty, h.att, h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
+  }
+  out_projection(s.proj, params, h.atty, o.attprojw, o.attprojb, d.CA, d);
+}
+
+void GptStage::mlp_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                           const Dims& d) const {
+  if (config().mlp == MlpKind::Gelu) {
+    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, h.ln2, params + o.fcw, at(params, o.fcb), d.N, d.C, d.CM,
+                                 stream_);
+  } else {
+    backend_.matmul_forward(h.fch, h.ln2, params + o.gatew, at(params, o.gateb), d.N, d.C, d.CM, stream_);
+    backend_.matmul_forward(h.up, h.ln2, params + o.fcw, at(params, o.fcb), d.N, d.C, d.CM, stream_);
+    backend_.swiglu_forward(h.fch_gelu, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
+  }
+  out_projection(s.proj, params, h.fch_gelu, o.fcprojw, o.fcprojb, d.CM, d);
+}
+
+void GptStage::input_gradient_sum(float* dx, float* tmp, const float* params, std::initializer_list<std::size_t> weights,
+                                  std::initializer_list<const float*> douts, std::initializer_list<int> widths,
+                                  const Dims& d) const {
+  auto w = weights.begin();
+  auto g = douts.begin();
+  auto n = widths.begin();
+  for (std::size_t i = 0; i < weights.size(); ++i, ++w, ++g, ++n) {
+    backend_.matmul_backward_input(i == 0 ? dx : tmp, *g, params + *w, d.N, d.C, *n, stream_);
+    if (i > 0) backend_.add_inplace(dx, tmp, d.NC, stream_);
+  }
+}
+
+}  // namespace pipelane

@@ -1,0 +1,94 @@
+// Activation recomputation inside GptStage's passes (model/recompute.h): where each layer's
+// buffers are for the forward pass and for backward, and what is rerun before a layer's backward.
+// A rerun calls layer_forward, the very function the forward pass calls, on the same inputs: the
+// same kernels in the same order give the same bits, so gradients do not change.
+#include "model/gpt_model.h"
+
+namespace pipelane {
+
+namespace {
+// A full-recompute layer's view: the workspace's forward buffers with the layer's own split
+// backward gradients (which live in the microbatch's activations from B to W).
+LayerActivations with_gradients_of(LayerActivations view, const LayerActivations& own) {
+  view.d_res_out = own.d_res_out;
+  view.d_fch = own.d_fch;
+  view.d_ln2 = own.d_ln2;
+  view.d_res_attn = own.d_res_attn;
+  view.d_qkv = own.d_qkv;
+  view.d_ln1 = own.d_ln1;
+  view.d_up = own.d_up;
+  return view;
+}
+}  // namespace
+
+void GptStage::layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+                             const float* x, const Dims& d) const {
+  norm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.N);
+  attention_forward(params, h, o, s, d);
+  backend_.add(h.res_attn, x, s.proj, d.NC, stream_);
+  norm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.N);
+  mlp_forward(params, h, o, s, d);
+  backend_.add(h.res_out, h.res_attn, s.proj, d.NC, stream_);
+}
+
+// In the forward pass a selective layer writes its attention-core state into the workspace (it
+// is dropped), and a full-recompute layer everything but the output that ends its group.
+LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& s, int l) const {
+  const LayerRecompute& r = recompute_plan_[l];
+  LayerActivations h = a.layers[l];
+  if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att;
+  if (r.keeps != LayerKeeps::Output) return h;
+  LayerActivations w = s.recompute_layers[l - r.group_first];
+  if (r.ends_group(l)) w.res_out = h.res_out;
+  return w;
+}
+
+// In backward a full-recompute layer's activations are the workspace's, rerun by
+// recompute_group (also its output: the kept one may still be read by a send).
+LayerActivations GptStage::backward_view(MicrobatchActivations& a, StageScratch& s, int l) const {
+  const LayerRecompute& r = recompute_plan_[l];
+  if (r.keeps != LayerKeeps::Output) return forward_view(a, s, l);
+  return with_gradients_of(s.recompute_layers[l - r.group_first], a.layers[l]);
+}
+
+// The input of layer l: the stage's input or the previous layer's output, which every layer
+// keeps unless it is inside a full-recompute group (then the workspace holds it after the rerun).
+const float* GptStage::backward_input_of(const MicrobatchActivations& a, const StageScratch& s, int l) const {
+  const LayerRecompute& r = recompute_plan_[l];
+  if (r.keeps == LayerKeeps::Output && l > r.group_first) return s.recompute_layers[l - 1 - r.group_first].res_out;
+  return l == 0 ? a.input : a.layers[l - 1].res_out;
+}
+
+// Layers [group_first, l] of l's group again, from the group's kept input into the workspace.
+void GptStage::recompute_group(const float* params, MicrobatchActivations& a, StageScratch& s, int l,
+                               const Dims& d) const {
+  const int first = recompute_plan_[l].group_first;
+  const float* x = first == 0 ? a.input : a.layers[first - 1].res_out;
+  for (int k = first; k <= l; ++k) {
+    LayerActivations& h = s.recompute_layers[k - first];
+    layer_forward(params, h, layout_.layers[k], s, x, d);
+    x = h.res_out;
+    layer_done();
+  }
+}
+
+// The attention core's saved state (h.att, the workspace's) from q, k and v, which the layer
+// kept; the output it also produces equals the kept atty and goes to a throwaway buffer.
+void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const {
+  if (!config().split_projections())
+    backend_.attention_forward(s.recompute_atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
+  else
+    backend_.attention_forward_gqa(s.recompute_atty, h.att, h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
+}
+
+// The weight half (W) needs no attention-core state, but every other forward activation: a full
+// group is rerun for W too when the backward is split (B's rerun is gone by then).
+void GptStage::before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l,
+                                     const Dims& d, bool weight_half) const {
+  const LayerRecompute& r = recompute_plan_[l];
+  if (r.keeps == LayerKeeps::Output && r.ends_group(l)) recompute_group(params, a, s, l, d);
+  if (r.keeps == LayerKeeps::AllButAttentionCore && !weight_half)
+    recompute_attention_core(forward_view(a, s, l), s, d);
+}
+
+}  // namespace pipelane

@@ -1,0 +1,186 @@
+// GptStage's passes over its layers: forward (embedding, layers, final norm, head and loss),
+// backward, and the zero-bubble halves backward_input (B) / backward_weight (W). The sublayers
+// are gpt_block.cpp's; this file walks the layers and the residual stream.
+#include <stdexcept>
+
+#include "model/gpt_model.h"
+
+namespace pipelane {
+
+// The first stage's token (and learned position) embedding of `tokens` into a.input.
+void GptStage::embed(const float* params, MicrobatchActivations& a, const std::int32_t* tokens) const {
+  const ParamLayout& L = layout_;
+  const Dims d = dims(a.B, a.T);
+  const bool learned = config().has_learned_positions();
+  if (tp_) {
+    backend_.embedding_lookup_local(a.input, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+                                    stream_);
+    reduce_sum(a.input, d.NC);
+    if (learned) backend_.add_positions(a.input, params + L.wpe, d.B, d.T, d.C, stream_);
+  } else if (learned) {
+    backend_.embedding_forward(a.input, tokens, params + L.wte, params + L.wpe, d.B, d.T, d.C, stream_);
+  } else {
+    backend_.embedding_lookup_local(a.input, tokens, params + L.wte, d.N, d.C, 0, L.vocab_local(), stream_);
+  }
+}
+
+// Its backward from `dx`, the gradient of a.input.
+void GptStage::embed_backward(float* grads, const MicrobatchActivations& a, const float* dx,
+                              const std::int32_t* tokens) const {
+  const ParamLayout& L = layout_;
+  const Dims d = dims(a.B, a.T);
+  const int v0 = tp_ ? L.vocab_begin() : 0;
+  if (!config().has_learned_positions())
+    backend_.embedding_backward_tokens(grads + L.wte, dx, tokens, d.N, d.C, v0, L.vocab_local(), stream_);
+  else if (tp_)
+    backend_.embedding_backward_local(grads + L.wte, grads + L.wpe, dx, tokens, d.B, d.T, d.C, L.vocab_begin(),
+                                      L.vocab_local(), stream_);
+  else
+    backend_.embedding_backward(grads + L.wte, grads + L.wpe, dx, tokens, d.B, d.T, d.C, stream_);
+}
+
+double GptStage::forward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+                         const std::int32_t* tokens, const float* input, const std::int32_t* targets,
+                         float loss_scale) const {
+  const GptConfig& cfg = config();
+  const ParamLayout& L = layout_;
+  const Dims d = dims(a.B, a.T);
+  if (a.T > cfg.max_seq_len) throw std::invalid_argument("GptStage::forward: T exceeds max_seq_len");
+  if (a.weight_grad_pending)
+    throw std::logic_error("GptStage::forward: these activations still wait for their backward_weight");
+
+  if (range().has_embedding) embed(params, a, tokens);
+  else backend_.copy(a.input, input, d.NC * sizeof(float), stream_);
+
+  const float* x = a.input;
+  for (int l = 0; l < static_cast<int>(a.layers.size()); ++l) {
+    LayerActivations h = forward_view(a, s, l);
+    layer_forward(params, h, L.layers[l], s, x, d);
+    x = h.res_out;
+    layer_done();
+  }
+  if (!range().has_head) return 0.0;
+  norm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params, L.lnfw, L.lnfb, d.N);
+  a.head_grad_ready = grads != nullptr;
+  if (tp_) {
+    TensorParallelComm* comm = tp_;
+    const GroupReduce reduce{[comm](float* p, std::size_t n) { comm->all_reduce_sum(p, n); },
+                             [comm](float* p, std::size_t n) { comm->all_reduce_max(p, n); }};
+    return backend_.lm_head_cross_entropy_vocab_parallel(
+        a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr, a.lnf, params + L.head, targets,
+        d.N, d.C, cfg.vocab_size, L.vocab_begin(), L.vocab_local(), loss_scale, s.logits, reduce, stream_);
+  }
+  return backend_.lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr,
+                                        a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
+                                        cfg.padded_vocab(), loss_scale, s.logits, stream_);
+}
+
+// Under tensor parallelism s.dres (the residual stream's gradient) is identical on every rank: it
+// starts from the all-reduced head gradient (or the same grad_output), and every update to it is
+// a replicated op on all-reduced inputs. That is why the replicated tensors' gradients (norms,
+// the output projections' biases, wpe) come out identical on every rank without a reduce.
+void GptStage::backward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+                        const std::int32_t* tokens, const float* grad_output, float* grad_input) const {
+  const ParamLayout& L = layout_;
+  const Dims d = dims(a.B, a.T);
+  if (range().has_head) {
+    if (!a.head_grad_ready) throw std::logic_error("GptStage::backward: forward ran without gradients (grads == null)");
+    a.head_grad_ready = false;
+    backend_.memset_zero(s.dres, d.NC * sizeof(float), stream_);
+    norm_backward(s.dres, grads, a.dlnf, a.output(), params, L.lnfw, L.lnfb, a.lnf_mean, a.lnf_rstd, d.N);
+  } else {
+    backend_.copy(s.dres, grad_output, d.NC * sizeof(float), stream_);
+  }
+  for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
+    const LayerOffsets& o = L.layers[l];
+    before_layer_backward(params, a, s, l, d, false);
+    const LayerActivations h = backward_view(a, s, l);
+    const float* x = backward_input_of(a, s, l);
+    mlp_backward(params, grads, h, o, s, d);  // res_out = res_attn + mlp(norm2(res_attn))
+    norm_backward(s.dres, grads, s.dtmp, h.res_attn, params, o.ln2w, o.ln2b, h.ln2_mean, h.ln2_rstd, d.N);
+    attention_backward(params, grads, h, o, s, d);  // res_attn = x + attention(norm1(x))
+    norm_backward(s.dres, grads, s.dtmp, x, params, o.ln1w, o.ln1b, h.ln1_mean, h.ln1_rstd, d.N);
+    layer_done();
+  }
+  if (range().has_embedding) embed_backward(grads, a, s.dres, tokens);
+  else backend_.copy(grad_input, s.dres, d.NC * sizeof(float), stream_);
+}
+
+// backward() split for zero-bubble schedules. backward_input runs backward()'s input-gradient ops
+// in the same order on the same values, but keeps every gradient that a weight gradient consumes
+// in acts (the layer's d_* buffers) instead of the shared scratch: the residual gradient is
+// accumulated in d_res_out[l] -> (copy) d_res_attn[l] -> (copy) d_res_out[l-1] rather than in
+// place in s.dres, which gives the same bits. backward_weight then makes exactly backward()'s
+// weight-gradient calls on those buffers; each gradient tensor receives one += per microbatch
+// either way, so the results are bit-identical.
+void GptStage::backward_input(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+                              const std::int32_t* tokens, const float* grad_output, float* grad_input) const {
+  (void)grads;   // all of this stage's parameter gradients are W's (or, for the head, forward's)
+  (void)tokens;  // only the embedding's backward (W) needs them
+  if (!a.split_backward)
+    throw std::logic_error("GptStage::backward_input: activations were allocated without split_backward");
+  if (a.weight_grad_pending)
+    throw std::logic_error(
+        "GptStage::backward_input: the previous backward_input on these activations still waits for its "
+        "backward_weight");
+  const ParamLayout& L = layout_;
+  const Dims d = dims(a.B, a.T);
+  const int nl = static_cast<int>(a.layers.size());
+  // Where the gradient of layer l's input goes: layer l-1's d_res_out, or for l == 0 the stage's
+  // input gradient (kept for the embedding's W on the first stage, else the caller's grad_input).
+  auto grad_of_layer_input = [&](int l) -> float* {
+    if (l > 0) return a.layers[l - 1].d_res_out;
+    return range().has_embedding ? a.d_input : grad_input;
+  };
+  float* dtop = grad_of_layer_input(nl);  // gradient of the stage's output
+  if (range().has_head) {
+    if (!a.head_grad_ready)
+      throw std::logic_error("GptStage::backward_input: forward ran without gradients (grads == null)");
+    a.head_grad_ready = false;
+    backend_.memset_zero(dtop, d.NC * sizeof(float), stream_);
+    norm_backward_input(dtop, a.dlnf, a.output(), params, L.lnfw, a.lnf_mean, a.lnf_rstd, d.N);
+  } else if (dtop != grad_output) {
+    backend_.copy(dtop, grad_output, d.NC * sizeof(float), stream_);
+  }
+  for (int l = nl - 1; l >= 0; --l) {
+    const LayerOffsets& o = L.layers[l];
+    before_layer_backward(params, a, s, l, d, false);
+    LayerActivations h = backward_view(a, s, l);
+    const float* x = backward_input_of(a, s, l);
+    mlp_backward_input(params, h, o, s, d);
+    backend_.copy(h.d_res_attn, h.d_res_out, d.NC * sizeof(float), stream_);
+    norm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params, o.ln2w, h.ln2_mean, h.ln2_rstd, d.N);
+    attention_backward_input(params, h, o, s, d);
+    float* dx = grad_of_layer_input(l);
+    backend_.copy(dx, h.d_res_attn, d.NC * sizeof(float), stream_);
+    norm_backward_input(dx, h.d_ln1, x, params, o.ln1w, h.ln1_mean, h.ln1_rstd, d.N);
+    layer_done();
+  }
+  a.weight_grad_pending = true;
+}
+
+void GptStage::backward_weight(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+                               const std::int32_t* tokens) const {
+  if (!a.split_backward)
+    throw std::logic_error("GptStage::backward_weight: activations were allocated without split_backward");
+  if (!a.weight_grad_pending)
+    throw std::logic_error("GptStage::backward_weight: no backward_input ran on these activations");
+  const ParamLayout& L = layout_;
+  const Dims d = dims(a.B, a.T);
+  if (range().has_head) norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf, a.output(), a.lnf_mean, a.lnf_rstd, d.N);
+  for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
+    const LayerOffsets& o = L.layers[l];
+    before_layer_backward(params, a, s, l, d, true);
+    const LayerActivations h = backward_view(a, s, l);
+    const float* x = backward_input_of(a, s, l);
+    mlp_backward_weight(params, grads, h, o, d);
+    norm_backward_params(grads, o.ln2w, o.ln2b, h.d_ln2, h.res_attn, h.ln2_mean, h.ln2_rstd, d.N);
+    attention_backward_weight(params, grads, h, o, d);
+    norm_backward_params(grads, o.ln1w, o.ln1b, h.d_ln1, x, h.ln1_mean, h.ln1_rstd, d.N);
+    layer_done();
+  }
+  if (range().has_embedding) embed_backward(grads, a, a.d_input, tokens);
+  a.weight_grad_pending = false;
+}
+
+}  // namespace pipelane

@@ -1,0 +1,108 @@
+#include "parallel/memory_model.h"
+
+#include <stdexcept>
+
+#include "model/gpt_model.h"
+#include "parallel/layer_split.h"
+#include "runtime/arena.h"
+
+namespace pipelane {
+
+namespace {
+
+// GptStage asks its tensor-parallel group only for rank and size when sizing; nothing is reduced.
+class SizingGroup final : public TensorParallelComm {
+ public:
+  SizingGroup(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void all_reduce_sum(float*, std::size_t) override { throw std::logic_error("memory model: no collectives"); }
+  void all_reduce_max(float*, std::size_t) override { throw std::logic_error("memory model: no collectives"); }
+
+ private:
+  int rank_, size_;
+};
+
+double aligned(double bytes) {
+  return static_cast<double>(align_up(static_cast<std::size_t>(bytes), Arena::kDefaultAlignment));
+}
+
+}  // namespace
+
+RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, Backend& sizing) {
+  if (spec.tp < 1 || spec.micro_batch < 1 || spec.seq_len < 1 || spec.optimizer_shards < 1 || spec.sequence_shards < 1)
+    throw std::invalid_argument("memory model: tp, micro_batch, seq_len and the shard counts must be >= 1");
+  if (spec.element_bytes != 4 && spec.element_bytes != 2)
+    throw std::invalid_argument("memory model: element_bytes " + std::to_string(spec.element_bytes) + ": expected 4 or 2");
+  validate_schedule_spec(spec.schedule);
+  const ScheduleSpec& sched = spec.schedule;
+  if (stage < 0 || stage >= sched.pp || tp_rank < 0 || tp_rank >= spec.tp)
+    throw std::invalid_argument("memory model: no stage " + std::to_string(stage) + ", tp rank " + std::to_string(tp_rank));
+  const std::vector<StageRange> ranges = split_layers(spec.model.layers, sched.pp, sched.virtual_stages, spec.layers_per_stage);
+  const std::vector<int> in_flight = inflight_peak_per_chunk(build_schedule(sched, stage), sched);
+  const bool split = backward_is_split(sched.kind);
+  const std::unique_ptr<Stream> stream = sizing.create_stream(StreamPriority::Low);
+  SizingGroup group(tp_rank, spec.tp);
+  // Activations, scratch and messages are fp32 in the layout; 16-bit storage halves them.
+  const double storage = spec.element_bytes / 4.0;
+  const double message_floats = static_cast<double>(spec.micro_batch) * spec.seq_len * spec.model.d_model;
+  RankMemory r;
+  r.stage = stage;
+  r.tp_rank = tp_rank;
+  for (int c = 0; c < sched.virtual_stages; ++c) {
+    ChunkMemory ch;
+    ch.virtual_stage = virtual_stage(sched, stage, c);
+    ch.range = ranges[ch.virtual_stage];
+    ch.in_flight = in_flight[c];
+    const GptStage model(spec.model, ch.range, sizing, *stream, spec.tp > 1 ? &group : nullptr, spec.recompute);
+    ch.parameters = aligned(model.layout().total_floats() * 4.0) / 4.0;
+    ch.activation_bytes = model.activation_bytes(spec.micro_batch, spec.seq_len, split) * storage;
+    ch.scratch_bytes = model.scratch_bytes(spec.micro_batch, spec.seq_len) * storage;
+    ch.message_bytes = aligned(message_floats / spec.sequence_shards * 4.0) * storage;
+    const double P = ch.parameters;
+    r.weights += P * spec.element_bytes;
+    r.master_weights += spec.element_bytes == 4 ? 0.0 : P * 4.0 / spec.optimizer_shards;
+    r.gradients += P * spec.element_bytes;
+    r.optimizer += P * 8.0 / spec.optimizer_shards;
+    r.scratch += ch.scratch_bytes;
+    r.activations += ch.in_flight * ch.activation_bytes;
+    r.messages += ch.in_flight * 3 * ch.message_bytes;
+    r.chunks.push_back(ch);
+  }
+  return r;
+}
+
+std::vector<RankMemory> predict_memory(const MemorySpec& spec, Backend& sizing) {
+  std::vector<RankMemory> out;
+  for (int s = 0; s < spec.schedule.pp; ++s) out.push_back(predict_rank_memory(spec, s, 0, sizing));
+  return out;
+}
+
+double layer_activation_bytes(const MemorySpec& spec, Backend& sizing) {
+  const std::unique_ptr<Stream> stream = sizing.create_stream(StreamPriority::Low);
+  SizingGroup group(0, spec.tp);
+  TensorParallelComm* tp = spec.tp > 1 ? &group : nullptr;
+  // A stage of one layer minus a stage of none: the layer's buffers alone.
+  const GptStage one(spec.model, {0, 1, false, false}, sizing, *stream, tp, spec.recompute);
+  const GptStage none(spec.model, {0, 0, false, false}, sizing, *stream, tp, spec.recompute);
+  const bool split = backward_is_split(spec.schedule.kind);
+  const double bytes = static_cast<double>(one.activation_bytes(spec.micro_batch, spec.seq_len, split)) -
+                       static_cast<double>(none.activation_bytes(spec.micro_batch, spec.seq_len, split));
+  return bytes * spec.element_bytes / 4.0;
+}
+
+double korthikanti_layer_activation_bytes(const MemorySpec& spec) {
+  const double s = spec.seq_len, b = spec.micro_batch, h = spec.model.d_model, a = spec.model.heads;
+  const double t = spec.tp;
+  // Of the 34: 24 are inside the tensor-parallel blocks (split by t), 10 (the norms, the dropouts'
+  // masks and the residual inputs) are split only with sequence parallelism.
+  const double unsplit = spec.sequence_shards > 1 ? 10 / t : 10;
+  switch (spec.recompute.kind) {
+    case RecomputeKind::None: return s * b * h * (unsplit + 24 / t + 5 * a * s / (h * t));
+    case RecomputeKind::Selective: return s * b * h * (unsplit + 24 / t);
+    case RecomputeKind::Full: return 2 * s * b * h / (spec.sequence_shards > 1 ? t : 1);
+  }
+  return 0;
+}
+
+}  // namespace pipelane

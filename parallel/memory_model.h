@@ -1,0 +1,81 @@
+// The memory model: what one rank's training arena holds, by category, predicted from the model's
+// size tables (ParamLayout, GptStage::activation_bytes / scratch_bytes, which the recompute plan
+// and the backend's attention rule shape) and the schedule's in-flight bound
+// (inflight_peak_per_chunk). The executor sizes its arena with it, `pipelane memory` and
+// `pipelane train --dry-run` print it, and every run's summary sets it beside the arena's measured
+// high-water mark.
+//
+// Categories (bytes): weights, master weights, gradients and optimizer state (AdamW's m and v)
+// per parameter; scratch (shared by every microbatch, recomputation's workspace included);
+// activations and point-to-point message buffers per microbatch in flight.
+// Storage: element_bytes = 4 is pipelane's fp32 layout, exactly what the executor allocates;
+// element_bytes = 2 predicts the same layout in 16-bit storage (weights and gradients in 16 bits
+// beside fp32 master weights, Megatron's mixed precision: the same 16 bytes a parameter), which
+// pipelane does not store yet (`[train] precision = bf16` rounds GEMM operands only).
+// Where later features plug in: optimizer_shards divides master weights and optimizer state
+// (ZeRO-1 over dp sets it to dp), sequence_shards the [B, T, C] activations and messages
+// (sequence parallelism sets it to tp). Both are 1: pipelane has neither yet.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/gpt_config.h"
+#include "model/recompute.h"
+#include "parallel/schedule.h"
+#include "runtime/backend.h"
+
+namespace pipelane {
+
+struct MemorySpec {
+  GptConfig model;
+  ScheduleSpec schedule{ScheduleKind::OneFOneB, 1, 1, 1};
+  int tp = 1;
+  int micro_batch = 1;
+  int seq_len = 1;
+  std::string layers_per_stage;  // "" splits evenly (parallel/layer_split.h)
+  RecomputeOptions recompute;
+  int element_bytes = 4;      // 4: fp32 (what pipelane stores); 2: 16-bit storage, predicted only
+  int optimizer_shards = 1;   // ZeRO-1 (not implemented): dp
+  int sequence_shards = 1;    // sequence parallelism (not implemented): tp
+};
+
+// One model chunk (virtual stage) of a rank.
+struct ChunkMemory {
+  int virtual_stage = 0;
+  StageRange range;
+  int in_flight = 1;                    // microbatches it holds at once under the schedule
+  double parameters = 0;                // this rank's, in elements (aligned as the arena places them)
+  double activation_bytes = 0;          // one microbatch's
+  double scratch_bytes = 0;             // shared by its microbatches (recomputation's workspace included)
+  double message_bytes = 0;             // one p2p buffer; a microbatch holds three
+};
+
+struct RankMemory {
+  int stage = 0, tp_rank = 0;
+  double weights = 0, master_weights = 0, gradients = 0, optimizer = 0;
+  double scratch = 0, activations = 0, messages = 0;
+  std::vector<ChunkMemory> chunks;
+  double model_states() const { return weights + master_weights + gradients + optimizer; }
+  double total() const { return model_states() + scratch + activations + messages; }
+};
+
+// One (pipeline stage, tensor-parallel rank). `sizing` answers the backend-specific sizes (the
+// attention's saved state, the head's scratch); nothing is allocated or computed.
+// std::invalid_argument (one line) for a spec the model cannot be split into.
+RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, Backend& sizing);
+// Every stage's, tp rank 0's (the ranks of a tensor-parallel group hold the same sizes; data-
+// parallel replicas are copies).
+std::vector<RankMemory> predict_memory(const MemorySpec& spec, Backend& sizing);
+
+// One transformer layer's activations for one microbatch in pipelane's layout at the spec's
+// storage (what a layer adds to a stage's activation_bytes; a full-recompute layer alone keeps
+// its output), for comparison with the formula below.
+double layer_activation_bytes(const MemorySpec& spec, Backend& sizing);
+
+// Korthikanti et al. 2022's activations of one transformer layer for one microbatch, 16-bit:
+// s*b*h*(34 + 5*a*s/h) bytes (none), 34*s*b*h (selective), 2*s*b*h (full: the layer's input),
+// each divided by t = tp with sequence parallelism (sequence_shards > 1); tensor parallelism alone
+// leaves 10*s*b*h of the 34 (and full's 2*s*b*h) unsplit.
+double korthikanti_layer_activation_bytes(const MemorySpec& spec);
+
+}  // namespace pipelane

@@ -1,0 +1,186 @@
+// Causal grouped-query attention (Llama's GQA; MQA at kv_heads = 1, MHA at kv_heads = heads) on
+// separate q [B,T,NH*hs] and k, v [B,T,KVH*hs]. Query head h reads kv head h / G (G = NH/KVH)
+// where it lies: K and V are never repeated. Forward: one (batch, query head) per task, as
+// ops_attention.cpp. Backward: one (batch, kv head) per task, its G query heads in order, so the
+// dk/dv sums over the group run in one fixed order (no atomics, any thread count). bf16 compute
+// rounds q, k, v, dout, the probabilities and dS where a GPU's GEMMs would read them, as the MHA
+// kernels do (gemm_operand).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/cpu/bf16_round.h"
+#include "runtime/cpu/cpu_ops.h"
+#include "runtime/cpu/fast_math.h"
+#include "runtime/cpu/vector_loops.h"
+
+namespace pipelane::cpu {
+
+namespace {
+
+// Row pointers of one batch element: q rows are NH*hs apart, k and v rows KVH*hs.
+struct Rows {
+  std::size_t q, kv;
+};
+
+template <bool kBf16>
+void forward_t(float* out, float* att, const float* q, const float* k, const float* v, int B, int T, int NH,
+               int KVH, int hs) {
+  const Rows ld{static_cast<std::size_t>(NH) * hs, static_cast<std::size_t>(KVH) * hs};
+  const int G = NH / KVH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      const std::size_t row0 = static_cast<std::size_t>(b) * T;
+      const std::size_t kcol = static_cast<std::size_t>(h / G) * hs;
+      float* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      for (int i = 0; i < T; ++i) {
+        const float* qi = q + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
+        float* row = A + static_cast<std::size_t>(i) * T;
+        float maxv = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          row[j] = dot(qi, k + (row0 + j) * ld.kv + kcol, hs) * scale;
+          maxv = row[j] > maxv ? row[j] : maxv;
+        }
+        float sum = 0.f;
+        for (int j = 0; j <= i; ++j) {
+          row[j] = exp_approx(row[j] - maxv);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j <= i; ++j) row[j] *= inv;
+        for (int j = i + 1; j < T; ++j) row[j] = 0.f;
+        float* o = out + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
+        for (int d = 0; d < hs; ++d) o[d] = 0.f;
+        for (int j = 0; j <= i; ++j) axpy(o, gemm_operand<kBf16>(row[j]), v + (row0 + j) * ld.kv + kcol, hs);
+      }
+    }
+  }
+}
+
+template <bool kBf16>
+void backward_t(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                const float* v, const float* att, int B, int T, int NH, int KVH, int hs) {
+  const Rows ld{static_cast<std::size_t>(NH) * hs, static_cast<std::size_t>(KVH) * hs};
+  const int G = NH / KVH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel
+  {
+    std::vector<float> dscore(static_cast<std::size_t>(T));  // one row of dP, per thread
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; ++b) {
+      for (int kh = 0; kh < KVH; ++kh) {
+        const std::size_t row0 = static_cast<std::size_t>(b) * T;
+        const std::size_t kcol = static_cast<std::size_t>(kh) * hs;
+        for (int t = 0; t < T; ++t) {
+          for (int e = 0; e < hs; ++e) dk[(row0 + t) * ld.kv + kcol + e] = 0.f;
+          for (int e = 0; e < hs; ++e) dv[(row0 + t) * ld.kv + kcol + e] = 0.f;
+          for (int g = 0; g < G; ++g)
+            for (int e = 0; e < hs; ++e) dq[(row0 + t) * ld.q + static_cast<std::size_t>(kh * G + g) * hs + e] = 0.f;
+        }
+        for (int g = 0; g < G; ++g) {
+          const int h = kh * G + g;
+          const float* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+          for (int i = 0; i < T; ++i) {
+            const float* row = A + static_cast<std::size_t>(i) * T;
+            const std::size_t qoff = (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
+            const float* go = dout + qoff;
+            float weighted = 0.f;  // sum_j P_ij dP_ij
+            for (int j = 0; j <= i; ++j) {
+              const std::size_t kvoff = (row0 + j) * ld.kv + kcol;
+              const float dp = dot(go, v + kvoff, hs);
+              dscore[j] = dp;
+              weighted += row[j] * dp;
+              axpy(dv + kvoff, gemm_operand<kBf16>(row[j]), go, hs);
+            }
+            for (int j = 0; j <= i; ++j) {
+              const float ds = gemm_operand<kBf16>(row[j] * (dscore[j] - weighted) * scale);
+              const std::size_t kvoff = (row0 + j) * ld.kv + kcol;
+              axpy(dq + qoff, ds, k + kvoff, hs);
+              axpy(dk + kvoff, ds, q + qoff, hs);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+std::vector<float> rounded(const float* x, std::size_t n) {
+  std::vector<float> r(n);
+  round_to_bf16(r.data(), x, n);
+  return r;
+}
+}  // namespace
+
+void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+                           int NH, int KVH, int hs) {
+  forward_t<false>(out, att, q, k, v, B, T, NH, KVH, hs);
+}
+
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs) {
+  backward_t<false>(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
+}
+
+namespace bf16 {
+void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+                           int NH, int KVH, int hs) {
+  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
+  const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv);
+  forward_t<true>(out, att, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
+}
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs) {
+  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
+  const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv), d16 = rounded(dout, nq);
+  backward_t<true>(dq, dk, dv, d16.data(), q16.data(), k16.data(), v16.data(), att, B, T, NH, KVH, hs);
+}
+}  // namespace bf16
+
+// KV-cache attention with GQA (see Backend::attention_forward_kv_gqa): the new rows' k and v are
+// appended, then each (position, query head) attends to its kv head's cached rows.
+void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
+                              float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs) {
+  const std::size_t kvw = static_cast<std::size_t>(KVH) * hs, qw = static_cast<std::size_t>(NH) * hs;
+  const int G = NH / KVH, total = past + n;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  for (int i = 0; i < n; ++i)
+    for (std::size_t c = 0; c < kvw; ++c) {
+      k_cache[static_cast<std::size_t>(past + i) * kvw + c] = k[static_cast<std::size_t>(i) * kvw + c];
+      v_cache[static_cast<std::size_t>(past + i) * kvw + c] = v[static_cast<std::size_t>(i) * kvw + c];
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < NH; ++h) {
+      const int pos = past + i;
+      const std::size_t kcol = static_cast<std::size_t>(h / G) * hs;
+      const float* qi = q + static_cast<std::size_t>(i) * qw + static_cast<std::size_t>(h) * hs;
+      float* sc = scores + (static_cast<std::size_t>(i) * NH + h) * total;
+      float maxv = -INFINITY;
+      for (int j = 0; j <= pos; ++j) {
+        const float* kj = k_cache + static_cast<std::size_t>(j) * kvw + kcol;
+        float d = 0.f;
+        for (int e = 0; e < hs; ++e) d += qi[e] * kj[e];
+        sc[j] = d * scale;
+        maxv = std::max(maxv, sc[j]);
+      }
+      float sum = 0.f;
+      for (int j = 0; j <= pos; ++j) {
+        sc[j] = std::exp(sc[j] - maxv);
+        sum += sc[j];
+      }
+      const float inv = 1.0f / sum;
+      float* o = out + static_cast<std::size_t>(i) * qw + static_cast<std::size_t>(h) * hs;
+      for (int e = 0; e < hs; ++e) o[e] = 0.f;
+      for (int j = 0; j <= pos; ++j) {
+        const float* vj = v_cache + static_cast<std::size_t>(j) * kvw + kcol;
+        const float a = sc[j] * inv;
+        for (int e = 0; e < hs; ++e) o[e] += a * vj[e];
+      }
+    }
+  }
+}
+
+}  // namespace pipelane::cpu

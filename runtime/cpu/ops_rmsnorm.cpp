@@ -1,0 +1,62 @@
+// RMSNorm (Llama): out = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps), as Hugging Face's
+// LlamaRMSNorm computes it in fp32. One row per iteration; the weight gradient is summed over
+// rows in row order inside thread-owned channel slices, so no result depends on the thread count.
+#include <cmath>
+
+#include "runtime/cpu/cpu_ops.h"
+
+namespace pipelane::cpu {
+
+namespace {
+constexpr int kSlice = 16;  // channels per thread-owned slice in the weight-gradient reduction
+}  // namespace
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    float ss = 0.f;
+#pragma omp simd reduction(+ : ss)
+    for (int c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float r = 1.0f / std::sqrt(ss / C + eps);
+    float* o = out + static_cast<std::size_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * r);
+    rstd[n] = r;
+  }
+}
+
+// dx = r * (w * dy) - x * r^3 * mean(w * dy * x): the gradient through the normalisation.
+void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+                            const float* rstd, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<std::size_t>(n) * C;
+    const float* d = dout + static_cast<std::size_t>(n) * C;
+    const float r = rstd[n];
+    float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+    for (int c = 0; c < C; ++c) dot += weight[c] * d[c] * x[c];
+    const float k = dot / C * r * r;
+    float* di = dinp + static_cast<std::size_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) di[c] += (weight[c] * d[c] - x[c] * k) * r;
+  }
+}
+
+void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N,
+                             int C) {
+  const int slices = (C + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < slices; ++s) {
+    const int c0 = s * kSlice, c1 = c0 + kSlice < C ? c0 + kSlice : C;
+    for (int n = 0; n < N; ++n) {
+      const float* x = inp + static_cast<std::size_t>(n) * C;
+      const float* d = dout + static_cast<std::size_t>(n) * C;
+      const float r = rstd[n];
+      for (int c = c0; c < c1; ++c) dweight[c] += x[c] * r * d[c];
+    }
+  }
+}
+
+}  // namespace pipelane::cpu

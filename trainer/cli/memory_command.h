@@ -1,0 +1,18 @@
+#pragma once
+#include "trainer/cli/layer.h"  // trainer/README.md: the layers
+// `pipelane memory --config FILE [--section.key=value ...]`: the memory model's prediction
+// (parallel/memory_model.h) for a config and a grid, per rank by category, before anything is
+// allocated. `pipelane train --dry-run` prints the same and stops.
+#include <cstdio>
+
+#include "trainer/config/train_options.h"
+
+namespace pipelane {
+
+int memory_command(int argc, char** argv);
+
+// Storage the prediction is for: 4 (fp32, what pipelane stores) or 2 (16-bit, predicted only).
+// Throws std::invalid_argument (one line) for a grid the model cannot be split into.
+void print_memory_prediction(const TrainOptions& opts, int element_bytes, double device_memory_bytes, std::FILE* out);
+
+}  // namespace pipelane

@@ -1,0 +1,7 @@
+// trainer/config/ (the run's configuration) is a layer of the program (trainer/README.md).
+// Every header of the folder includes this guard, so code of a folder that must not know this
+// one fails to compile.
+#pragma once
+#if defined(PIPELANE_LAYER_CHECKPOINT)
+#error "trainer/checkpoint/ must not include trainer/config/ (trainer/README.md: the layers)"
+#endif

@@ -1,9 +1,0 @@
-// `pipelane generate`: text from a checkpoint (any grid) or an exported Hugging Face model through
-// the KV-cache decoder, streamed to stdout as it is sampled; deterministic for a seed.
-#pragma once
-
-namespace pipelane {
-
-int generate_command(int argc, char** argv);
-
-}  // namespace pipelane

@@ -1,9 +1,0 @@
-// `pipelane sites`: a cluster file's sites and the links between them, and where a training
-// config's grid lands on them (trainer/wan_setup.h); --shell for scripts/wan/emulate.sh.
-#pragma once
-
-namespace pipelane {
-
-int sites_command(int argc, char** argv);
-
-}  // namespace pipelane
