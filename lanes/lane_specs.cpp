@@ -32,6 +32,8 @@ std::vector<LaneSpec> make_lane_specs(const LaneRegistry& registry, const std::v
       launch.command = isolation.worker_command;
       launch.plugin_path = plugin;
       launch.threads = isolation.worker_threads;
+      launch.cpus = isolation.worker_cpus;
+      launch.pids_max = isolation.worker_max_processes;
       launch.allow_child_processes = plugin.empty();  // a built-in's processes are its work (command)
       launch.hidden_dir = isolation.hidden_dir;
       launch.bwrap = isolation.bwrap;

@@ -21,6 +21,8 @@ struct LaneIsolationOptions {
   // "lane-worker"}; required unless mode is Thread.
   std::vector<std::string> worker_command;
   int worker_threads = 1;  // OpenMP/BLAS threads of a worker (the rank's own count)
+  int worker_max_processes = 256;  // a worker's tasks (pids cgroup)
+  std::string worker_cpus;  // the cores a worker may run on (the rank's own, a cpuset list); "": any
   std::string hidden_dir;  // hidden from workers (the run directory; lanes/isolation/lane_sandbox.h)
   std::vector<std::string> network_lanes;  // lanes whose worker keeps the host's network
   std::string bwrap = "/usr/bin/bwrap";   // the sandbox program; "": none

@@ -1,5 +1,6 @@
 #include "lanes/isolation/lane_cgroup.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +51,13 @@ std::uint64_t keyed_value(const std::string& path, const std::string& key) {
   return 0;
 }
 
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
 std::uint64_t number_in(const std::string& path) {
   std::ifstream in(path);
   std::uint64_t n = 0;
@@ -59,9 +67,21 @@ std::uint64_t number_in(const std::string& path) {
 
 }  // namespace
 
+std::string cpus_of_this_thread() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "";
+  std::string list;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) list += (list.empty() ? "" : ",") + std::to_string(cpu);
+  return list;
+}
+
 LaneCgroup::LaneCgroup(const std::string& name, const LaneCgroupLimits& limits) : limits_(limits), name_(name) {
-  for (const char* controller : {"memory", "pids", "cpu"}) add(controller);
-  if (!enforced_.empty()) close_cpu();
+  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) add(controller);
+  if (!limits_.cpus.empty()) add("cpuset");
+  // Not frozen yet: the worker starts before its first call and must get as far as waiting for it.
+  set_idle_quota();
 }
 
 LaneCgroup::~LaneCgroup() { remove(); }
@@ -96,6 +116,15 @@ void LaneCgroup::add(const std::string& controller) {
   const fs::path v1 = fs::path("/sys/fs/cgroup") / controller;
   if (fs::exists(v1 / "cgroup.procs")) {
     parent = (v1 / own_group(controller).substr(1)).string();
+  } else if (controller == "freezer") {
+    // v2 has no freezer controller: every group but the root has cgroup.freeze. Use the group of
+    // another controller that is v2, so the one group both limits and freezes.
+    for (const Group& g : groups_)
+      if (g.v2) {
+        groups_.push_back({controller, g.dir, true});
+        enforced_.push_back(controller);
+        return;
+      }
   } else {
     for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
       const fs::path candidate = fs::path(root) / own_group("").substr(1);
@@ -125,6 +154,12 @@ void LaneCgroup::add(const std::string& controller) {
     }
     if (controller == "pids" && limits_.pids > 0) set(group, "pids.max", std::to_string(limits_.pids));
     if (controller == "cpu" && !group.v2) set(group, "cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
+    if (controller == "cpuset") {
+      // A v1 cpuset group starts with no memory nodes and no cores, and takes no task until both
+      // are set; the nodes are the parent's (placement of memory is not what this limits).
+      if (!group.v2) set(group, "cpuset.mems", first_line(parent + "/cpuset.effective_mems"));
+      set(group, "cpuset.cpus", limits_.cpus);
+    }
   } catch (const std::exception& error) {
     ::rmdir(group.dir.c_str());
     return skip(error.what());
@@ -141,6 +176,7 @@ const LaneCgroup::Group* LaneCgroup::find(const std::string& controller) const {
 }
 
 void LaneCgroup::open_cpu() const {
+  freeze(false);
   const Group* g = find("cpu");
   if (!g) return;
   const long quota = kCpuPeriodUs * std::max(1, limits_.threads);
@@ -149,10 +185,25 @@ void LaneCgroup::open_cpu() const {
 }
 
 void LaneCgroup::close_cpu() const {
+  set_idle_quota();
+  freeze(true);
+}
+
+void LaneCgroup::set_idle_quota() const {
   const Group* g = find("cpu");
   if (!g) return;
   std::ofstream(g->dir + (g->v2 ? "/cpu.max" : "/cpu.cfs_quota_us"))
       << (g->v2 ? std::to_string(kIdleQuotaUs) + " " + std::to_string(kCpuPeriodUs) : std::to_string(kIdleQuotaUs));
+}
+
+// Asynchronous both ways: the kernel stops or wakes the tasks as they next run; nothing waits here.
+void LaneCgroup::freeze(bool frozen) const {
+  const Group* g = find("freezer");
+  if (!g) return;
+  if (g->v2)
+    std::ofstream(g->dir + "/cgroup.freeze") << (frozen ? "1" : "0");
+  else
+    std::ofstream(g->dir + "/freezer.state") << (frozen ? "FROZEN" : "THAWED");
 }
 
 LaneCgroupEvents LaneCgroup::events() const {

@@ -6,6 +6,13 @@
 //
 // CPU: while the worker serves a call the lane may use `threads` cores; between calls its quota
 // is 1 ms per 100 ms, so a thread a lane leaves spinning costs training 1% of one core, not a core.
+// Between calls the worker is also frozen (the freezer cgroup, or cgroup.freeze in v2): a quota
+// still lets a spinning thread take up to 1 ms of the rank's core each time a gap ends and each
+// 100 ms after, before the kernel throttles it; a frozen thread takes nothing. The quota stays as
+// the layer for machines without a freezer.
+// A quota bounds how much CPU time the lane gets, not where: two busy threads of a lane with one
+// core's quota run half the time on each of two cores, one of them another rank's. So the worker
+// is also held to `cpus` (a cpuset group), the cores of the rank whose gap it fills.
 //
 // A controller that cannot be used (no cgroup mounted, no permission to make a group, a
 // container) is left out and named in missing(); the rlimits of the worker still apply.
@@ -22,6 +29,7 @@ struct LaneCgroupLimits {
   std::uint64_t memory_bytes = 0;  // 0: none
   int pids = 0;                    // 0: none
   int threads = 1;                 // cores during a call
+  std::string cpus;                // the cores it may run on, as a cpuset list ("2", "0-3"); "": any
 };
 
 // What the kernel counted when a limit was hit.
@@ -30,6 +38,10 @@ struct LaneCgroupEvents {
   std::uint64_t memory_failures = 0;  // charges the memory limit refused (v1 failcnt, v2 max)
   std::uint64_t pids_refused = 0;   // forks the pids limit refused
 };
+
+// The cores this thread may run on (what mpirun bound the rank to, or every core), as a cpuset
+// list ("0,1"): a worker held to them cannot widen its own affinity past the rank's.
+std::string cpus_of_this_thread();
 
 class LaneCgroup {
  public:
@@ -45,12 +57,13 @@ class LaneCgroup {
   // The files a process writes its pid into to join every group (a worker joins before it execs,
   // so everything it starts is inside from its first instruction).
   const std::vector<std::string>& procs_files() const { return procs_files_; }
-  // "memory", "pids", "cpu" that could be set up, and why the others could not.
+  // "memory", "pids", "cpu", "freezer", "cpuset" (when cpus were given) that could be set up,
+  // and why the others could not.
   const std::vector<std::string>& enforced() const { return enforced_; }
   const std::string& missing() const { return missing_; }
 
-  void open_cpu() const;   // a call starts: `threads` cores
-  void close_cpu() const;  // between calls: 1%
+  void open_cpu() const;   // a call starts (or the worker must exit): thawed, `threads` cores
+  void close_cpu() const;  // between calls: 1% of a core, and frozen
   LaneCgroupEvents events() const;
   const LaneCgroupLimits& limits() const { return limits_; }
 
@@ -63,6 +76,8 @@ class LaneCgroup {
   void set(const Group& group, const std::string& file, const std::string& value);
   const Group* find(const std::string& controller) const;
   void remove();
+  void set_idle_quota() const;
+  void freeze(bool frozen) const;
 
   LaneCgroupLimits limits_;
   std::string name_;

@@ -290,7 +290,7 @@ void ProcessLane::setup(LaneContext& ctx) {
   if (launch_.cgroups) {
     char unique[64];
     std::snprintf(unique, sizeof unique, "pipelane-%d-%p-", static_cast<int>(::getpid()), static_cast<void*>(this));
-    cgroup_ = LaneCgroup(unique + name_, {memory_limit_bytes_, launch_.pids_max, launch_.threads});
+    cgroup_ = LaneCgroup(unique + name_, {memory_limit_bytes_, launch_.pids_max, launch_.threads, launch_.cpus});
   }
   std::string namespaces_missing = "not asked for (no sandbox program)";
   bool with_namespaces = !launch_.bwrap.empty();

@@ -31,6 +31,7 @@ struct LaneWorkerLaunch {
   std::vector<std::string> command;  // argv that starts `lane-worker` (its arguments are appended)
   std::string plugin_path;           // the plugin that provides the lane; "" for a built-in
   int threads = 1;                   // OpenMP/BLAS threads in the worker
+  std::string cpus;                  // the cores it may run on (a cpuset list); "": any
   // Whether processes a step leaves running are the lane's work (the command lane) or a fault
   // (a plugin: they are killed and the lane quarantined).
   bool allow_child_processes = false;

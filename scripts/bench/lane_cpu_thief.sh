@@ -18,6 +18,7 @@ while [ $# -gt 0 ]; do
     *) echo "lane_cpu_thief.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
+build_targets="--target pipelane --target pipelane_attack_lane1"  # the program and the plugin only
 source scripts/bench/common.sh
 attack=build/tests/lanes/libpipelane_attack_lane1.so
 train() {  # train DIR EXTRA...

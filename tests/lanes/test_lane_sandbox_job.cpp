@@ -113,7 +113,10 @@ class LaneSandboxJob : public ::testing::Test {
     StepMetrics on;
     const JobResult job = train(name,
                                 "--lanes.enabled=" + enabled + " --lanes.plugins=" + plugins +
-                                    " --lanes.profile_iterations=1 --lanes.memory_mb=16 --lanes.state_mb=8" + options,
+                                    " --lanes.profile_iterations=1 --lanes.memory_mb=16 --lanes.state_mb=8" +
+                                    // A fork bomb reaches 32 tasks well inside its step deadline even on a
+                                    // loaded machine (256, the default, took longer than 0.5 s there).
+                                    " --lanes.max_processes=32" + options,
                                 &on);
     EXPECT_EQ(on.loss, lanes_off().loss) << job.output;  // exact
     EXPECT_EQ(on.grad_norm, lanes_off().grad_norm);

@@ -266,6 +266,9 @@ std::vector<OptionKey> train_option_keys() {
       .integer("state_mb", &LanesOptions::state_mb, 1,
                "the most a lane's saved state may be (MiB); a lane over it is quarantined and the checkpoint "
                "written without its state")
+      .integer("max_processes", &LanesOptions::max_processes, 8,
+               "processes and threads each lane worker may have at once (its pids cgroup, the sandbox's two "
+               "included); a fork past it fails and quarantines the lane")
       .text("network", &LanesOptions::network, {},
             "lanes (comma-separated) whose worker keeps the host's network; the others get a network "
             "namespace with only loopback")

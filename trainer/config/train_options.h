@@ -129,6 +129,7 @@ struct LanesOptions {
   std::string isolation = "auto";
   int output_mb = 1024;        // disk quota of each lane's output directory
   int state_mb = 64;           // the most a lane's save() may return (checkpointed with training's)
+  int max_processes = 256;     // tasks (processes and threads) of each lane worker: its pids cgroup
   std::string network;         // comma-separated lanes whose worker keeps the host's network
   std::string baseline;   // summary.json of a lanes-off run: the overhead in summary.json
   std::string dedicated;  // JSON lines of `pipelane lane-bench NAME --json`: the cost saving
@@ -154,7 +155,8 @@ struct LanesOptions {
            a.sm_partition == b.sm_partition &&
            a.train_price_per_hour == b.train_price_per_hour &&
            a.dedicated_price_per_hour == b.dedicated_price_per_hour && a.isolation == b.isolation &&
-           a.output_mb == b.output_mb && a.state_mb == b.state_mb && a.network == b.network &&
+           a.output_mb == b.output_mb && a.state_mb == b.state_mb && a.max_processes == b.max_processes &&
+           a.network == b.network &&
            a.lane_sections == b.lane_sections;
   }
 };

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "lanes/isolation/lane_cgroup.h"
 #include "lanes/isolation/plugin_probe.h"
 #include "lanes/lane_registry.h"
 #include "trainer/run/lane_plan.h"
@@ -29,6 +30,8 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& 
   isolation.mode = parse_isolation_mode(lo.isolation);
   isolation.worker_command = {own_executable(), "lane-worker"};
   isolation.worker_threads = backend.threads();
+  isolation.worker_cpus = cpus_of_this_thread();  // a worker runs on its rank's cores only
+  isolation.worker_max_processes = lo.max_processes;
   isolation.hidden_dir = opts.run.dir;  // checkpoints, metrics, other lanes' files
   isolation.network_lanes = lo.network_lanes();
   LaneRegistry registry = LaneRegistry::with_builtins();

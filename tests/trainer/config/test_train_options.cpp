@@ -372,6 +372,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "isolation", "auto"},
     {"lanes", "output_mb", "1024"},    {"lanes", "baseline", ""},     {"lanes", "dedicated", ""},
     {"lanes", "plan", ""},             {"lanes", "state_mb", "64"},       {"lanes", "network", ""},
+    {"lanes", "max_processes", "256"},
     {"lanes", "sm_partition", "0"},
     {"lanes", "train_price_per_hour", "0"}, {"lanes", "dedicated_price_per_hour", "0"},
     {"wan", "cluster", ""},            {"wan", "sharing", "off"},     {"wan", "connections", "0"},
