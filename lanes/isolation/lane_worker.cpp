@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -205,6 +206,7 @@ class WorkerSession {
     lane_ = registry.create(name);
     BackendOptions backend_options;
     backend_options.threads = j.at("threads").get<int>();
+    threads_ = std::max(1, backend_options.threads);
     backend_ = BackendRegistry::with_builtins().create("cpu", backend_options);
     stream_ = backend_->create_stream(StreamPriority::Low);
     arena_bytes_ = j.at("arena_bytes").get<std::uint64_t>();
@@ -228,6 +230,7 @@ class WorkerSession {
     baseline_rss_ = peak_rss_bytes();
     lane_->setup(*ctx_);
     output_quota_.check(true);
+    mark_ = cpu_mark();
     return nlohmann::json{{"finished", lane_->finished()},
                           {"address_space_bytes", address_space},
                           {"seccomp", seccomp_error_.empty() ? "enforced" : seccomp_error_}}
@@ -240,7 +243,8 @@ class WorkerSession {
     WorkerStepResult result;
     result.units = l.step(*ctx_);
     result.finished = l.finished() ? 1 : 0;
-    const LaneStepCost cost = timer_.stop();
+    LaneStepCost cost = timer_.stop();
+    charge_own_threads(cost);
     result.wall_s = cost.wall_s;
     result.cpu_s = cost.cpu_s;
     result.involuntary_switches = cost.involuntary_switches;
@@ -273,7 +277,31 @@ class WorkerSession {
   std::unique_ptr<LaneContext> ctx_;
   bool allow_children_ = false;
   OutputQuota output_quota_;
+  // What the lane's other threads (one it left spinning, say) took while this one served the call,
+  // before the step (the request waited behind them: the hand-over the trainer sees) and during it.
+  // Between calls the worker is frozen, so that is their CPU time since the last step ended, less
+  // this thread's (charge_other_threads in step_timer.h says what the step is charged for it).
+  void charge_own_threads(LaneStepCost& cost) {
+    const CpuMark now = cpu_mark();
+    const double others = std::max(0.0, (now.process_s - mark_.process_s) - (now.thread_s - mark_.thread_s));
+    mark_ = now;
+    cost = charge_other_threads(cost, others, threads_);
+  }
+  struct CpuMark {
+    double process_s = 0, thread_s = 0;
+  };
+  static CpuMark cpu_mark() {
+    auto seconds = [](clockid_t clock) {
+      timespec ts{};
+      clock_gettime(clock, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    };
+    return {seconds(CLOCK_PROCESS_CPUTIME_ID), seconds(CLOCK_THREAD_CPUTIME_ID)};
+  }
+  CpuMark mark_;  // at the end of setup and of every step
+
   StepTimer timer_;
+  int threads_ = 1;
   std::uint64_t baseline_rss_ = 0;
 };
 

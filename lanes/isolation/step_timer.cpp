@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 
@@ -23,6 +24,13 @@ long thread_involuntary_switches() {
 }
 
 }  // namespace
+
+LaneStepCost charge_other_threads(LaneStepCost cost, double others_s, int threads) {
+  const double own_wait = std::max(0.0, others_s - (std::max(1, threads) - 1) * cost.wall_s);
+  cost.cpu_s += own_wait;
+  if (cost.waiting_s >= 0) cost.waiting_s = std::max(0.0, cost.waiting_s - own_wait);
+  return cost;
+}
 
 StepTimer::~StepTimer() {
   if (schedstat_fd_ >= 0) ::close(schedstat_fd_);

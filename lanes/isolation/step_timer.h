@@ -9,6 +9,14 @@
 
 namespace pipelane {
 
+// A worker's step, charged for what the lane's other threads took during its call (others_s of
+// CPU time): on the worker's `threads` cores, at least others_s - (threads - 1) x wall of it came
+// out of the step's own share (on one core, all of it), as time the step's thread waited for a
+// CPU. That wait is the lane's doing, not the machine's: it moves from waiting_s (which the gap
+// scheduler forgives) to cpu_s (which it judges), so a lane that slows its own steps with a thread
+// it left running is a runaway like any other.
+LaneStepCost charge_other_threads(LaneStepCost cost, double others_s, int threads);
+
 class StepTimer {
  public:
   StepTimer() = default;

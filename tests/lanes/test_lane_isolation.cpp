@@ -16,6 +16,7 @@
 #include <ctime>
 #include <thread>
 
+#include "lanes/isolation/step_timer.h"
 #include "lanes/gap_scheduler.h"
 #include "lanes/isolation/output_quota.h"
 #include "lanes/isolation/process_tree.h"
@@ -292,6 +293,26 @@ TEST(ProcessTree, NamesSignalsAndExitStatuses) {
   EXPECT_EQ(signal_name(SIGSEGV), "SIGSEGV");
   EXPECT_EQ(describe_wait_status(0), "exited with status 0");
   EXPECT_EQ(describe_wait_status(SIGABRT), "was killed by signal 6 (SIGABRT)");
+}
+
+TEST(StepCharge, WhatTheLanesOtherThreadsTookOnItsCoresIsTheStepsOwnTime) {
+  // One core: 3 ms of another thread's time in a call whose step ran 0.1 ms of CPU in 3.2 ms of wall
+  // time, 3.1 ms of it waiting for the CPU: the wait was the lane's own thread, not the machine.
+  const LaneStepCost one = charge_other_threads({0.0032, 0.0001, 5, 0.0031}, 0.003, 1);
+  EXPECT_DOUBLE_EQ(one.cpu_s, 0.0031);
+  EXPECT_NEAR(one.waiting_s, 0.0001, 1e-12);
+  EXPECT_EQ(one.involuntary_switches, 5);
+  // Two cores: another thread busy for the whole call had a core of its own; nothing is charged.
+  const LaneStepCost two = charge_other_threads({0.0032, 0.0001, 5, 0.0031}, 0.0032, 2);
+  EXPECT_DOUBLE_EQ(two.cpu_s, 0.0001);
+  EXPECT_DOUBLE_EQ(two.waiting_s, 0.0031);
+  // Never a negative wait, and no run-queue clock (-1) stays unmeasured.
+  EXPECT_DOUBLE_EQ(charge_other_threads({0.001, 0.0005, 0, 0.0002}, 0.004, 1).waiting_s, 0.0);
+  const LaneStepCost unmeasured = charge_other_threads({0.001, 0.0005, 3, -1}, 0.002, 1);
+  EXPECT_DOUBLE_EQ(unmeasured.waiting_s, -1);
+  EXPECT_DOUBLE_EQ(unmeasured.cpu_s, 0.0025);
+  // A lane with no other threads is charged nothing.
+  EXPECT_DOUBLE_EQ(charge_other_threads({0.001, 0.0009, 0, 0.0001}, 0, 1).cpu_s, 0.0009);
 }
 
 }  // namespace
