@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "lanes/builtin/cnn/cnn_cost.h"
 
@@ -87,14 +88,18 @@ void BatchNormLayer::backward(int phase, std::int64_t r0, std::int64_t r1, CnnCo
       weight_->grad[c] += static_cast<float>(sum_b_[c]);
       bias_->grad[c] += static_cast<float>(sum_a_[c]);
     }
-  // dx = gamma * rstd * (dy - mean(dy) - xhat * mean(dy * xhat))
-  const float* gamma = weight_->value;
+  // dx = gamma * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)), per-channel factors first.
+  std::vector<float> scale(C), mean_dy(C), mean_dy_xhat(C);
+  for (int c = 0; c < C; ++c) {
+    scale[c] = weight_->value[c] * rstd_[c];
+    mean_dy[c] = static_cast<float>(sum_a_[c] / M);
+    mean_dy_xhat[c] = static_cast<float>(sum_b_[c] / M);
+  }
   float* dx = in_->grad;
   for (std::int64_t r = r0; r < r1; ++r)
     for (int c = 0; c < C; ++c) {
       const float xhat = (x[r * C + c] - mean_[c]) * rstd_[c];
-      const float mean_dy = static_cast<float>(sum_a_[c] / M), mean_dy_xhat = static_cast<float>(sum_b_[c] / M);
-      dx[r * C + c] += gamma[c] * rstd_[c] * (dy[r * C + c] - mean_dy - xhat * mean_dy_xhat);
+      dx[r * C + c] += scale[c] * (dy[r * C + c] - mean_dy[c] - xhat * mean_dy_xhat[c]);
     }
 }
 

@@ -93,7 +93,7 @@ class CnnLane final : public Lane {
       throw LaneError(arch_ + ": " + e.what());
     }
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    images_ += images;
+    images_run_ += images;
     if (trainer_->steps_done() > before) append_metrics();
     return images;
   }
@@ -105,7 +105,6 @@ class CnnLane final : public Lane {
     StateWriter w;
     w.bytes(kStateMagic, sizeof kStateMagic);
     w.put<std::uint64_t>(fingerprint());
-    w.put<double>(images_);
     trainer_->save(w);
     return w.take();
   }
@@ -119,7 +118,6 @@ class CnnLane final : public Lane {
     if (r.get<std::uint64_t>() != fingerprint())
       throw LaneError(arch_ + ": saved state was made with other options (arch, batch, image_size, classes, "
                       "width_divisor, step_mflop, seed, dropout, zero_init_residual or data)");
-    images_ = r.get<double>();
     try {
       trainer_->load(r);
     } catch (const LaneError& e) {
@@ -141,12 +139,13 @@ class CnnLane final : public Lane {
     if (!trainer_) return j;
     const std::vector<double>& losses = trainer_->losses();
     j["steps"] = trainer_->steps_done();
-    j["images"] = images_;
+    j["images"] = trainer_->images_done();
     if (!losses.empty()) {
       j["first_loss"] = losses.front();
       j["last_loss"] = losses.back();
     }
-    j["images_per_second"] = seconds_ > 0 ? images_ / seconds_ : 0.0;  // this process's steps only
+    // Over this process's steps (work redone after a resume included).
+    j["images_per_second"] = seconds_ > 0 ? images_run_ / seconds_ : 0.0;
     j["parameters"] = net_->parameter_count();
     j["arena_bytes"] = arena_bytes_;
     j["blocks_per_step"] = trainer_->program().ops.size();
@@ -199,7 +198,7 @@ class CnnLane final : public Lane {
     std::ofstream out(path, metrics_opened_ || metrics_append_ ? std::ios::app : std::ios::trunc);
     metrics_opened_ = true;
     if (!out) throw LaneError(arch_ + ": cannot write " + path);
-    out << nlohmann::json{{"step", trainer_->steps_done()}, {"loss", trainer_->losses().back()}, {"images", images_}}.dump()
+    out << nlohmann::json{{"step", trainer_->steps_done()}, {"loss", trainer_->losses().back()}, {"images", trainer_->images_done()}}.dump()
         << "\n";
   }
 
@@ -212,7 +211,7 @@ class CnnLane final : public Lane {
   std::unique_ptr<ImageSource> source_;
   std::unique_ptr<CnnTrainer> trainer_;
   std::size_t arena_bytes_ = 0;
-  double images_ = 0, seconds_ = 0;
+  double images_run_ = 0, seconds_ = 0;
   bool metrics_append_ = false, metrics_opened_ = false;
 };
 

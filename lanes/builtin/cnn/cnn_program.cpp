@@ -78,6 +78,8 @@ CnnProgram build_program(CnnNetwork& net, double budget, double load_cost_per_im
     op.param = &param;
     b.add(op, static_cast<std::int64_t>(param.size()), 3 * kElementCost);
   }
+  program.cost_before.assign(1, 0.0);
+  for (const ProgramOp& op : program.ops) program.cost_before.push_back(program.cost_before.back() + op.cost);
   return program;
 }
 

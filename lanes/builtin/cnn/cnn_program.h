@@ -33,6 +33,7 @@ struct CnnProgram {
   std::vector<ProgramOp> ops;
   std::size_t first_update = 0;  // ops before it can be redone from the step's start
   double total_cost = 0;
+  std::vector<double> cost_before;  // [ops.size() + 1]: the cost of the ops before each
   std::size_t scratch_floats = 0;  // each im2col scratch buffer
 };
 

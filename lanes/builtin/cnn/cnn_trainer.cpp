@@ -55,20 +55,27 @@ void CnnTrainer::run_op(const ProgramOp& op) {
   }
 }
 
+double CnnTrainer::images_done() const {
+  const double batch = net_.input->n;
+  return static_cast<double>(step_) * batch + batch * program_.cost_before[cursor_] / program_.total_cost;
+}
+
 double CnnTrainer::run(double budget) {
-  double spent = 0;
+  const std::size_t first = cursor_;
+  std::size_t end = cursor_;
   do {
-    const ProgramOp& op = program_.ops[cursor_];
-    run_op(op);
-    spent += op.cost;
-    if (++cursor_ == program_.ops.size()) {
-      cursor_ = 0;
-      ++step_;
-      losses_.push_back(step_loss_);
-      break;
-    }
-  } while (spent + program_.ops[cursor_].cost <= budget);
-  return program_.total_cost > 0 ? net_.input->n * spent / program_.total_cost : 0.0;
+    run_op(program_.ops[end]);
+    ++end;
+  } while (end < program_.ops.size() &&
+           program_.cost_before[end + 1] - program_.cost_before[first] <= budget);
+  if (end == program_.ops.size()) {
+    cursor_ = 0;
+    ++step_;
+    losses_.push_back(step_loss_);
+  } else {
+    cursor_ = end;
+  }
+  return net_.input->n * (program_.cost_before[end] - program_.cost_before[first]) / program_.total_cost;
 }
 
 void CnnTrainer::save(StateWriter& w) const {

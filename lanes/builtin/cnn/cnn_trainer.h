@@ -42,6 +42,8 @@ class CnnTrainer {
   double run(double budget);
 
   std::int64_t steps_done() const { return step_; }
+  // Images trained so far: whole steps' batches and the step in progress's share (by cost).
+  double images_done() const;
   bool at_step_start() const { return cursor_ == 0; }
   std::size_t cursor() const { return cursor_; }  // the next op of the step in progress
   const std::vector<double>& losses() const { return losses_; }  // one per finished step
