@@ -73,7 +73,7 @@ TEST(CnnLanes, RefuseBadOptionsNamingTheKeyAndWhatWasExpected) {
 }
 
 struct RunResult {
-  std::vector<double> losses;
+  int lane_steps = 0;
   std::string state;
   double images = 0;
   nlohmann::json report;
@@ -86,7 +86,7 @@ RunResult run_lane(const std::string& arch, const Options& options, int lane_ste
   lane->setup(env.ctx);
   if (!state.empty()) lane->load(state);
   RunResult r;
-  for (int i = 0; i < lane_steps && !lane->finished(); ++i) r.images += lane->step(env.ctx);
+  for (; r.lane_steps < lane_steps && !lane->finished(); ++r.lane_steps) r.images += lane->step(env.ctx);
   r.report = lane->report();
   r.state = lane->save();
   return r;
@@ -150,16 +150,23 @@ TEST(CnnLanes, ResumeAnywhereGivesTheUninterruptedRunsBits) {
   for (const char* arch : {"resnet18", "vgg19"}) {
     const Options o = tiny({{"step_mflop", "0.5"}, {"steps", "2"}});
     const RunResult full = run_lane(arch, o, 1 << 20);
-    const int blocks = full.report["blocks_per_step"].get<int>();
     ASSERT_EQ(full.report["steps"], 2);
-    // Saved after every few lane steps of the first training step and the start of the second:
-    // mid-forward, mid-backward, mid-update (blocks - 1 is inside the SGD ops).
-    for (int cut : {1, blocks / 3, blocks / 2, blocks - 2, blocks - 1, blocks, blocks + 3}) {
+    // Lane steps of one training step: its last few run SGD blocks (the update), the first few
+    // load and forward, the middle backward.
+    const int per_step = run_lane(arch, tiny({{"step_mflop", "0.5"}, {"steps", "1"}}), 1 << 20).lane_steps;
+    ASSERT_GT(per_step, 20) << arch;
+    bool saved_mid_pass = false, saved_mid_update = false;
+    for (int cut : {1, per_step / 3, per_step / 2, per_step - 2, per_step - 1, per_step, per_step + 3}) {
       const RunResult first = run_lane(arch, o, cut);
+      const int next = first.report["next_block"].get<int>(), update = first.report["update_blocks_from"].get<int>();
+      saved_mid_pass |= next > 0 && next < update;
+      saved_mid_update |= next >= update;
       const RunResult rest = run_lane(arch, o, 1 << 20, first.state);
-      EXPECT_EQ(rest.state, full.state) << arch << ": saved after " << cut << " of " << blocks << " blocks";
+      EXPECT_EQ(rest.state, full.state) << arch << ": saved after " << cut << " of " << per_step << " lane steps";
       EXPECT_EQ(rest.report["last_loss"], full.report["last_loss"]) << arch << " cut " << cut;
     }
+    EXPECT_TRUE(saved_mid_pass) << arch;
+    EXPECT_TRUE(saved_mid_update) << arch;
   }
 }
 

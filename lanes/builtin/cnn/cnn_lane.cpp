@@ -149,6 +149,8 @@ class CnnLane final : public Lane {
     j["parameters"] = net_->parameter_count();
     j["arena_bytes"] = arena_bytes_;
     j["blocks_per_step"] = trainer_->program().ops.size();
+    j["next_block"] = trainer_->cursor();  // in the step in progress
+    j["update_blocks_from"] = trainer_->program().first_update;
     j["step_mflop"] = s_.step_mflop;
     j["data"] = source_->describe();
     return j;
