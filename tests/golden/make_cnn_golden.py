@@ -35,7 +35,7 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 1e-4
 # a bug from rounding; with it, float32 is within 4e-6 (--compare-fp32 prints both).
 ZERO_INIT_RESIDUAL = {"resnet18": False, "resnet50": True, "vgg19": False}
 
-# Parameters whose step-1 gradients and step-2 values are recorded (the first layer, blocks deep
+# Parameters whose step-1 gradients and two-step updates are recorded (the first layer, blocks deep
 # inside, downsampling paths, batch norm, the classifier), and running statistics after 2 steps.
 PARAMS = {
     "resnet18": ["conv1.weight", "bn1.weight", "bn1.bias", "layer1.0.conv1.weight", "layer2.0.downsample.0.weight",
@@ -63,6 +63,7 @@ def generate(arch: str, dtype=torch.float64):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
     params = dict(model.named_parameters())
     buffers = dict(model.named_buffers())
+    initial = {name: p.detach().clone() for name, p in params.items()}
     records = []
 
     def add_f32(name, t):
@@ -86,8 +87,10 @@ def generate(arch: str, dtype=torch.float64):
         opt.step()
         losses.append(loss.item())
     add_f32("losses", torch.tensor(losses))
+    # What the two updates moved each parameter by, in float64 before rounding: a float32 parameter
+    # after the steps would lose the small change to the rounding of the large value.
     for name in PARAMS[arch]:
-        add_f32("param/" + name, params[name])
+        add_f32("update/" + name, params[name] - initial[name])
     for name in BUFFERS[arch]:
         add_f32("buffer/" + name, buffers[name])
     return records
