@@ -116,7 +116,9 @@ TEST(CnnProgram, EveryBlockFitsTheBudgetUnlessItIsOneRow) {
     const cnn::CnnProgram p = cnn::build_program(*net, budget, 1e3);
     double largest = 0;
     for (const cnn::ProgramOp& op : p.ops) {
-      if (op.r1 - op.r0 > 1) EXPECT_LE(op.cost, budget) << arch;
+      if (op.r1 - op.r0 > 1) {
+        EXPECT_LE(op.cost, budget) << arch;
+      }
       largest = std::max(largest, op.cost);
     }
     // A single row over the budget: a fully connected layer's image (vgg19's first classifier layer,
@@ -130,18 +132,24 @@ TEST(CnnProgram, EveryBlockFitsTheBudgetUnlessItIsOneRow) {
 
 TEST(CnnLanes, CuttingAStepIntoBlocksKeepsItsMath) {
   // Batch norm needs the whole batch's statistics: blocks of a few rows must compute what one
-  // block per phase computes. Only the order of fp32 sums differs (dW over row blocks), so the
-  // losses agree to rounding: 1e-4 relative after three steps of a 30-layer net is ~100x the
-  // sqrt(K) u per layer estimate (tests/golden/test_cnn_golden.cpp), a per-block mean ~1.
+  // block per phase computes. Only the rounding differs (GEMMs over fewer rows, dW summed over row
+  // blocks), so the losses agree within the golden test's float32 tolerance, 10 L sqrt(K) u
+  // (tests/golden/test_cnn_golden.cpp: 3e-4 for these two). Batch 4 at 64x64: batch norm over at
+  // least 16 values per channel (at batch 2 and 32x32 resnet18's last ones see two values each,
+  // where (x - mean) / std turns rounding into percent-size differences).
   for (const char* arch : {"resnet18", "vgg19"}) {
-    const RunResult cut = run_lane(arch, tiny({{"step_mflop", "0.05"}}), 1 << 20);
-    const RunResult whole = run_lane(arch, tiny({{"step_mflop", "1e6"}}), 1 << 20);
-    EXPECT_GT(cut.report["blocks_per_step"].get<int>(), 4 * whole.report["blocks_per_step"].get<int>()) << arch;
-    ASSERT_EQ(cut.report["steps"], 3);
-    ASSERT_EQ(whole.report["steps"], 3);
+    const Options shape{{"batch", "4"}, {"image_size", "64"}, {"steps", "2"}};
+    Options cut_options = tiny(shape), whole_options = tiny(shape);
+    cut_options["step_mflop"] = "0.05";
+    whole_options["step_mflop"] = "1e6";
+    const RunResult cut = run_lane(arch, cut_options, 1 << 20), whole = run_lane(arch, whole_options, 1 << 20);
+    EXPECT_GT(cut.report["blocks_per_step"].get<int>(), whole.report["blocks_per_step"].get<int>() + 300) << arch;
+    EXPECT_EQ(whole.lane_steps, 2) << arch;  // one lane step per training step
+    ASSERT_EQ(cut.report["steps"], 2);
+    ASSERT_EQ(whole.report["steps"], 2);
     for (const char* key : {"first_loss", "last_loss"}) {
       const double a = cut.report[key].get<double>(), b = whole.report[key].get<double>();
-      EXPECT_NEAR(a, b, 1e-4 * std::fabs(b)) << arch << " " << key;
+      EXPECT_NEAR(a, b, 3e-4 * std::fabs(b)) << arch << " " << key;
     }
   }
 }
