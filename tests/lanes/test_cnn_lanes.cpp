@@ -14,6 +14,7 @@
 #include "lanes/builtin/cnn/cnn_lane.h"
 #include "lanes/builtin/cnn/cnn_models.h"
 #include "lanes/builtin/cnn/cnn_program.h"
+#include "lanes/builtin/cnn/linear_layer.h"
 #include "lanes/builtin/imageproc_lane.h"
 #include "lanes/builtin/jpeg_codec.h"
 #include "tests/lanes/builtin_io_test_env.h"
@@ -114,16 +115,13 @@ TEST(CnnProgram, EveryBlockFitsTheBudgetUnlessItIsOneRow) {
     const auto net = cnn::build_cnn(config);
     const double budget = 20e6;
     const cnn::CnnProgram p = cnn::build_program(*net, budget, 1e3);
-    double largest = 0;
     for (const cnn::ProgramOp& op : p.ops) {
-      if (op.r1 - op.r0 > 1) {
-        EXPECT_LE(op.cost, budget) << arch;
-      }
-      largest = std::max(largest, op.cost);
+      if (op.cost <= budget) continue;
+      // Over the budget only as a single row of a fully connected layer: one image through vgg19's
+      // 25088 x 4096 classifier layer (a convolution's row, one pixel, is far below it).
+      EXPECT_EQ(op.r1 - op.r0, 1) << arch;
+      EXPECT_NE(dynamic_cast<const cnn::LinearLayer*>(op.layer), nullptr) << arch << " " << op.layer->name();
     }
-    // A single row over the budget: a fully connected layer's image (vgg19's first classifier layer,
-    // 25088 x 4096 x 2 x 2 flops backward = 411 MFLOP); a convolution's pixel is far below it.
-    EXPECT_LE(largest, std::string(arch) == "vgg19" ? 4.2e8 : budget) << arch;
     EXPECT_LE(p.scratch_floats, cnn::kMaxScratchFloats);
     EXPECT_GT(p.first_update, 0u);
     EXPECT_NEAR(p.cost_before.back(), p.total_cost, 1e-6 * p.total_cost);
@@ -156,12 +154,12 @@ TEST(CnnLanes, CuttingAStepIntoBlocksKeepsItsMath) {
 
 TEST(CnnLanes, ResumeAnywhereGivesTheUninterruptedRunsBits) {
   for (const char* arch : {"resnet18", "vgg19"}) {
-    const Options o = tiny({{"step_mflop", "0.5"}, {"steps", "2"}});
+    const Options o = tiny({{"step_mflop", "0.1"}, {"steps", "2"}});
     const RunResult full = run_lane(arch, o, 1 << 20);
     ASSERT_EQ(full.report["steps"], 2);
     // Lane steps of one training step: its last few run SGD blocks (the update), the first few
     // load and forward, the middle backward.
-    const int per_step = run_lane(arch, tiny({{"step_mflop", "0.5"}, {"steps", "1"}}), 1 << 20).lane_steps;
+    const int per_step = run_lane(arch, tiny({{"step_mflop", "0.1"}, {"steps", "1"}}), 1 << 20).lane_steps;
     ASSERT_GT(per_step, 20) << arch;
     bool saved_mid_pass = false, saved_mid_update = false;
     for (int cut : {1, per_step / 3, per_step / 2, per_step - 2, per_step - 1, per_step, per_step + 3}) {

@@ -17,16 +17,34 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The two random streams of an image: its class's template and its own noise.
+struct SyntheticStreams {
+  std::uint64_t class_base, image_base;
+};
+
+SyntheticStreams synthetic_streams(std::uint64_t seed, int classes, std::int64_t image) {
+  const std::uint64_t label = static_cast<std::uint64_t>(image % classes);
+  return {stream_base(seed, name_key("synthetic.class") ^ mix64(label)),
+          stream_base(seed, name_key("synthetic.image") ^ mix64(static_cast<std::uint64_t>(image)))};
+}
+
+float synthetic_value(const SyntheticStreams& s, int size, int c, int y, int x) {
+  const std::uint64_t idx = (static_cast<std::uint64_t>(c) * size + y) * size + x;
+  const double t = 2.0 * uniform01_at(s.class_base, idx) - 1.0, z = 2.0 * uniform01_at(s.image_base, idx) - 1.0;
+  return static_cast<float>(0.5 * t + 0.5 * z);
+}
+
 class SyntheticSource final : public ImageSource {
  public:
   SyntheticSource(int size, int classes, std::int64_t images, std::uint64_t seed)
       : size_(size), classes_(classes), images_(images), seed_(seed) {}
   void load(std::int64_t position, float* pixels, std::int32_t* label) override {
     const std::int64_t image = position % images_;
+    const SyntheticStreams streams = synthetic_streams(seed_, classes_, image);
     for (int y = 0; y < size_; ++y)
       for (int x = 0; x < size_; ++x)
         for (int c = 0; c < 3; ++c)
-          pixels[(static_cast<std::size_t>(y) * size_ + x) * 3 + c] = synthetic_pixel(seed_, classes_, image, size_, c, y, x);
+          pixels[(static_cast<std::size_t>(y) * size_ + x) * 3 + c] = synthetic_value(streams, size_, c, y, x);
     *label = static_cast<std::int32_t>(image % classes_);
   }
   std::string describe() const override {
@@ -169,11 +187,7 @@ double synthetic_cost_per_image(int size) { return 2 * kElementCost * 3.0 * size
 double folder_cost_per_image(int size) { return 64 * kElementCost * 3.0 * size * size; }
 
 float synthetic_pixel(std::uint64_t seed, int classes, std::int64_t image, int size, int c, int y, int x) {
-  const std::uint64_t idx = (static_cast<std::uint64_t>(c) * size + y) * size + x;
-  const std::uint64_t label = static_cast<std::uint64_t>(image % classes);
-  const double t = uniform_pm1(seed, name_key("synthetic.class") ^ mix64(label), idx);
-  const double z = uniform_pm1(seed, name_key("synthetic.image") ^ mix64(static_cast<std::uint64_t>(image)), idx);
-  return static_cast<float>(0.5 * t + 0.5 * z);
+  return synthetic_value(synthetic_streams(seed, classes, image), size, c, y, x);
 }
 
 std::unique_ptr<ImageSource> make_synthetic_source(int size, int classes, std::int64_t images, std::uint64_t seed) {

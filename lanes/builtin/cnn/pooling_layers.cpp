@@ -11,12 +11,13 @@ MaxPoolLayer::MaxPoolLayer(std::string name, Feature* in, Feature* out, int kern
   if (out->n != in->n || out->c != in->c || out->h != output_size(in->h, kernel, stride, pad) ||
       out->w != output_size(in->w, kernel, stride, pad) || out->h < 1 || out->w < 1)
     throw std::logic_error("MaxPoolLayer " + name_ + ": shapes do not agree");
+  if (kernel * kernel > 64 || pad >= kernel) throw std::logic_error("MaxPoolLayer " + name_ + ": kernel too large");
 }
 
 void MaxPoolLayer::plan_buffers(BufferPlan& plan) { plan.add(&argmax_, out_->size(), "max pool argmax"); }
 
 std::vector<LayerPhase> MaxPoolLayer::forward_phases() const {
-  return {{out_->rows(), kElementCost * out_->c * kernel_ * kernel_}};
+  return {{out_->rows(), 2 * kElementCost * out_->c * kernel_ * kernel_}};
 }
 std::vector<LayerPhase> MaxPoolLayer::backward_phases() const { return {{out_->rows(), kElementCost * out_->c}}; }
 
@@ -25,21 +26,26 @@ void MaxPoolLayer::forward(int, std::int64_t r0, std::int64_t r1, CnnCompute&) {
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::int64_t n = r / (static_cast<std::int64_t>(OH) * OW);
     const int oh = static_cast<int>(r / OW % OH), ow = static_cast<int>(r % OW);
+    // The window's valid cells, then every channel over them with selects rather than branches
+    // (random data: branches mispredict); strictly greater keeps the first maximum.
+    std::int64_t cells[64];
+    int count = 0;
+    for (int kh = 0; kh < kernel_; ++kh) {
+      const int ih = oh * stride_ - pad_ + kh;
+      if (ih < 0 || ih >= H) continue;
+      for (int kw = 0; kw < kernel_; ++kw) {
+        const int iw = ow * stride_ - pad_ + kw;
+        if (iw >= 0 && iw < W) cells[count++] = ((n * H + ih) * W + iw) * C;
+      }
+    }
     for (int c = 0; c < C; ++c) {
-      std::int64_t best = -1;
-      float best_value = 0;
-      for (int kh = 0; kh < kernel_; ++kh) {
-        const int ih = oh * stride_ - pad_ + kh;
-        if (ih < 0 || ih >= H) continue;
-        for (int kw = 0; kw < kernel_; ++kw) {
-          const int iw = ow * stride_ - pad_ + kw;
-          if (iw < 0 || iw >= W) continue;
-          const std::int64_t at = ((n * H + ih) * W + iw) * C + c;
-          if (best < 0 || in_->value[at] > best_value) {
-            best = at;
-            best_value = in_->value[at];
-          }
-        }
+      std::int64_t best = cells[0] + c;
+      float best_value = in_->value[best];
+      for (int k = 1; k < count; ++k) {
+        const std::int64_t at = cells[k] + c;
+        const bool greater = in_->value[at] > best_value;
+        best_value = greater ? in_->value[at] : best_value;
+        best = greater ? at : best;
       }
       out_->value[r * C + c] = best_value;
       argmax_[r * C + c] = best;
