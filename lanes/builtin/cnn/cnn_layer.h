@@ -16,7 +16,8 @@ namespace pipelane::cnn {
 
 struct LayerPhase {
   std::int64_t rows = 0;
-  double cost_per_row = 0;  // FLOP-equivalents (cnn_program.h: kElementCost for host loops)
+  double cost_per_row = 0;    // FLOP-equivalents (cnn_cost.h)
+  double cost_per_block = 0;  // what a block costs whatever its rows (a GEMM packing its weight)
 };
 
 // What a phase block computes with.

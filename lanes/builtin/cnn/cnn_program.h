@@ -6,9 +6,12 @@
 // batch norm still sees the whole batch, because its statistics are phases of their own that end
 // before anything uses them.
 //
-// Ops are cut by the budget when the program is built (a phase of R rows of cost c each becomes
-// blocks of max(1, floor(budget / c)) rows), so the cuts, and with them every sum's order, are a
-// function of the configuration: the same bits on every run and after a resume.
+// Ops are cut by the budget when the program is built: a phase of R rows of cost c each, plus o per
+// block (a GEMM packing its weight), becomes blocks of floor((budget - o) / c) rows, but at least
+// one row and at least enough rows that the packing is no more than half the block (o <= rows c:
+// otherwise deep layers would pack their weight once per pixel). So a block costs at most the
+// budget, one row, or twice its packing. The cuts, and with them every sum's order, are a function
+// of the configuration: the same bits on every run and after a resume.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -26,7 +29,8 @@ struct ProgramOp {
   CnnParam* param = nullptr;    // Sgd
   int phase = 0;
   std::int64_t r0 = 0, r1 = 0;  // rows of the phase (images, pixels, elements)
-  double cost = 0;              // FLOP-equivalents (cnn_cost.h)
+  double cost = 0;              // FLOP-equivalents (cnn_cost.h), overhead included
+  double overhead = 0;          // the part that does not depend on the rows
 };
 
 struct CnnProgram {

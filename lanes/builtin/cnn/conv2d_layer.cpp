@@ -19,7 +19,8 @@ Conv2dLayer::Conv2dLayer(std::string name, Feature* in, Feature* out, ConvShape 
 
 std::vector<LayerPhase> Conv2dLayer::forward_phases() const {
   const double gemm = 2.0 * static_cast<double>(patch_) * out_->c;
-  return {{out_->rows(), gemm + kElementCost * (pointwise_ ? 0.0 : static_cast<double>(patch_))}};
+  return {{out_->rows(), gemm + kElementCost * (pointwise_ ? 0.0 : static_cast<double>(patch_)),
+           kWeightPackCost * static_cast<double>(weight_->size())}};
 }
 
 std::vector<LayerPhase> Conv2dLayer::backward_phases() const {
@@ -27,7 +28,9 @@ std::vector<LayerPhase> Conv2dLayer::backward_phases() const {
   const bool dx = in_->needs_grad;
   const double gemm = (dx ? 4.0 : 2.0) * static_cast<double>(patch_) * out_->c;
   const double loops = (pointwise_ ? 0.0 : 1.0) + (dx ? 1.0 : 0.0);
-  return {{out_->rows(), gemm + kElementCost * loops * static_cast<double>(patch_)}};
+  // Two GEMMs (dW and dcols), each packing the weight or its gradient.
+  return {{out_->rows(), gemm + kElementCost * loops * static_cast<double>(patch_),
+           (dx ? 2.0 : 1.0) * kWeightPackCost * static_cast<double>(weight_->size())}};
 }
 
 std::vector<Feature*> Conv2dLayer::grad_inputs() const {

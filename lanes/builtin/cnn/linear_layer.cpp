@@ -14,22 +14,14 @@ LinearLayer::LinearLayer(std::string name, Feature* in, Feature* out, CnnParam* 
     throw std::logic_error("LinearLayer " + name_ + ": shapes do not agree");
 }
 
-// Few rows (a batch) against a large weight: the GEMM streams the weight (forward) or the weight and
-// its gradient (backward) from memory once per block, which costs more than its flops; charged as
-// kMemoryCost per weight element streamed, spread over the rows (one block per phase at the
-// budgets these layers run at).
-namespace {
-constexpr double kMemoryCost = 4 * kElementCost;
-}
-
 std::vector<LayerPhase> LinearLayer::forward_phases() const {
   const double weights = static_cast<double>(in_features_) * out_->c;
-  return {{out_->n, 2.0 * weights + kMemoryCost * weights / out_->n}};
+  return {{out_->n, 2.0 * weights, kWeightPackCost * weights}};
 }
 
 std::vector<LayerPhase> LinearLayer::backward_phases() const {
   const double weights = static_cast<double>(in_features_) * out_->c;
-  return {{out_->n, 4.0 * weights + 3 * kMemoryCost * weights / out_->n + kElementCost * in_features_}};
+  return {{out_->n, 4.0 * weights + kElementCost * in_features_, 2 * kWeightPackCost * weights}};
 }
 
 void LinearLayer::forward(int, std::int64_t r0, std::int64_t r1, CnnCompute& c) {
