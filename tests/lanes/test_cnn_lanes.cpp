@@ -14,6 +14,7 @@
 #include "lanes/builtin/cnn/cnn_lane.h"
 #include "lanes/builtin/cnn/cnn_models.h"
 #include "lanes/builtin/cnn/cnn_program.h"
+#include "lanes/builtin/cnn/image_source.h"
 #include "lanes/builtin/cnn/conv2d_layer.h"
 #include "lanes/builtin/cnn/linear_layer.h"
 #include "lanes/builtin/imageproc_lane.h"
@@ -212,6 +213,45 @@ TEST(CnnLanes, ReadsAFolderOfImagesWithClassSubfolders) {
   // The synthetic set's option does not apply to a folder.
   EXPECT_NE(setup_error("resnet18", tiny({{"input_dir", files.dir}, {"images", "5"}})).find("images"),
             std::string::npos);
+}
+
+TEST(CnnImageSource, FolderImagesAreResizedNormalisedAndEachSeenOncePerEpoch) {
+  LaneEnv files("cnn-source", {});
+  Arena pictures("pictures", 1u << 20);
+  // Flat colours (a resize keeps them), one gray: pixel values are then known exactly.
+  const std::uint8_t colours[3][3] = {{255, 128, 0}, {0, 0, 255}, {51, 51, 51}};
+  for (int k = 0; k < 3; ++k) {
+    pictures.reset();
+    const int channels = k == 2 ? 1 : 3;
+    imageproc::Image8 img{40, 30, channels, pictures.allocate_n<std::uint8_t>(40 * 30 * channels, "pixels")};
+    for (int i = 0; i < 40 * 30; ++i)
+      for (int c = 0; c < channels; ++c) img.data[i * channels + c] = colours[k][c];
+    imageproc::encode_png(files.dir + "/img" + std::to_string(k) + ".png", img);  // lossless
+  }
+  Arena arena("source", 8u << 20);
+  auto source = cnn::make_folder_source(files.dir, 32, 2, 9, arena, 4u << 20);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stdev[3] = {0.229f, 0.224f, 0.225f};
+  std::vector<float> pixels(32 * 32 * 3);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int> seen(3, 0);
+    for (int i = 0; i < 3; ++i) {
+      std::int32_t label = -1;
+      source->load(epoch * 3 + i, pixels.data(), &label);
+      // Which file: its colour, read back from the first pixel.
+      int k = -1;
+      for (int cand = 0; cand < 3; ++cand)
+        if (std::fabs(pixels[0] - (colours[cand][0] / 255.0f - mean[0]) / stdev[0]) < 1e-4f) k = cand;
+      ASSERT_GE(k, 0) << "pixel " << pixels[0];
+      ++seen[k];
+      EXPECT_EQ(label, k % 2);  // no class folders: name order mod classes
+      for (int p = 0; p < 32 * 32; ++p)
+        for (int c = 0; c < 3; ++c) {
+          const float want = (colours[k][k == 2 ? 0 : c] / 255.0f - mean[c]) / stdev[c];
+          ASSERT_NEAR(pixels[p * 3 + c], want, 1e-4f) << "file " << k << " pixel " << p << " channel " << c;
+        }
+    }
+    EXPECT_EQ(seen, std::vector<int>({1, 1, 1})) << "epoch " << epoch;
+  }
 }
 
 }  // namespace
