@@ -160,7 +160,7 @@ TEST(CnnLanes, CuttingAStepIntoBlocksKeepsItsMath) {
 }
 
 TEST(CnnLanes, ResumeAnywhereGivesTheUninterruptedRunsBits) {
-  for (const char* arch : {"resnet18", "vgg19"}) {
+  for (const char* arch : {"resnet18", "resnet50", "vgg19"}) {
     const Options o = tiny({{"step_mflop", "0.1"}, {"steps", "2"}});
     const RunResult full = run_lane(arch, o, 1 << 20);
     ASSERT_EQ(full.report["steps"], 2);
