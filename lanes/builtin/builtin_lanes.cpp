@@ -1,5 +1,6 @@
 #include "lanes/builtin/builtin_lanes.h"
 #include "lanes/builtin/bfs_lane.h"
+#include "lanes/builtin/cnn/cnn_lane.h"
 #include "lanes/builtin/command_lane.h"
 #include "lanes/builtin/graphsgd_lane.h"
 #include "lanes/builtin/imageproc_lane.h"
@@ -25,6 +26,7 @@ std::map<std::string, LaneFactory> builtin_lane_factories() {
   f["jpegimage"] = [] { return make_jpegimage_lane(); };
   f["command"] = [] { return make_command_lane(); };
   f["synthetic"] = [] { return make_synthetic_lane(); };
+  for (const char* arch : {"resnet18", "resnet50", "vgg19"}) f[arch] = [arch] { return make_cnn_lane(arch); };
   return f;
 }
 

@@ -1,5 +1,5 @@
-// FreeRide's side tasks pipelane has (the graph lanes and the JPEG image job) in the bubbles of a
-// pp = 2 training: losses bit-identical to lanes off, every lane placed in gaps, none quarantined.
+// FreeRide's side tasks (the graph lanes, the JPEG image job, the CNN training lanes) in the bubbles
+// of a pp = 2 training: losses bit-identical to lanes off, every lane placed in gaps, none quarantined.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -52,6 +52,40 @@ TEST(LanesFreeRideTraining, GraphAndJpegLanesRunInTheBubblesWithBitIdenticalLoss
   }
   EXPECT_EQ(total["lanes"]["bfs"]["work_unit"], "edges") << total["lanes"]["bfs"].dump();
   EXPECT_EQ(total["lanes"]["jpegimage"]["work_unit"], "images") << total["lanes"]["jpegimage"].dump();
+}
+
+TEST(LanesFreeRideTraining, CnnLanesTrainInTheBubblesWithBitIdenticalLosses) {
+  TempDir dir;
+  write_test_corpus(dir.file("data.h5"));
+  write_file(dir.file("tiny.ini"), tiny_parallel_config(dir.file("data.h5")));
+  auto train = [&](const std::string& name, const std::string& extra) {
+    const std::string run = dir.file(name);
+    const JobResult r = run_job(2, "--config " + dir.file("tiny.ini") + " --run.dir=" + run +
+                                       " --parallel.pp=2 --train.steps=4 --model.d_model=128 " + extra,
+                                run + ".log");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_metrics(run);
+  };
+  // The three at width 64/16, 32x32, batch 2: blocks of 0.3 MFLOP-equivalents (~0.1-0.5 ms),
+  // which the few-millisecond gaps hold; a training step of the lane is a few hundred blocks.
+  std::string lanes = "--lanes.enabled=resnet18,resnet50,vgg19 --lanes.profile_iterations=1";
+  for (const char* arch : {"resnet18", "resnet50", "vgg19"})
+    for (const char* kv : {"width_divisor=16", "image_size=32", "batch=2", "step_mflop=0.3", "steps=100000"})
+      lanes += std::string(" --lane.") + arch + "." + kv;
+  const StepMetrics off = train("off", "");
+  const StepMetrics on = train("on", lanes);
+  ASSERT_EQ(off.loss.size(), 4u);
+  EXPECT_EQ(on.loss, off.loss);  // exact
+  EXPECT_EQ(on.grad_norm, off.grad_norm);
+  std::ifstream in(dir.file("on") + "/summary.json");
+  const nlohmann::json total = nlohmann::json::parse(in)["lanes"]["total"];
+  EXPECT_TRUE(total["quarantined"].empty()) << total["quarantined"].dump();
+  for (const char* lane : {"resnet18", "resnet50", "vgg19"}) {
+    const nlohmann::json& stats = total["lanes"][lane];
+    EXPECT_EQ(stats["work_unit"], "images") << lane;
+    EXPECT_GT(stats["steps"].get<long>(), 0) << lane << ": " << stats.dump();
+    EXPECT_GT(stats["units"].get<double>(), stats["calibration_units"].get<double>()) << lane << ": " << stats.dump();
+  }
 }
 
 }  // namespace
