@@ -542,9 +542,9 @@ std::vector<ChunkState> PipelineExecutor::chunk_states() {
 }
 bool PipelineExecutor::optimizer_sharded() const { return impl_->optimizer_sharded; }
 
-CheckpointState PipelineExecutor::checkpoint_state(bool gather) {
+CheckpointView PipelineExecutor::checkpoint_view(bool gather) {
   Impl& s = *impl_;
-  CheckpointState state;
+  CheckpointView state;
   state.chunks = chunk_states();
   if (!s.optimizer_sharded) return state;
   std::size_t bytes = 0;
@@ -565,7 +565,7 @@ CheckpointState PipelineExecutor::checkpoint_state(bool gather) {
   return state;
 }
 
-void PipelineExecutor::keep_loaded_moments(const CheckpointState& loaded) {
+void PipelineExecutor::keep_loaded_moments(const CheckpointView& loaded) {
   Impl& s = *impl_;
   if (!s.optimizer_sharded) return;
   for (std::size_t c = 0; c < s.chunks.size(); ++c)

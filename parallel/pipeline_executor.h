@@ -69,7 +69,7 @@ using UpdateGate = std::function<bool(double loss_sum, double grad_norm)>;
 // tensor-parallel slicing) and the four flat buffers share it.
 // The buffers are backend memory (device memory on a GPU): move them with Backend::copy on
 // `stream`, never dereference them. Under the distributed optimizer chunk_states() has no moments
-// in the layout (adam_m and adam_v null): checkpoint_state() gives them.
+// in the layout (adam_m and adam_v null): checkpoint_view() gives them.
 struct ChunkState {
   const ParamLayout* layout;
   int virtual_stage;
@@ -82,7 +82,7 @@ struct ChunkState {
 // The training state in the parameters' layout, for a checkpoint: chunk_states() with adam_m and
 // adam_v in the layout. The replicated optimizer's are its training buffers; under the distributed
 // optimizer they are full-layout copies in `arena`, alive as long as this object.
-struct CheckpointState {
+struct CheckpointView {
   std::vector<ChunkState> chunks;
   std::unique_ptr<Arena> arena;  // null with the replicated optimizer
 };
@@ -109,8 +109,8 @@ class PipelineExecutor {
   // For a save (collective over dp under the distributed optimizer: every rank's shard of the
   // moments is gathered) or, with gather = false, for a load to fill and then hand to
   // keep_loaded_moments (no communication: each rank keeps its shard of what it loaded).
-  CheckpointState checkpoint_state(bool gather);
-  void keep_loaded_moments(const CheckpointState& loaded);
+  CheckpointView checkpoint_view(bool gather);
+  void keep_loaded_moments(const CheckpointView& loaded);
   bool optimizer_sharded() const;  // the distributed optimizer runs (dp > 1)
   Backend& backend() const;
   Stream& compute_stream() const;  // the stream ChunkState buffers are ordered on

@@ -64,7 +64,7 @@ struct JobOut {
 };
 
 // Copies between the executor's checkpoint view and host vectors, chunk after chunk.
-void move_state(PipelineExecutor& exec, const CheckpointState& view, LayoutState& host, bool out) {
+void move_state(PipelineExecutor& exec, const CheckpointView& view, LayoutState& host, bool out) {
   std::size_t at = 0;
   for (const ChunkState& c : view.chunks) {
     const std::size_t n = c.layout->total_floats();
@@ -108,7 +108,7 @@ JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, bool distributed, fl
         PipelineExecutor exec(o, topo, *backend);
         EXPECT_EQ(exec.optimizer_sharded(), distributed && dims.dp > 1);
         if (start) {  // as a resume does: every rank reads the whole state, keeps its shard
-          const CheckpointState view = exec.checkpoint_state(false);
+          const CheckpointView view = exec.checkpoint_view(false);
           LayoutState host = start->at({topo.me.pp, topo.me.tp});
           move_state(exec, view, host, false);
           exec.keep_loaded_moments(view);
@@ -134,7 +134,7 @@ JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, bool distributed, fl
         mine.high_water = exec.arena_high_water();
         mine.predicted = static_cast<std::size_t>(exec.predicted_memory().total());
         mine.optimizer_bytes = exec.predicted_memory().optimizer;
-        const CheckpointState view = exec.checkpoint_state(true);  // collective over dp
+        const CheckpointView view = exec.checkpoint_view(true);  // collective over dp
         LayoutState state;
         move_state(exec, view, state, true);
         std::lock_guard lock(mutex);

@@ -123,7 +123,7 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
 
   // Under the distributed optimizer every dp rank takes part in gathering the moments, which the
   // shard files keep in the replicated layout (so any dp resumes them).
-  const CheckpointState state = exec.checkpoint_state(/*gather=*/true);
+  const CheckpointView state = exec.checkpoint_view(/*gather=*/true);
   const nlohmann::json mine = write_my_files(staging, training_memory(exec, state), topo, progress, lanes);
   const std::vector<std::string> parts = gather_to_root(world, mine.dump());
   if (leader) {

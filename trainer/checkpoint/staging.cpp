@@ -23,7 +23,7 @@ TrainingMemory training_memory(PipelineExecutor& exec) {
   return {exec.chunk_states(), exec.backend(), exec.compute_stream()};
 }
 
-TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointState& state) {
+TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointView& state) {
   return {state.chunks, exec.backend(), exec.compute_stream()};
 }
 
@@ -57,7 +57,7 @@ void load_training_memory(CheckpointReader& reader, const TrainingMemory& memory
   for (const ChunkState& c : memory.chunks)
     if (!c.adam_m || !c.adam_v)
       throw std::logic_error("load_training_memory: the distributed optimizer's moments are sharded; load through "
-                             "PipelineExecutor::checkpoint_state");
+                             "PipelineExecutor::checkpoint_view");
   for (const ChunkState& c : memory.chunks)
     reader.load_into(*c.layout, all, [&](TensorGroup g, const ParamEntry& e, const float* staging) {
       memory.backend.copy(buffer_of(c, g) + e.offset, staging, e.numel * sizeof(float), memory.stream);
@@ -66,7 +66,7 @@ void load_training_memory(CheckpointReader& reader, const TrainingMemory& memory
 }
 
 void load_training_memory(CheckpointReader& reader, PipelineExecutor& exec) {
-  const CheckpointState state = exec.checkpoint_state(/*gather=*/false);
+  const CheckpointView state = exec.checkpoint_view(/*gather=*/false);
   load_training_memory(reader, training_memory(exec, state));
   exec.keep_loaded_moments(state);
 }

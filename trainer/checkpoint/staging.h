@@ -22,9 +22,9 @@ struct TrainingMemory {
 };
 // The executor's buffers; under the distributed optimizer without moments (parameters only).
 TrainingMemory training_memory(PipelineExecutor& exec);
-// With the moments in the parameters' layout (PipelineExecutor::checkpoint_state), which must
+// With the moments in the parameters' layout (PipelineExecutor::checkpoint_view), which must
 // outlive the result.
-TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointState& state);
+TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointView& state);
 
 // The tensors of this rank's chunks, each name once (the tied wte held by two chunks is stored once).
 std::vector<const ParamEntry*> checkpoint_tensors(const std::vector<ChunkState>& chunks);
