@@ -33,14 +33,14 @@ namespace {
 GptConfig tiny_model() {
   GptConfig c;
   c.layers = 4;
-  c.d_model = 32;
+  c.d_model = 36;  // sizes that leave tails at dp 3 and 4 (parallel/optimizer_shards.h)
   c.heads = 4;
   c.max_seq_len = 16;
   c.vocab_size = 61;
   return c;
 }
 
-constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 8, kSteps = 3;
+constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 12, kSteps = 3;
 // Small buckets: a chunk of this model holds ~20-60k floats, so each has dozens of buckets and a
 // tail per segment.
 constexpr std::size_t kBucketFloats = 1000;
@@ -218,10 +218,12 @@ TEST_P(DistributedOptimizer, BitIdenticalToReplicatedWhileClipScalesAgree) { exp
 
 const Case kCases[] = {
     {"dp2", {1, 2, 1}, ScheduleKind::OneFOneB, 1},
+    {"dp3", {1, 3, 1}, ScheduleKind::OneFOneB, 1},
     {"dp4", {1, 4, 1}, ScheduleKind::OneFOneB, 1},
     {"dp2_tp2", {2, 2, 1}, ScheduleKind::OneFOneB, 1},
     {"dp4_tp2", {2, 4, 1}, ScheduleKind::OneFOneB, 1},
     {"dp2_pp2_tied", {1, 2, 2}, ScheduleKind::OneFOneB, 1},
+    {"dp3_pp2_tied_gpipe", {1, 3, 2}, ScheduleKind::GPipe, 1},
     {"dp2_tp2_pp2_zbh1", {2, 2, 2}, ScheduleKind::ZeroBubbleH1, 1},
     {"dp2_pp2_interleaved", {1, 2, 2}, ScheduleKind::Interleaved, 2},
 };
