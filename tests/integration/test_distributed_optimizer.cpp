@@ -9,7 +9,10 @@
 // ranks adds the same two floats as the all-reduce (a + b == b + a): the same bits.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/integration/mpi_job.h"
 #include "tests/trainer/checkpoint/test_checkpoint_support.h"
@@ -49,6 +52,18 @@ TEST_F(DistributedOptimizerTraining, BitIdenticalToReplicatedAtDp2WithTp2) {
   EXPECT_EQ(a, b);
   // The gathered moments are stored in the replicated layout: the same files' tensors.
   expect_same_tensors(ckpt("replicated", 4), ckpt("zero", 4));
+  // Every rank's arena is what the memory model predicted for its shard of the moments, and
+  // smaller than the replicated optimizer's.
+  const auto memory = [&](const std::string& run) {
+    std::ifstream in(dir_.file(run) + "/summary.json");
+    return nlohmann::json::parse(in)["memory"];
+  };
+  const nlohmann::json replicated = memory("replicated"), zero = memory("zero");
+  ASSERT_EQ(zero.size(), 4u) << zero.dump();
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(zero[r]["predicted_bytes"], zero[r]["high_water_bytes"]) << r;
+    EXPECT_LT(zero[r]["high_water_bytes"].get<double>(), replicated[r]["high_water_bytes"].get<double>()) << r;
+  }
 }
 
 TEST_F(DistributedOptimizerTraining, SavedAtDp2ResumesAtDp1AndDp4) {
