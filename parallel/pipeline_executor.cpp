@@ -36,6 +36,10 @@ struct Chunk {
   int virtual_stage = 0;
   float *params = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
   std::unique_ptr<ShardedAdamW> sharded;  // the distributed optimizer; m and v are its shard
+  // Its all-gather of the updated parameters, still in flight: waited for before the parameters
+  // are next read (the chunk's first forward), so on a stage that starts by receiving it overlaps
+  // that wait.
+  std::vector<std::unique_ptr<Event>> params_gathering;
   StageScratch scratch;
   std::vector<Slot> slots;
   std::map<int, int> slot_of;  // microbatch -> slot index
@@ -198,6 +202,12 @@ struct PipelineExecutor::Impl {
       if (instrs[i].op == release) last_grad_instr[instrs[i].chunk] = static_cast<int>(i);
     topo.world->barrier();
     origin = Clock::now();
+  }
+
+  // A parameter all-gather still in flight writes into the arena, which goes before the chunks:
+  // finish it first (an MPI request's destructor waits for it).
+  ~Impl() {
+    for (Chunk& ch : chunks) ch.params_gathering.clear();
   }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - origin).count(); }
@@ -442,6 +452,7 @@ struct PipelineExecutor::Impl {
 
   void forward(StepRun& run, const Instr& in) {
     Chunk& ch = chunks[in.chunk];
+    settle_parameters(ch);
     Slot& slot = acquire(ch, in.microbatch);
     settle_before_writing(slot, slot.acts.output());
     run.loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
@@ -495,17 +506,25 @@ struct PipelineExecutor::Impl {
       }
     }
     const float scale = clip_scale(run.stats.grad_norm, opts.grad_clip);
-    std::vector<std::unique_ptr<Event>> gathers;  // the distributed optimizer's updated pieces
     for (Chunk& ch : chunks) {
       if (ch.sharded)
-        ch.sharded->step(ch.params, ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute, gathers);
+        ch.sharded->step(ch.params, ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
+                         ch.params_gathering);
       else
         adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, opts.adamw, run.lr, run.step_number, scale,
                    backend, *compute);
     }
-    if (!gathers.empty()) note("step " + std::to_string(run.step_number) + " OptimizerStep: parameter all-gather with ranks " +
-                               peers(&RankCoords::dp, topo.grid.dims().dp));
-    for (auto& e : gathers) e->wait_on(*compute);
+  }
+
+  // The distributed optimizer's parameters of `ch` are whole again once its all-gather is done.
+  void settle_parameters(Chunk& ch) {
+    if (ch.params_gathering.empty()) return;
+    note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
+    for (auto& e : ch.params_gathering) e->wait_on(*compute);
+    ch.params_gathering.clear();
+  }
+  void settle_parameters() {
+    for (Chunk& ch : chunks) settle_parameters(ch);
   }
 
   // Data parallelism: once `in` wrote its chunk's last gradient of the step, their all-reduce
@@ -534,6 +553,7 @@ void PipelineExecutor::set_gap_filler(GapFiller* filler) { impl_->filler = fille
 std::chrono::steady_clock::time_point PipelineExecutor::clock_origin() const { return impl_->origin; }
 
 std::vector<ChunkState> PipelineExecutor::chunk_states() {
+  impl_->settle_parameters();
   std::vector<ChunkState> out;
   for (Chunk& ch : impl_->chunks)
     out.push_back({&ch.model->layout(), ch.virtual_stage, ch.params, ch.grads, ch.sharded ? nullptr : ch.m,
@@ -610,6 +630,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
 double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets,
                                       int batches) {
   Impl& s = *impl_;
+  s.settle_parameters();
   double loss_sum = 0.0;
   // Forward only, microbatch by microbatch through every chunk in pipeline order.
   for (int mb = 0; mb < batches; ++mb) {
