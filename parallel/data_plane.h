@@ -31,6 +31,15 @@ class DataPlane {
                                                       Stream& stream) = 0;
   // out[size * n] = every rank's in[n], in rank order.
   virtual void all_gather(const float* in, float* out, std::size_t n, Stream& stream) = 0;
+  // The distributed optimizer's pair (parallel/optimizer_shards.h), both in place and non-blocking.
+  // Reduce-scatter (sum): `data` holds size() blocks of n floats; once the Event completes,
+  // data[0, n) holds block rank() of the element-wise sum over the plane (MPI's in-place
+  // convention) and the rest of `data` is undefined. Deterministic: the same inputs give the same
+  // bits.
+  virtual std::unique_ptr<Event> reduce_scatter_sum_async(float* data, std::size_t n, Stream& stream) = 0;
+  // All-gather: block rank() of `data` (size() blocks of n floats) is this rank's; once the Event
+  // completes, every block holds its rank's.
+  virtual std::unique_ptr<Event> all_gather_in_place_async(float* data, std::size_t n, Stream& stream) = 0;
 };
 
 // The Event of a host transfer that finished before it was returned (a group of one, a copy

@@ -39,6 +39,12 @@ class DeviceSelfPlane final : public DataPlane {
   void all_gather(const float* in, float* out, std::size_t n, Stream& stream) override {
     backend_.copy(out, in, n * sizeof(float), stream);
   }
+  std::unique_ptr<Event> reduce_scatter_sum_async(float*, std::size_t, Stream& stream) override {
+    return recorded(backend_, stream);
+  }
+  std::unique_ptr<Event> all_gather_in_place_async(float*, std::size_t, Stream& stream) override {
+    return recorded(backend_, stream);
+  }
 
  private:
   Backend& backend_;
@@ -66,6 +72,17 @@ class DeviceCollectivePlane final : public DataPlane {
   }
   void all_gather(const float* in, float* out, std::size_t n, Stream& stream) override {
     comm_->all_gather(in, out, n, stream);
+  }
+  // NCCL reduces in place into the rank's own block; the data plane's convention is the first
+  // block, one stream-ordered copy away (blocks 0 and rank() do not overlap).
+  std::unique_ptr<Event> reduce_scatter_sum_async(float* data, std::size_t n, Stream& stream) override {
+    comm_->reduce_scatter_sum(data, n, stream);
+    if (rank() > 0) backend_.copy(data, data + static_cast<std::size_t>(rank()) * n, n * sizeof(float), stream);
+    return recorded(backend_, stream);
+  }
+  std::unique_ptr<Event> all_gather_in_place_async(float* data, std::size_t n, Stream& stream) override {
+    comm_->all_gather(data + static_cast<std::size_t>(rank()) * n, data, n, stream);
+    return recorded(backend_, stream);
   }
 
  private:
@@ -101,6 +118,8 @@ class DeviceLinkPlane final : public DataPlane {
   void all_reduce_max(float*, std::size_t, Stream&) override { no_collectives(); }
   std::unique_ptr<Event> all_reduce_sum_async(float*, std::size_t, Stream&) override { no_collectives(); }
   void all_gather(const float*, float*, std::size_t, Stream&) override { no_collectives(); }
+  std::unique_ptr<Event> reduce_scatter_sum_async(float*, std::size_t, Stream&) override { no_collectives(); }
+  std::unique_ptr<Event> all_gather_in_place_async(float*, std::size_t, Stream&) override { no_collectives(); }
 
  private:
   [[noreturn]] static void no_collectives() {

@@ -4,6 +4,7 @@
 
 #include "model/gpt_model.h"
 #include "parallel/layer_split.h"
+#include "parallel/optimizer_shards.h"
 #include "runtime/arena.h"
 
 namespace pipelane {
@@ -60,10 +61,15 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     ch.scratch_bytes = model.scratch_bytes(spec.micro_batch, spec.seq_len) * storage;
     ch.message_bytes = aligned(message_floats / spec.sequence_shards * 4.0) * storage;
     const double P = ch.parameters;
+    // The distributed optimizer's shard: this dp rank's pieces and the tails every rank keeps
+    // (parallel/optimizer_shards.h), as the executor allocates it.
+    const double S = spec.optimizer_shards == 1
+                         ? P
+                         : aligned(plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats).shard_floats * 4.0) / 4.0;
     r.weights += P * spec.element_bytes;
-    r.master_weights += spec.element_bytes == 4 ? 0.0 : P * 4.0 / spec.optimizer_shards;
+    r.master_weights += spec.element_bytes == 4 ? 0.0 : S * 4.0;
     r.gradients += P * spec.element_bytes;
-    r.optimizer += P * 8.0 / spec.optimizer_shards;
+    r.optimizer += S * 8.0;
     r.scratch += ch.scratch_bytes;
     r.activations += ch.in_flight * ch.activation_bytes;
     r.messages += ch.in_flight * 3 * ch.message_bytes;

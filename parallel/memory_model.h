@@ -12,15 +12,18 @@
 // element_bytes = 2 predicts the same layout in 16-bit storage (weights and gradients in 16 bits
 // beside fp32 master weights, Megatron's mixed precision: the same 16 bytes a parameter), which
 // pipelane does not store yet (`[train] precision = bf16` rounds GEMM operands only).
-// Where later features plug in: optimizer_shards divides master weights and optimizer state
-// (ZeRO-1 over dp sets it to dp), sequence_shards the [B, T, C] activations and messages
-// (sequence parallelism sets it to tp). Both are 1: pipelane has neither yet.
+// optimizer_shards: the distributed optimizer (ZeRO-1, `[train] distributed_optimizer`) over that
+// many dp ranks keeps master weights and optimizer state for one shard (parallel/optimizer_shards.h:
+// about 1/dp, plus a tail of fewer than dp * 16 floats per segment that every rank keeps).
+// sequence_shards divides the [B, T, C] activations and messages (sequence parallelism would set
+// it to tp; pipelane has none yet).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "model/gpt_config.h"
 #include "model/recompute.h"
+#include "parallel/optimizer_shards.h"
 #include "parallel/schedule.h"
 #include "runtime/backend.h"
 
@@ -35,7 +38,8 @@ struct MemorySpec {
   std::string layers_per_stage;  // "" splits evenly (parallel/layer_split.h)
   RecomputeOptions recompute;
   int element_bytes = 4;      // 4: fp32 (what pipelane stores); 2: 16-bit storage, predicted only
-  int optimizer_shards = 1;   // ZeRO-1 (not implemented): dp
+  int optimizer_shards = 1;   // the distributed optimizer (ZeRO-1): dp; 1: replicated
+  std::size_t optimizer_bucket_floats = kShardBucketFloats;  // its buckets
   int sequence_shards = 1;    // sequence parallelism (not implemented): tp
 };
 

@@ -234,6 +234,21 @@ class MpiDataPlane final : public DataPlane {
                         count_of(n * sizeof(float)) / 4, MPI_FLOAT, comm_.get()),
           "MPI_Allgather");
   }
+  // In place, the input is the whole buffer and the rank's block of the sum lands at its start.
+  std::unique_ptr<Event> reduce_scatter_sum_async(float* data, std::size_t n, Stream&) override {
+    auto e = std::make_unique<MpiTransferEvent>();
+    check(MPI_Ireduce_scatter_block(MPI_IN_PLACE, data, count_of(n * sizeof(float)) / 4, MPI_FLOAT, MPI_SUM,
+                                    comm_.get(), e->handle()),
+          "MPI_Ireduce_scatter_block");
+    return e;
+  }
+  std::unique_ptr<Event> all_gather_in_place_async(float* data, std::size_t n, Stream&) override {
+    auto e = std::make_unique<MpiTransferEvent>();
+    check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, count_of(n * sizeof(float)) / 4, MPI_FLOAT,
+                         comm_.get(), e->handle()),
+          "MPI_Iallgather");
+    return e;
+  }
 
  private:
   MpiComm comm_;

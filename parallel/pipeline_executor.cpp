@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "parallel/sharded_adamw.h"
 #include "parallel/tensor_parallel_adapter.h"
 #include "parallel/wan_turns.h"
 
@@ -34,6 +35,11 @@ struct Chunk {
   std::unique_ptr<GptStage> model;
   int virtual_stage = 0;
   float *params = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
+  std::unique_ptr<ShardedAdamW> sharded;  // the distributed optimizer; m and v are its shard
+  // Its all-gather of the updated parameters, still in flight: waited for before the parameters
+  // are next read (the chunk's first forward), so on a stage that starts by receiving it overlaps
+  // that wait.
+  std::vector<std::unique_ptr<Event>> params_gathering;
   StageScratch scratch;
   std::vector<Slot> slots;
   std::map<int, int> slot_of;  // microbatch -> slot index
@@ -68,6 +74,7 @@ struct PipelineExecutor::Impl {
   ProgressWatchdog* watchdog = nullptr;
   std::unique_ptr<WanTurns> turns;  // temporal WAN sharing; null when no send has a turn
   RankMemory predicted;             // what the arena is sized for (parallel/memory_model.h)
+  bool optimizer_sharded;           // the distributed optimizer: distributed_optimizer and dp > 1
 
   static MemorySpec memory_spec(const ExecutorOptions& o, const Topology& t) {
     MemorySpec m;
@@ -78,6 +85,8 @@ struct PipelineExecutor::Impl {
     m.seq_len = o.seq_len;
     m.layers_per_stage = o.layers_per_stage;
     m.recompute = o.recompute;
+    m.optimizer_shards = o.distributed_optimizer ? t.dp->size() : 1;
+    m.optimizer_bucket_floats = o.optimizer_bucket_floats;
     return m;
   }
 
@@ -128,7 +137,8 @@ struct PipelineExecutor::Impl {
       : opts(o), topo(t), backend(b), compute(b.create_stream(StreamPriority::High)),
         comm(b.create_stream(StreamPriority::Normal)), pp(o.schedule.pp),
         v(o.schedule.virtual_stages), stage(t.me.pp), m(o.schedule.microbatches),
-        tp_comm(*t.tp, *compute), split_backward(backward_is_split(o.schedule.kind)) {
+        tp_comm(*t.tp, *compute), split_backward(backward_is_split(o.schedule.kind)),
+        optimizer_sharded(o.distributed_optimizer && t.dp->size() > 1) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     instrs = build_schedule(o.schedule, stage);
@@ -165,8 +175,15 @@ struct PipelineExecutor::Impl {
       const std::size_t n = ch.model->layout().total_floats();
       ch.params = arena->allocate_n<float>(n, "parameters");
       ch.grads = arena->allocate_n<float>(n, "gradients");
-      ch.m = arena->allocate_n<float>(n, "adamw.m");
-      ch.v = arena->allocate_n<float>(n, "adamw.v");
+      if (optimizer_sharded) {
+        ch.sharded = std::make_unique<ShardedAdamW>(ch.model->layout(), *t.dp, o.optimizer_bucket_floats, *arena,
+                                                    backend, *compute);
+        ch.m = ch.sharded->m();
+        ch.v = ch.sharded->v();
+      } else {
+        ch.m = arena->allocate_n<float>(n, "adamw.m");
+        ch.v = arena->allocate_n<float>(n, "adamw.v");
+      }
       ch.scratch = ch.model->allocate_scratch(*arena, B, T);
       for (Slot& s : ch.slots) {
         s.acts = ch.model->allocate_activations(*arena, B, T, split_backward);
@@ -185,6 +202,12 @@ struct PipelineExecutor::Impl {
       if (instrs[i].op == release) last_grad_instr[instrs[i].chunk] = static_cast<int>(i);
     topo.world->barrier();
     origin = Clock::now();
+  }
+
+  // A parameter all-gather still in flight writes into the arena, which goes before the chunks:
+  // finish it first (an MPI request's destructor waits for it).
+  ~Impl() {
+    for (Chunk& ch : chunks) ch.params_gathering.clear();
   }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - origin).count(); }
@@ -298,7 +321,9 @@ struct PipelineExecutor::Impl {
     for (Chunk& ch : chunks)
       for (Slot& s : ch.slots) settle_before_writing(s, nullptr);
     // Data parallelism: every replica used loss_scale = 1 / global tokens, so the sum is the mean.
-    if (!dp_pending.empty()) note("data-parallel gradient all-reduce with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
+    if (!dp_pending.empty())
+      note(std::string("data-parallel gradient ") + (optimizer_sharded ? "reduce-scatter" : "all-reduce") + " with ranks " +
+           peers(&RankCoords::dp, topo.grid.dims().dp));
     for (auto& e : dp_pending) e->wait_on(*compute);
     dp_pending.clear();
     // The tied embedding: the first virtual stage's lookup and the last one's head each hold a
@@ -311,37 +336,55 @@ struct PipelineExecutor::Impl {
         if (ch.first()) emb = &ch;
         if (ch.last()) head = &ch;
       }
-      const std::size_t n = (emb ? emb : head) ? ((emb ? emb : head)->model->layout().tied_embedding()->numel) : 0;
       if (emb && head) {  // both ends on this rank (pp == 1 with several chunks)
-        float* a = emb->grads + emb->model->layout().wte;
-        float* b = head->grads + head->model->layout().wte;
-        backend.add_inplace(a, b, n, *compute);
-        backend.copy(b, a, n * sizeof(float), *compute);
+        const auto a = tied_gradient_parts(*emb), b = tied_gradient_parts(*head);
+        for (std::size_t k = 0; k < a.size(); ++k) {
+          backend.add_inplace(a[k].first, b[k].first, a[k].second, *compute);
+          backend.copy(b[k].first, a[k].first, a[k].second * sizeof(float), *compute);
+        }
       } else if (Chunk* end = emb ? emb : head; end && topo.embedding) {
         RankCoords other = topo.me;
         other.pp = topo.me.pp == 0 ? pp - 1 : 0;
         note("tied-embedding gradient all-reduce with rank " + std::to_string(topo.grid.rank_of(other)));
-        topo.embedding->all_reduce_sum(end->grads + end->model->layout().wte, n, *compute);
+        for (const auto& [grads, n] : tied_gradient_parts(*end)) topo.embedding->all_reduce_sum(grads, n, *compute);
       }
     }
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
+  // The reduced gradient of the tied embedding this rank holds: the whole tensor, or under the
+  // distributed optimizer its spans (alike on both stages: the tensor is a segment of its own).
+  std::vector<std::pair<float*, std::size_t>> tied_gradient_parts(Chunk& ch) {
+    const ParamEntry& wte = *ch.model->layout().tied_embedding();
+    if (!ch.sharded) return {{ch.grads + wte.offset, wte.numel}};
+    std::vector<std::pair<float*, std::size_t>> parts;
+    for (const ShardedAdamW::Span& s : ch.sharded->spans(wte.offset, wte.offset + wte.numel))
+      parts.emplace_back(ch.grads + s.grad_at, s.length);
+    return parts;
+  }
+
   double global_grad_norm() {
     double local = 0.0;
     for (const Chunk& ch : chunks) {
+      // The head's copy of the tied embedding is the same tensor as the first stage's: count once.
+      const bool head_copy = ch.last() && !ch.first() && pp * v > 1 && ch.model->layout().tied_embedding();
+      if (ch.sharded) {
+        local += ch.sharded->grad_sum_squares_for_global_norm(
+            ch.grads, head_copy ? ch.model->layout().tied_embedding() : nullptr, backend, *compute);
+        continue;
+      }
       // Sharded tensors count on every tp rank, replicated ones on tp rank 0 only.
       double s = grad_sum_squares_for_global_norm(ch.model->layout(), ch.grads, backend, *compute);
-      // The head's copy of the tied embedding is the same tensor as the first stage's: count once.
-      if (ch.last() && !ch.first() && pp * v > 1 && ch.model->layout().tied_embedding())
+      if (head_copy)
         s -= backend.sum_squares(ch.grads + ch.model->layout().wte,
                                  ch.model->layout().tied_embedding()->numel, *compute);
       local += s;
     }
     // Replicas hold identical gradients after the dp sum: reduce over the world, divide by dp.
+    // Under the distributed optimizer each dp rank counted its shard: the world's sum is the norm.
     note("gradient-norm all-reduce with every other rank (" + every_other_rank() + ")");
     topo.world->all_reduce_sum(&local, 1);
-    return std::sqrt(local / topo.grid.dims().dp);
+    return std::sqrt(optimizer_sharded ? local : local / topo.grid.dims().dp);
   }
 
   // The world's sum of this rank's loss sum: every tensor-parallel rank computes the same loss,
@@ -409,6 +452,7 @@ struct PipelineExecutor::Impl {
 
   void forward(StepRun& run, const Instr& in) {
     Chunk& ch = chunks[in.chunk];
+    settle_parameters(ch);
     Slot& slot = acquire(ch, in.microbatch);
     settle_before_writing(slot, slot.acts.output());
     run.loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
@@ -462,9 +506,25 @@ struct PipelineExecutor::Impl {
       }
     }
     const float scale = clip_scale(run.stats.grad_norm, opts.grad_clip);
-    for (Chunk& ch : chunks)
-      adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, opts.adamw, run.lr, run.step_number, scale,
-                 backend, *compute);
+    for (Chunk& ch : chunks) {
+      if (ch.sharded)
+        ch.sharded->step(ch.params, ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
+                         ch.params_gathering);
+      else
+        adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, opts.adamw, run.lr, run.step_number, scale,
+                   backend, *compute);
+    }
+  }
+
+  // The distributed optimizer's parameters of `ch` are whole again once its all-gather is done.
+  void settle_parameters(Chunk& ch) {
+    if (ch.params_gathering.empty()) return;
+    note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
+    for (auto& e : ch.params_gathering) e->wait_on(*compute);
+    ch.params_gathering.clear();
+  }
+  void settle_parameters() {
+    for (Chunk& ch : chunks) settle_parameters(ch);
   }
 
   // Data parallelism: once `in` wrote its chunk's last gradient of the step, their all-reduce
@@ -476,6 +536,7 @@ struct PipelineExecutor::Impl {
     std::unique_ptr<Event> produced = backend.create_event();
     produced->record(*compute);
     produced->wait_on(*comm);
+    if (ch.sharded) return ch.sharded->start_gradient_reduce(ch.grads, *comm, dp_pending);
     for (std::size_t off = 0; off < n; off += kDpBucketFloats)
       dp_pending.push_back(topo.dp->all_reduce_sum_async(ch.grads + off, std::min(kDpBucketFloats, n - off), *comm));
   }
@@ -492,10 +553,45 @@ void PipelineExecutor::set_gap_filler(GapFiller* filler) { impl_->filler = fille
 std::chrono::steady_clock::time_point PipelineExecutor::clock_origin() const { return impl_->origin; }
 
 std::vector<ChunkState> PipelineExecutor::chunk_states() {
+  impl_->settle_parameters();
   std::vector<ChunkState> out;
   for (Chunk& ch : impl_->chunks)
-    out.push_back({&ch.model->layout(), ch.virtual_stage, ch.params, ch.grads, ch.m, ch.v});
+    out.push_back({&ch.model->layout(), ch.virtual_stage, ch.params, ch.grads, ch.sharded ? nullptr : ch.m,
+                   ch.sharded ? nullptr : ch.v});
   return out;
+}
+bool PipelineExecutor::optimizer_sharded() const { return impl_->optimizer_sharded; }
+
+CheckpointView PipelineExecutor::checkpoint_view(bool gather) {
+  Impl& s = *impl_;
+  CheckpointView state;
+  state.chunks = chunk_states();
+  if (!s.optimizer_sharded) return state;
+  std::size_t bytes = 0;
+  for (const Chunk& ch : s.chunks)
+    bytes += 2 * align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
+  state.arena = s.backend.create_arena("checkpoint moments (stage " + std::to_string(s.stage) + ")", bytes,
+                                       MemoryKind::Device);
+  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    const std::size_t n = s.chunks[c].model->layout().total_floats();
+    state.chunks[c].adam_m = state.arena->allocate_n<float>(n, "adamw.m (full layout)");
+    state.chunks[c].adam_v = state.arena->allocate_n<float>(n, "adamw.v (full layout)");
+    if (gather) {
+      s.note("checkpoint: optimizer-state all-gather with ranks " + s.peers(&RankCoords::dp, s.topo.grid.dims().dp));
+      s.chunks[c].sharded->gather_moments(state.chunks[c].adam_m, state.chunks[c].adam_v, s.backend, *s.compute);
+    }
+  }
+  s.compute->synchronize();
+  return state;
+}
+
+void PipelineExecutor::keep_loaded_moments(const CheckpointView& loaded) {
+  Impl& s = *impl_;
+  if (!s.optimizer_sharded) return;
+  for (std::size_t c = 0; c < s.chunks.size(); ++c)
+    s.chunks[c].sharded->keep_own_moments(loaded.chunks.at(c).adam_m, loaded.chunks.at(c).adam_v, s.backend,
+                                          *s.compute);
+  s.compute->synchronize();
 }
 void PipelineExecutor::set_update_gate(UpdateGate gate) { impl_->update_gate = std::move(gate); }
 void PipelineExecutor::set_watchdog(ProgressWatchdog* watchdog) { impl_->watchdog = watchdog; }
@@ -534,6 +630,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
 double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int32_t* targets,
                                       int batches) {
   Impl& s = *impl_;
+  s.settle_parameters();
   double loss_sum = 0.0;
   // Forward only, microbatch by microbatch through every chunk in pipeline order.
   for (int mb = 0; mb < batches; ++mb) {

@@ -17,6 +17,7 @@
 #include "parallel/gap_filler.h"
 #include "parallel/layer_split.h"
 #include "parallel/memory_model.h"
+#include "parallel/optimizer_shards.h"
 #include "parallel/progress_watchdog.h"
 #include "parallel/schedule.h"
 #include "parallel/topology.h"
@@ -39,6 +40,10 @@ struct ExecutorOptions {
   std::optional<WanRoute> wan;
   // What each layer keeps for backward (model/recompute.h); none: everything, as always.
   RecomputeOptions recompute;
+  // ZeRO-1 over the dp group (parallel/sharded_adamw.h): each dp rank keeps AdamW moments for its
+  // shard only. With dp = 1 there is nothing to shard: the replicated optimizer runs, bit for bit.
+  bool distributed_optimizer = false;
+  std::size_t optimizer_bucket_floats = kShardBucketFloats;  // its buckets (tests make them small)
 };
 
 struct InstrRecord {
@@ -63,7 +68,8 @@ using UpdateGate = std::function<bool(double loss_sum, double grad_norm)>;
 // One model chunk's training state, for checkpoints: the layout names every tensor (with its
 // tensor-parallel slicing) and the four flat buffers share it.
 // The buffers are backend memory (device memory on a GPU): move them with Backend::copy on
-// `stream`, never dereference them.
+// `stream`, never dereference them. Under the distributed optimizer chunk_states() has no moments
+// in the layout (adam_m and adam_v null): checkpoint_view() gives them.
 struct ChunkState {
   const ParamLayout* layout;
   int virtual_stage;
@@ -71,6 +77,14 @@ struct ChunkState {
   float* grads;
   float* adam_m;
   float* adam_v;
+};
+
+// The training state in the parameters' layout, for a checkpoint: chunk_states() with adam_m and
+// adam_v in the layout. The replicated optimizer's are its training buffers; under the distributed
+// optimizer they are full-layout copies in `arena`, alive as long as this object.
+struct CheckpointView {
+  std::vector<ChunkState> chunks;
+  std::unique_ptr<Arena> arena;  // null with the replicated optimizer
 };
 
 class PipelineExecutor {
@@ -92,6 +106,12 @@ class PipelineExecutor {
   const RankMemory& predicted_memory() const;
   std::size_t arena_high_water() const;
   std::vector<ChunkState> chunk_states();
+  // For a save (collective over dp under the distributed optimizer: every rank's shard of the
+  // moments is gathered) or, with gather = false, for a load to fill and then hand to
+  // keep_loaded_moments (no communication: each rank keeps its shard of what it loaded).
+  CheckpointView checkpoint_view(bool gather);
+  void keep_loaded_moments(const CheckpointView& loaded);
+  bool optimizer_sharded() const;  // the distributed optimizer runs (dp > 1)
   Backend& backend() const;
   Stream& compute_stream() const;  // the stream ChunkState buffers are ordered on
   // Waits on transfers and on the gradient sync go to `filler` (null: plain blocking waits).

@@ -75,6 +75,25 @@ class Group {
     for (int r = 0; r < size_; ++r) std::memcpy(out + r * n, slots_[r], n * sizeof(float));
     arrive_and_wait();
   }
+  // Block `me` of the sum, summed in rank order like all_reduce, lands at data[0, n).
+  void reduce_scatter(int me, float* data, std::size_t n) {
+    std::vector<float> block(n);
+    slots_[me] = data;
+    arrive_and_wait();
+    const std::size_t at = static_cast<std::size_t>(me) * n;
+    for (std::size_t i = 0; i < n; ++i) block[i] = static_cast<const float*>(slots_[0])[at + i];
+    for (int r = 1; r < size_; ++r)
+      for (std::size_t i = 0; i < n; ++i) block[i] = block[i] + static_cast<const float*>(slots_[r])[at + i];
+    arrive_and_wait();  // everyone has read every slot
+    std::memcpy(data, block.data(), n * sizeof(float));
+  }
+  void all_gather_in_place(int me, float* data, std::size_t n) {
+    slots_[me] = data;
+    arrive_and_wait();
+    for (int r = 0; r < size_; ++r)
+      if (r != me) std::memcpy(data + r * n, static_cast<const float*>(slots_[r]) + r * n, n * sizeof(float));
+    arrive_and_wait();
+  }
   void broadcast(int me, void* data, std::size_t bytes, int root) {
     slots_[me] = data;
     arrive_and_wait();
@@ -183,6 +202,14 @@ class ThreadDataPlane final : public DataPlane {
   }
   void all_gather(const float* in, float* out, std::size_t n, Stream&) override {
     g_.all_gather(rank_, in, out, n);
+  }
+  std::unique_ptr<Event> reduce_scatter_sum_async(float* data, std::size_t n, Stream&) override {
+    g_.reduce_scatter(rank_, data, n);
+    return std::make_unique<CompletedEvent>();
+  }
+  std::unique_ptr<Event> all_gather_in_place_async(float* data, std::size_t n, Stream&) override {
+    g_.all_gather_in_place(rank_, data, n);
+    return std::make_unique<CompletedEvent>();
   }
 
  private:

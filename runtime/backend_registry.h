@@ -49,6 +49,9 @@ class DeviceComm {
   virtual void all_reduce_sum(float* data, std::size_t n, Stream& stream) = 0;
   virtual void all_reduce_max(float* data, std::size_t n, Stream& stream) = 0;
   virtual void all_gather(const float* in, float* out, std::size_t n, Stream& stream) = 0;
+  // In place (NCCL's convention): `data` holds size() blocks of n floats; block rank() of the sum
+  // lands at data + rank() * n, the other blocks are undefined.
+  virtual void reduce_scatter_sum(float* data, std::size_t n, Stream& stream) = 0;
 };
 
 struct DeviceCommSpec {

@@ -230,6 +230,12 @@ class RendezvousPlane final : public DataPlane {
     return inner_->all_reduce_sum_async(d, n, s);
   }
   void all_gather(const float* in, float* out, std::size_t n, Stream& s) override { inner_->all_gather(in, out, n, s); }
+  std::unique_ptr<Event> reduce_scatter_sum_async(float* d, std::size_t n, Stream& s) override {
+    return inner_->reduce_scatter_sum_async(d, n, s);
+  }
+  std::unique_ptr<Event> all_gather_in_place_async(float* d, std::size_t n, Stream& s) override {
+    return inner_->all_gather_in_place_async(d, n, s);
+  }
 
  private:
   class SendEvent final : public Event {

@@ -31,7 +31,8 @@
 //                ("h.3.attn.c_attn.weight"); attributes full_shape, shard_dim, shard_blocks,
 //                tp_rank, tp_size (the ParamEntry fields, so any reader can reassemble the full
 //                tensor with gather_full_tensor). A tensor held by two chunks of one rank (the tied
-//                wte) is stored once.
+//                wte) is stored once. The distributed optimizer's moments are gathered from the dp
+//                ranks' shards first: the same layout, so a checkpoint resumes at any dp.
 //   /state       attribute progress: JSON of TrainingProgress
 //   /lanes       reserved, empty: lane state is per world rank (dp replicas run their own lanes),
 //                so it lives in the lane files (trainer/checkpoint/lane_file.h), not in the shards.

@@ -31,12 +31,12 @@ void prepare_staging(const std::string& root, const std::string& staging) {
 }
 
 // This rank's part: what it wrote, as the JSON rank 0 lists in the manifest, or its error.
-nlohmann::json write_my_files(const std::string& staging, PipelineExecutor& exec, Topology& topo,
+nlohmann::json write_my_files(const std::string& staging, const TrainingMemory& memory, Topology& topo,
                               const TrainingProgress& progress, const LaneStates* lanes) {
   nlohmann::json mine = nlohmann::json::object();
   try {
     if (writes_shard(topo))
-      mine["shard"] = to_json(write_shard(staging, topo.me.pp, topo.me.tp, training_memory(exec), progress));
+      mine["shard"] = to_json(write_shard(staging, topo.me.pp, topo.me.tp, memory, progress));
     if (lanes) mine["lanes"] = to_json(write_lane_file(staging, topo.world_rank, *lanes));
   } catch (const std::exception& e) {
     mine["error"] = e.what();
@@ -121,7 +121,10 @@ std::string save_checkpoint(const std::string& root, int step, PipelineExecutor&
   outcome = broadcast_from_root(world, outcome);
   if (!outcome.empty()) throw CheckpointSaveError(outcome + "; " + where_to_resume(root));
 
-  const nlohmann::json mine = write_my_files(staging, exec, topo, progress, lanes);
+  // Under the distributed optimizer every dp rank takes part in gathering the moments, which the
+  // shard files keep in the replicated layout (so any dp resumes them).
+  const CheckpointView state = exec.checkpoint_view(/*gather=*/true);
+  const nlohmann::json mine = write_my_files(staging, training_memory(exec, state), topo, progress, lanes);
   const std::vector<std::string> parts = gather_to_root(world, mine.dump());
   if (leader) {
     try {

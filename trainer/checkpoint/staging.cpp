@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <stdexcept>
 
 namespace pipelane {
 
@@ -20,6 +21,10 @@ float* buffer_of(const ChunkState& c, TensorGroup g) {
 
 TrainingMemory training_memory(PipelineExecutor& exec) {
   return {exec.chunk_states(), exec.backend(), exec.compute_stream()};
+}
+
+TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointView& state) {
+  return {state.chunks, exec.backend(), exec.compute_stream()};
 }
 
 std::vector<const ParamEntry*> checkpoint_tensors(const std::vector<ChunkState>& chunks) {
@@ -50,10 +55,20 @@ ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank, const 
 void load_training_memory(CheckpointReader& reader, const TrainingMemory& memory) {
   const std::vector<TensorGroup> all(std::begin(kTensorGroups), std::end(kTensorGroups));
   for (const ChunkState& c : memory.chunks)
+    if (!c.adam_m || !c.adam_v)
+      throw std::logic_error("load_training_memory: the distributed optimizer's moments are sharded; load through "
+                             "PipelineExecutor::checkpoint_view");
+  for (const ChunkState& c : memory.chunks)
     reader.load_into(*c.layout, all, [&](TensorGroup g, const ParamEntry& e, const float* staging) {
       memory.backend.copy(buffer_of(c, g) + e.offset, staging, e.numel * sizeof(float), memory.stream);
       memory.stream.synchronize();  // the staging buffer is reused for the next tensor
     });
+}
+
+void load_training_memory(CheckpointReader& reader, PipelineExecutor& exec) {
+  const CheckpointView state = exec.checkpoint_view(/*gather=*/false);
+  load_training_memory(reader, training_memory(exec, state));
+  exec.keep_loaded_moments(state);
 }
 
 }  // namespace pipelane

@@ -20,7 +20,11 @@ struct TrainingMemory {
   Backend& backend;
   Stream& stream;
 };
+// The executor's buffers; under the distributed optimizer without moments (parameters only).
 TrainingMemory training_memory(PipelineExecutor& exec);
+// With the moments in the parameters' layout (PipelineExecutor::checkpoint_view), which must
+// outlive the result.
+TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointView& state);
 
 // The tensors of this rank's chunks, each name once (the tied wte held by two chunks is stored once).
 std::vector<const ParamEntry*> checkpoint_tensors(const std::vector<ChunkState>& chunks);
@@ -32,5 +36,8 @@ ShardRecord write_shard(const std::string& dir, int pp_rank, int tp_rank, const 
                         const TrainingProgress& progress);
 // Fills every chunk's parameters and both AdamW moments from `reader`, sliced for its layout.
 void load_training_memory(CheckpointReader& reader, const TrainingMemory& memory);
+// The same into an executor; under the distributed optimizer each rank reads the full moments and
+// keeps its shard (any dp resumes any checkpoint: they are stored in the replicated layout).
+void load_training_memory(CheckpointReader& reader, PipelineExecutor& exec);
 
 }  // namespace pipelane

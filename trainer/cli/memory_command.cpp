@@ -33,6 +33,7 @@ MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   m.layers_per_stage = o.parallel.layers_per_stage;
   m.recompute = recompute_options_from(o.train);
   m.element_bytes = element_bytes;
+  m.optimizer_shards = o.train.distributed_optimizer ? dp : 1;
   return m;
 }
 
@@ -53,6 +54,11 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
                describe(spec.recompute).c_str(),
                element_bytes == 4 ? "fp32 (pipelane's layout, what it allocates)"
                                   : "16-bit (pipelane's layout at 2 bytes an element; predicted only, not stored so yet)");
+  if (o.train.distributed_optimizer)
+    std::fprintf(out, "  distributed optimizer: master weights and AdamW state of a %s\n",
+                 o.parallel.dp > 1 ? ("1/" + std::to_string(o.parallel.dp) + " shard (dp " + std::to_string(o.parallel.dp) +
+                                      ") per rank").c_str()
+                                   : "whole stage per rank (dp 1; give --parallel.dp=N for the shards of N replicas)");
   if (o.runtime.backend != "cpu")
     std::fprintf(out, "  sizes: the cpu backend's rules (the attention keeps [B, heads, T, T]); %s may keep less\n",
                  o.runtime.backend.c_str());
@@ -94,8 +100,8 @@ int memory_command(int argc, char** argv) {
       "memory", "--config FILE [--storage fp32|16bit] [--device-memory-gb N] [--section.key=value ...]",
       "Predicts each rank's training memory by category (weights, master weights, gradients, AdamW\n"
       "state, the activations and p2p buffers of the microbatches in flight, scratch) for the config's\n"
-      "model, grid (--parallel.tp, --parallel.pp), schedule and [train] recompute, before anything is\n"
-      "allocated. The same model (parallel/memory_model.h) sizes the training arena of a run.");
+      "model, grid (--parallel.tp, --parallel.pp, and --parallel.dp with [train] distributed_optimizer),\n"
+      "schedule and [train] recompute, before anything is allocated. The same model (parallel/memory_model.h) sizes the training arena of a run.");
   options.accept_train_keys("the `pipelane train` config to predict (its keys also as --section.key=value)");
   options.add_options()
       ("storage", value_with_default(&storage),

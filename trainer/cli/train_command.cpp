@@ -252,6 +252,10 @@ void print_run_header(const TrainSetup& s, const MfuPeaks& peaks, int world) {
   std::printf("  %s\n", s.data->describe().c_str());
   std::printf("  %d rank(s): tp %d x dp %d x pp %d; rank 0: %s, peak %.0f GFLOP/s (%s)\n", world, s.dims.tp,
               s.dims.dp, s.dims.pp, s.backend->name().c_str(), peaks.gflops, peaks.source.c_str());
+  if (s.opts.train.distributed_optimizer)
+    std::printf("  distributed optimizer: %s\n",
+                s.dims.dp > 1 ? ("AdamW state sharded over the " + std::to_string(s.dims.dp) + " dp ranks").c_str()
+                              : "dp 1, nothing to shard: the replicated optimizer");
   if (peaks.sgemm_gflops)
     std::printf("  measured sgemm %.0f GFLOP/s per rank (%s)\n", *peaks.sgemm_gflops, peaks.sgemm_source.c_str());
   const WanSetup& wan = s.wan;
@@ -424,7 +428,10 @@ int train_command(int argc, char** argv) {
       return 0;
     }
     if (dry_run) {
-      if (job.leader()) print_memory_prediction(setup.opts, 4, 0, stdout);
+      // Under mpirun the world says how many replicas share a distributed optimizer's state.
+      TrainOptions predicted = setup.opts;
+      if (predicted.parallel.dp == 0 && job.world > 1) predicted.parallel.dp = resolve_dims(predicted, job.world).dp;
+      if (job.leader()) print_memory_prediction(predicted, 4, 0, stdout);
       return 0;
     }
     set_up(job, setup);

@@ -207,7 +207,11 @@ std::vector<OptionKey> train_option_keys() {
             "full only: uniform recomputes every layer, in groups of recompute_layers that keep only the "
             "group's input; block recomputes only the first recompute_layers layers of each stage")
       .integer("recompute_layers", &TrainLoopOptions::recompute_layers, 1,
-               "full only: layers per group (uniform) or layers recomputed per stage (block)");
+               "full only: layers per group (uniform) or layers recomputed per stage (block)")
+      .boolean("distributed_optimizer", &TrainLoopOptions::distributed_optimizer,
+               "ZeRO-1: each data-parallel rank keeps AdamW's moments for its 1/dp shard only; gradients "
+               "are reduce-scattered and updated parameters all-gathered. Checkpoints keep the replicated "
+               "layout (any dp resumes). With dp = 1 it is the replicated optimizer");
   SectionKeys<DataOptions>(keys, "data", &TrainOptions::data)
       .text("path", &DataOptions::path, {}, "training data: HDF5 token store, Megatron X.bin/X.idx or llm.c .bin shard")
       .tokenizer("tokenizer", &DataOptions::tokenizer,

@@ -73,6 +73,7 @@ struct TrainLoopOptions {
   std::string recompute = "none";           // none | selective | full (model/recompute.h)
   std::string recompute_method = "uniform";  // uniform | block (full only)
   int recompute_layers = 1;                  // full: group size (uniform) or layers per stage (block)
+  bool distributed_optimizer = false;        // ZeRO-1 over dp (parallel/sharded_adamw.h)
   friend bool operator==(const TrainLoopOptions&, const TrainLoopOptions&) = default;
 };
 

@@ -52,6 +52,7 @@ ExecutorOptions executor_options(const TrainOptions& o, const Topology& t) {
   e.grad_clip = static_cast<float>(o.train.grad_clip);
   e.wan = wan_route_for(wan_setup(o, t.grid.dims()), t.world_rank);
   e.recompute = recompute_options_from(o.train);
+  e.distributed_optimizer = o.train.distributed_optimizer;
   return e;
 }
 
@@ -180,7 +181,7 @@ int ParallelTrainer::restore(const std::string& checkpoint_dir) {
   if (p.step > s.opts.train.steps)
     throw CheckpointError("checkpoint " + checkpoint_dir + " is at step " + std::to_string(p.step) +
                           ", beyond [train] steps = " + std::to_string(s.opts.train.steps));
-  load_training_memory(reader, training_memory(s.exec));
+  load_training_memory(reader, s.exec);
   s.restore_sampler(p.sampler);
   s.guard.state = p.guard;
   s.start_step = p.step;

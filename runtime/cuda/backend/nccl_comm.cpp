@@ -34,6 +34,11 @@ class NcclComm final : public DeviceComm {
   void all_gather(const float* in, float* out, std::size_t n, Stream& stream) override {
     check(ncclAllGather(in, out, n, ncclFloat, comm_, cuda_stream(stream).handle()), "ncclAllGather");
   }
+  void reduce_scatter_sum(float* data, std::size_t n, Stream& stream) override {
+    check(ncclReduceScatter(data, data + static_cast<std::size_t>(rank_) * n, n, ncclFloat, ncclSum, comm_,
+                            cuda_stream(stream).handle()),
+          "ncclReduceScatter");
+  }
 
  private:
   void reduce(float* data, std::size_t n, ncclRedOp_t op, Stream& stream) {

@@ -357,6 +357,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"train", "sample_every", "0"},    {"train", "sample_tokens", "64"},  {"train", "sample_prompt", ""},
     {"train", "precision", "fp32"},
     {"train", "recompute", "none"},    {"train", "recompute_method", "uniform"}, {"train", "recompute_layers", "1"},
+    {"train", "distributed_optimizer", "false"},
     {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},
     {"data", "sample_mode", "cross-documents"}, {"data", "blend", ""},
     {"parallel", "tp", "1"},           {"parallel", "pp", "1"},           {"parallel", "dp", "0"},

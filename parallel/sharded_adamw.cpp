@@ -1,0 +1,83 @@
+#include "parallel/sharded_adamw.h"
+
+#include <algorithm>
+
+namespace pipelane {
+
+ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t bucket_floats, Arena& arena,
+                           Backend& backend, Stream& stream)
+    : layout_(layout), dp_(dp), plan_(plan_chunk_shards(layout, dp.size(), bucket_floats)) {
+  const std::size_t r = static_cast<std::size_t>(dp.rank());
+  for (const ShardBucket& b : plan_.buckets)
+    owned_.push_back({b.start + r * b.piece, b.piece, b.start, b.shard_offset, false});
+  for (const ShardTail& t : plan_.tails) owned_.push_back({t.start, t.length, t.start, t.shard_offset, true});
+  std::sort(owned_.begin(), owned_.end(), [](const Span& a, const Span& b) { return a.flat < b.flat; });
+  for (const ParamEntry& e : layout.entries())
+    for (const Span& s : spans(e.offset, e.offset + e.numel)) pieces_.push_back({&e, s});
+  m_ = arena.allocate_n<float>(plan_.shard_floats, "adamw.m");
+  v_ = arena.allocate_n<float>(plan_.shard_floats, "adamw.v");
+  backend.memset_zero(m_, plan_.shard_floats * sizeof(float), stream);
+  backend.memset_zero(v_, plan_.shard_floats * sizeof(float), stream);
+}
+
+void ShardedAdamW::start_gradient_reduce(float* grads, Stream& stream, std::vector<std::unique_ptr<Event>>& pending) {
+  for (const ShardBucket& b : plan_.buckets) pending.push_back(dp_.reduce_scatter_sum_async(grads + b.start, b.piece, stream));
+  for (const ShardTail& t : plan_.tails) pending.push_back(dp_.all_reduce_sum_async(grads + t.start, t.length, stream));
+}
+
+std::vector<ShardedAdamW::Span> ShardedAdamW::spans(std::size_t begin, std::size_t end) const {
+  std::vector<Span> out;
+  for (const Span& s : owned_) {
+    const std::size_t lo = std::max(begin, s.flat), hi = std::min(end, s.flat + s.length);
+    if (lo >= hi) continue;
+    const std::size_t skip = lo - s.flat;
+    out.push_back({lo, hi - lo, s.grad_at + skip, s.shard_at + skip, s.tail});
+  }
+  return out;
+}
+
+double ShardedAdamW::grad_sum_squares_for_global_norm(const float* grads, const ParamEntry* skip, Backend& backend,
+                                                      Stream& stream) const {
+  const bool tp_rank0 = layout_.tp().rank == 0, dp_rank0 = dp_.rank() == 0;
+  std::vector<const float*> slices;
+  std::vector<std::size_t> sizes;
+  for (const Piece& p : pieces_) {
+    if (p.entry == skip || !(p.entry->sharded() || tp_rank0) || (p.span.tail && !dp_rank0)) continue;
+    slices.push_back(grads + p.span.grad_at);
+    sizes.push_back(p.span.length);
+  }
+  std::vector<double> sums(slices.size());
+  backend.sum_squares_each(sums.data(), slices.data(), sizes.data(), slices.size(), stream);
+  double total = 0.0;
+  for (double s : sums) total += s;
+  return total;
+}
+
+void ShardedAdamW::step(float* params, const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale,
+                        Backend& backend, Stream& stream, std::vector<std::unique_ptr<Event>>& pending) {
+  for (const Piece& p : pieces_) {
+    const AdamWParams h{lr, cfg.beta1, cfg.beta2, cfg.eps, p.entry->decay ? cfg.weight_decay : 0.f, t};
+    backend.adamw_update(params + p.span.flat, grads + p.span.grad_at, m_ + p.span.shard_at, v_ + p.span.shard_at,
+                         p.span.length, h, grad_scale, stream);
+  }
+  for (const ShardBucket& b : plan_.buckets) pending.push_back(dp_.all_gather_in_place_async(params + b.start, b.piece, stream));
+}
+
+void ShardedAdamW::gather_moments(float* full_m, float* full_v, Backend& backend, Stream& stream) {
+  for (float* full : {full_m, full_v}) {
+    const float* shard = full == full_m ? m_ : v_;
+    for (const Span& s : owned_) backend.copy(full + s.flat, shard + s.shard_at, s.length * sizeof(float), stream);
+    std::vector<std::unique_ptr<Event>> gathered;
+    for (const ShardBucket& b : plan_.buckets) gathered.push_back(dp_.all_gather_in_place_async(full + b.start, b.piece, stream));
+    for (auto& e : gathered) e->wait_on(stream);
+  }
+}
+
+void ShardedAdamW::keep_own_moments(const float* full_m, const float* full_v, Backend& backend, Stream& stream) {
+  for (const Span& s : owned_) {
+    backend.copy(m_ + s.shard_at, full_m + s.flat, s.length * sizeof(float), stream);
+    backend.copy(v_ + s.shard_at, full_v + s.flat, s.length * sizeof(float), stream);
+  }
+}
+
+}  // namespace pipelane

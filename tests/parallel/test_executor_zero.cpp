@@ -1,0 +1,348 @@
+// The distributed optimizer (ZeRO-1) through the executor, a tp x dp x pp job as threads of this
+// process: against the replicated optimizer on the same grid, with buckets small enough that every
+// chunk has many, pipelines that tie the embedding across stages, and tp = 2 with dp = 2 and 4.
+//
+// What must be equal, and why: an owned element's AdamW update is the replicated one's whenever its
+// reduced gradient and the clip scale are the same bits (AdamW is element-wise). The thread planes
+// sum every collective, the reduce-scatter too, in rank order, so the gradients are the same bits
+// at any dp. The clip scale is min(1, max_norm / (float(norm) + 1e-6)): with clipping off it is 1
+// on both sides; with clipping on it is the same whenever float(norm) is, and the norms (summed
+// from the shards in another order, below) agree to ~1e-10 relative, so float(norm) differs only
+// when the double lies within that of a float rounding boundary. The test checks the premise step
+// by step and demands bit equality while it holds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "parallel/optimizer_shards.h"
+#include "parallel/pipeline_executor.h"
+#include "parallel/thread_planes.h"
+#include "runtime/arena.h"
+#include "runtime/cpu/cpu_backend.h"
+
+namespace pipelane {
+namespace {
+
+GptConfig tiny_model() {
+  GptConfig c;
+  c.layers = 4;
+  c.d_model = 36;  // sizes that leave tails at dp 3 and 4 (parallel/optimizer_shards.h)
+  c.heads = 4;
+  c.max_seq_len = 16;
+  c.vocab_size = 61;
+  return c;
+}
+
+constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 12, kSteps = 3;
+// Small buckets: a chunk of this model holds ~20-60k floats, so each has dozens of buckets and a
+// tail per segment.
+constexpr std::size_t kBucketFloats = 1000;
+
+// A (pp, tp) rank's training state in the parameters' layout, every chunk's back to back: what a
+// checkpoint holds.
+struct LayoutState {
+  std::vector<float> params, m, v;
+};
+using GridState = std::map<std::pair<int, int>, LayoutState>;  // by (pp, tp)
+
+struct RankOut {
+  std::vector<float> params;  // every chunk's, back to back
+  std::size_t high_water = 0, predicted = 0;
+  double optimizer_bytes = 0;  // predicted
+};
+struct JobOut {
+  std::vector<double> loss, grad_norm;
+  std::vector<RankOut> ranks;
+  GridState state;  // at the end, from dp rank 0 of each (pp, tp)
+};
+
+// Copies between the executor's checkpoint view and host vectors, chunk after chunk.
+void move_state(PipelineExecutor& exec, const CheckpointView& view, LayoutState& host, bool out) {
+  std::size_t at = 0;
+  for (const ChunkState& c : view.chunks) {
+    const std::size_t n = c.layout->total_floats();
+    const std::pair<float*, std::vector<float>*> parts[] = {{c.params, &host.params}, {c.adam_m, &host.m},
+                                                            {c.adam_v, &host.v}};
+    for (auto [buffer, vec] : parts) {
+      if (out) {
+        vec->resize(at + n);
+        exec.backend().copy(vec->data() + at, buffer, n * sizeof(float), exec.compute_stream());
+      } else {
+        exec.backend().copy(buffer, vec->data() + at, n * sizeof(float), exec.compute_stream());
+      }
+    }
+    at += n;
+  }
+  exec.compute_stream().synchronize();
+}
+
+JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, bool distributed, float grad_clip,
+               const GridState* start = nullptr, int first_step = 1) {
+  ThreadJob job(dims);
+  JobOut out;
+  out.ranks.resize(dims.world());
+  std::mutex mutex;
+  std::vector<std::string> errors(dims.world());
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < dims.world(); ++rank)
+    threads.emplace_back([&, rank] {
+      try {
+        Topology topo = job.topology(rank);
+        const std::unique_ptr<Backend> backend = make_cpu_backend(1);
+        ExecutorOptions o;
+        o.model = tiny_model();
+        o.schedule = {kind, dims.pp, v, kGlobalMicrobatches / dims.dp};
+        o.micro_batch = kMicroBatch;
+        o.seq_len = kSeq;
+        o.seed = 5;
+        o.grad_clip = grad_clip;
+        o.distributed_optimizer = distributed;
+        o.optimizer_bucket_floats = kBucketFloats;
+        PipelineExecutor exec(o, topo, *backend);
+        EXPECT_EQ(exec.optimizer_sharded(), distributed && dims.dp > 1);
+        if (start) {  // as a resume does: every rank reads the whole state, keeps its shard
+          const CheckpointView view = exec.checkpoint_view(false);
+          LayoutState host = start->at({topo.me.pp, topo.me.tp});
+          move_state(exec, view, host, false);
+          exec.keep_loaded_moments(view);
+        }
+        const float loss_scale = 1.0f / (kGlobalMicrobatches * kMicroBatch * kSeq);
+        for (int step = first_step - 1; step < first_step - 1 + kSteps; ++step) {
+          std::vector<std::int32_t> tok, tgt;
+          for (int k = 0; k < o.schedule.microbatches * kMicroBatch * kSeq; ++k) {
+            const int g = (k / (kMicroBatch * kSeq)) * dims.dp + topo.me.dp;
+            tok.push_back((step * 131 + g * 31 + k * 7) % 61);
+            tgt.push_back((step * 131 + g * 31 + k * 7 + 1) % 61);
+          }
+          const StepStats st = exec.step(tok.data(), tgt.data(), loss_scale, 1e-2f, step + 1);
+          if (rank == 0) out.loss.push_back(st.loss_sum), out.grad_norm.push_back(st.grad_norm);
+        }
+        RankOut mine;
+        for (const ChunkState& c : exec.chunk_states()) {
+          const std::size_t n = c.layout->total_floats(), at = mine.params.size();
+          mine.params.resize(at + n);
+          backend->copy(mine.params.data() + at, c.params, n * sizeof(float), exec.compute_stream());
+        }
+        exec.compute_stream().synchronize();
+        mine.high_water = exec.arena_high_water();
+        mine.predicted = static_cast<std::size_t>(exec.predicted_memory().total());
+        mine.optimizer_bytes = exec.predicted_memory().optimizer;
+        const CheckpointView view = exec.checkpoint_view(true);  // collective over dp
+        LayoutState state;
+        move_state(exec, view, state, true);
+        std::lock_guard lock(mutex);
+        out.ranks[rank] = std::move(mine);
+        if (topo.me.dp == 0) out.state[{topo.me.pp, topo.me.tp}] = std::move(state);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return out;
+}
+
+// The two norms are square roots of sums of the same non-negative terms (each gradient element's
+// square, exact in double) added in different orders. A sum of K such terms in any order is within
+// gamma_K = K u / (1 - K u) (u = 2^-53) of the exact sum, relative; the replicated side also
+// subtracts the head's copy of a tied embedding (at most the whole sum again) and adds dp copies
+// over the world, so K < (elements of the model + world ranks) * dp and each squared norm is within
+// 3 gamma_K of the exact one: the norms differ by at most 3 gamma_K relative, plus the square
+// roots' rounding (u each).
+double norm_bound(const ParallelDims& dims) {
+  // Twice the model's parameters: more than it holds with the vocabulary padded for tp, the head's
+  // copy of the embedding included.
+  const double elements = static_cast<double>(tiny_model().total_params().value_or(0)) * 2;
+  const double K = (elements + dims.world()) * dims.dp;
+  const double u = std::ldexp(1.0, -53);
+  return 3 * K * u / (1 - K * u) + 2 * u;
+}
+
+struct Case {
+  const char* name;
+  ParallelDims dims;  // tp, dp, pp
+  ScheduleKind kind;
+  int v;
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+};
+
+class DistributedOptimizer : public ::testing::TestWithParam<Case> {};
+
+void expect_same_training(const Case& c, float grad_clip) {
+  const std::string what = std::string(c.name) + (grad_clip > 0 ? " clipped" : " unclipped");
+  const JobOut replicated = run_job(c.dims, c.kind, c.v, false, grad_clip);
+  const JobOut zero = run_job(c.dims, c.kind, c.v, true, grad_clip);
+  ASSERT_EQ(replicated.loss.size(), static_cast<std::size_t>(kSteps));
+  ASSERT_EQ(zero.loss.size(), static_cast<std::size_t>(kSteps));
+  EXPECT_NE(replicated.loss.front(), replicated.loss.back()) << what;  // it trains
+  bool same_clip = true;
+  for (int s = 0; s < kSteps; ++s) {
+    const double a = replicated.grad_norm[s], b = zero.grad_norm[s];
+    EXPECT_LE(std::abs(a - b), norm_bound(c.dims) * std::max(a, b)) << what << " step " << s + 1;
+    if (grad_clip > 0) {
+      EXPECT_GT(a, grad_clip) << what << ": clipping must be active for this case to test it";
+      same_clip = same_clip && static_cast<float>(a) == static_cast<float>(b);
+    }
+  }
+  if (!same_clip) {
+    GTEST_SKIP() << what << ": a norm lies within rounding of a float boundary, so the clip scales differ by an ulp "
+                 << "and bit equality is not expected (the norms were checked above)";
+  }
+  EXPECT_EQ(zero.loss, replicated.loss) << what;  // bit for bit
+  // The moments gathered from the shards are the replicated optimizer's (what a checkpoint stores).
+  ASSERT_EQ(zero.state.size(), replicated.state.size());
+  for (const auto& [where, state] : replicated.state) {
+    EXPECT_TRUE(zero.state.at(where).params == state.params) << what;
+    EXPECT_TRUE(zero.state.at(where).m == state.m) << what << " adam_m";
+    EXPECT_TRUE(zero.state.at(where).v == state.v) << what << " adam_v";
+  }
+  for (int r = 0; r < c.dims.world(); ++r) {
+    EXPECT_TRUE(zero.ranks[r].params == replicated.ranks[r].params) << what << " rank " << r << " parameters";
+    // The arena is what the memory model predicted, and the moments shrank to the shard.
+    EXPECT_EQ(zero.ranks[r].high_water, zero.ranks[r].predicted) << what << " rank " << r;
+    EXPECT_LT(zero.ranks[r].high_water, replicated.ranks[r].high_water) << what << " rank " << r;
+    EXPECT_LT(zero.ranks[r].optimizer_bytes, replicated.ranks[r].optimizer_bytes / c.dims.dp * 1.1)
+        << what << " rank " << r;
+  }
+}
+
+TEST_P(DistributedOptimizer, BitIdenticalToReplicatedWithoutClipping) { expect_same_training(GetParam(), 0.f); }
+TEST_P(DistributedOptimizer, BitIdenticalToReplicatedWhileClipScalesAgree) { expect_same_training(GetParam(), 0.05f); }
+
+const Case kCases[] = {
+    {"dp2", {1, 2, 1}, ScheduleKind::OneFOneB, 1},
+    {"dp3", {1, 3, 1}, ScheduleKind::OneFOneB, 1},
+    {"dp4", {1, 4, 1}, ScheduleKind::OneFOneB, 1},
+    {"dp2_tp2", {2, 2, 1}, ScheduleKind::OneFOneB, 1},
+    {"dp4_tp2", {2, 4, 1}, ScheduleKind::OneFOneB, 1},
+    {"dp2_pp2_tied", {1, 2, 2}, ScheduleKind::OneFOneB, 1},
+    {"dp3_pp2_tied_gpipe", {1, 3, 2}, ScheduleKind::GPipe, 1},
+    {"dp2_tp2_pp2_zbh1", {2, 2, 2}, ScheduleKind::ZeroBubbleH1, 1},
+    {"dp2_pp2_interleaved", {1, 2, 2}, ScheduleKind::Interleaved, 2},
+};
+INSTANTIATE_TEST_SUITE_P(Grids, DistributedOptimizer, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// dp = 1 has nothing to shard: the option is the replicated optimizer, bit for bit and byte for byte.
+TEST(DistributedOptimizerAtDp1, IsTheReplicatedOptimizer) {
+  const Case c{"dp1_pp2", {1, 1, 2}, ScheduleKind::OneFOneB, 1};
+  const JobOut replicated = run_job(c.dims, c.kind, c.v, false, 1.0f);
+  const JobOut zero = run_job(c.dims, c.kind, c.v, true, 1.0f);
+  EXPECT_EQ(zero.loss, replicated.loss);
+  EXPECT_EQ(zero.grad_norm, replicated.grad_norm);
+  for (int r = 0; r < c.dims.world(); ++r) {
+    EXPECT_TRUE(zero.ranks[r].params == replicated.ranks[r].params) << "rank " << r;
+    EXPECT_EQ(zero.ranks[r].high_water, replicated.ranks[r].high_water) << "rank " << r;
+  }
+}
+
+// A state saved at dp 2 resumed at dp 4 (and 1) continues as the replicated optimizer does from
+// the same state: each rank keeps its shard of the full moments it loaded, and the gathered state
+// after the continuation is the replicated one's, bit for bit (rank-order sums: see the top).
+TEST(DistributedOptimizerResume, SavedAtDp2ContinuesAtDp4AndDp1AsReplicated) {
+  const JobOut saved = run_job({2, 2, 1}, ScheduleKind::OneFOneB, 1, true, 0.f);
+  for (int dp : {4, 1}) {
+    const ParallelDims dims{2, dp, 1};
+    const JobOut zero = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, &saved.state, kSteps + 1);
+    const JobOut replicated = run_job(dims, ScheduleKind::OneFOneB, 1, false, 0.f, &saved.state, kSteps + 1);
+    ASSERT_EQ(zero.loss.size(), static_cast<std::size_t>(kSteps));
+    EXPECT_EQ(zero.loss, replicated.loss) << "dp " << dp;
+    for (const auto& [where, state] : replicated.state) {
+      EXPECT_TRUE(zero.state.at(where).params == state.params) << "dp " << dp;
+      EXPECT_TRUE(zero.state.at(where).m == state.m) << "dp " << dp;
+      EXPECT_TRUE(zero.state.at(where).v == state.v) << "dp " << dp;
+    }
+    // It continued from the saved state: its first loss is the saved run's next, not a fresh start's
+    // (the data of step kSteps + 1 differs from step 1's, so compare with a fresh run on it).
+    const JobOut fresh = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, kSteps + 1);
+    EXPECT_NE(zero.loss.front(), fresh.loss.front()) << "dp " << dp;
+  }
+}
+
+// The memory model's optimizer state under the distributed optimizer: this rank's shard of each
+// chunk (pieces and tails, as the executor allocates them), about 1/dp of the replicated 8 bytes a
+// parameter; weights and gradients stay whole.
+TEST(DistributedOptimizerMemory, OptimizerStateIsTheShard) {
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  MemorySpec spec;
+  spec.model = tiny_model();
+  spec.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
+  spec.micro_batch = kMicroBatch;
+  spec.seq_len = kSeq;
+  for (int stage : {0, 1}) {
+    const RankMemory replicated = predict_rank_memory(spec, stage, 0, *cpu);
+    for (int dp : {2, 4, 8}) {
+      MemorySpec sharded_spec = spec;
+      sharded_spec.optimizer_shards = dp;
+      const RankMemory sharded = predict_rank_memory(sharded_spec, stage, 0, *cpu);
+      EXPECT_EQ(sharded.weights, replicated.weights);
+      EXPECT_EQ(sharded.gradients, replicated.gradients);
+      EXPECT_EQ(sharded.activations, replicated.activations);
+      const double P = replicated.chunks[0].parameters;
+      const ShardPlan plan = plan_chunk_shards(ParamLayout(spec.model, replicated.chunks[0].range), dp);
+      const double shard_bytes = double(align_up(plan.shard_floats * 4, Arena::kDefaultAlignment));
+      EXPECT_EQ(sharded.optimizer, 2 * shard_bytes);
+      EXPECT_LE(sharded.optimizer, 8 * P / dp + 2 * (3 * dp * kShardAlignFloats * 4 + 64)) << "dp " << dp;
+      EXPECT_GE(sharded.optimizer, 8 * P / dp - 64) << "dp " << dp;
+      // 16-bit storage: the fp32 master weights are sharded too.
+      sharded_spec.element_bytes = 2;
+      EXPECT_EQ(predict_rank_memory(sharded_spec, stage, 0, *cpu).master_weights, shard_bytes);
+    }
+  }
+}
+
+// The plan: buckets and tails tile each segment exactly, pieces are aligned multiples, a cut starts
+// a segment, and one rank's shard is about 1/dp.
+TEST(OptimizerShards, PlanTilesEverySegment) {
+  for (int ranks : {1, 2, 3, 4, 8})
+    for (std::size_t total : {std::size_t{1}, std::size_t{15}, std::size_t{1000}, std::size_t{123457}})
+      for (std::size_t bucket : {std::size_t{64}, std::size_t{1000}, kShardBucketFloats}) {
+        std::vector<std::size_t> cuts;
+        if (total > 100) cuts = {7, total / 2};
+        const ShardPlan p = plan_shards(total, cuts, ranks, bucket);
+        const std::string what = std::to_string(ranks) + " ranks, " + std::to_string(total) + " floats, bucket " +
+                                 std::to_string(bucket);
+        std::vector<int> covered(total, 0);
+        std::vector<std::pair<std::size_t, std::size_t>> in_shard;  // (offset, length): must tile the shard
+        for (const ShardBucket& b : p.buckets) {
+          EXPECT_EQ(b.piece % kShardAlignFloats, 0u) << what;
+          EXPECT_GT(b.piece, 0u) << what;
+          EXPECT_LE(b.piece * ranks, std::max(bucket, ranks * kShardAlignFloats) + ranks * kShardAlignFloats) << what;
+          in_shard.emplace_back(b.shard_offset, b.piece);
+          for (std::size_t i = b.start; i < b.start + b.piece * ranks; ++i) ++covered.at(i);
+        }
+        for (const ShardTail& t : p.tails) {
+          EXPECT_LT(t.length, ranks * kShardAlignFloats) << what;
+          in_shard.emplace_back(t.shard_offset, t.length);
+          for (std::size_t i = t.start; i < t.start + t.length; ++i) ++covered.at(i);
+        }
+        std::sort(in_shard.begin(), in_shard.end());
+        std::size_t shard = 0;
+        for (const auto& [offset, length] : in_shard) {
+          EXPECT_EQ(offset, shard) << what;
+          shard += length;
+        }
+        EXPECT_EQ(p.shard_floats, shard) << what;
+        for (std::size_t i = 0; i < total; ++i) ASSERT_EQ(covered[i], 1) << what << " float " << i;
+        // No bucket or tail crosses a cut.
+        for (std::size_t cut : cuts) {
+          for (const ShardBucket& b : p.buckets) EXPECT_FALSE(b.start < cut && cut < b.start + b.piece * ranks) << what;
+          for (const ShardTail& t : p.tails) EXPECT_FALSE(t.start < cut && cut < t.start + t.length) << what;
+        }
+        const std::size_t segments = cuts.size() + 1;
+        EXPECT_LE(p.shard_floats, total / ranks + segments * ranks * kShardAlignFloats) << what;
+      }
+  EXPECT_THROW(plan_shards(100, {50, 50}, 2), std::invalid_argument);
+  EXPECT_THROW(plan_shards(100, {100}, 2), std::invalid_argument);
+  EXPECT_THROW(plan_shards(100, {}, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace pipelane
