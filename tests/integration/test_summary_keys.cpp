@@ -33,8 +33,10 @@ void key_paths(const json& j, const std::string& at, std::set<std::string>& out)
       const std::string path = at.empty() ? key : at + "." + key;
       out.insert(path);
       const bool named_by_run = at.size() >= 6 && at.compare(at.size() - 6, 6, ".lanes") == 0;
-      // Lists that are empty in a calm run (quarantines) have no element to compare.
-      if (named_by_run || key == "report" || key == "plan" || key == "calibrated_step_s" || key == "quarantined")
+      // Lists that are empty in a calm run (quarantines) have no element to compare; "straggler" is
+      // null, or the straggler's description when the run's timing (a loaded machine) made one.
+      if (named_by_run || key == "report" || key == "plan" || key == "calibrated_step_s" || key == "quarantined" ||
+          key == "straggler")
         continue;
       key_paths(value, path, out);
     }
