@@ -75,6 +75,8 @@ open(steps, "a").write("%s %s %.3f %.3f %.4g %s %s %s\n" % (
 PY
 done
 
+load_during_bench=$(cut -d' ' -f1-3 /proc/loadavg)
+
 echo "FreeRide, simulated: GPT on 4x RTX 6000 Ada (pp 4, 1F1B), $iterations iterations each"
 echo
 echo "1. Bubble fraction (idle share of each stage's compute window, mean over stages)"
@@ -101,6 +103,7 @@ echo "(simulated > formula: the last stage also runs the LM head, so the stages 
 echo
 echo "2. Side tasks' step times: every task measured here (lane-bench, CPU, one core, $bench_seconds s each, $bench_config),"
 echo "   and FreeRide's GPU profile (RTX 6000 Ada, batch 64) where it has one; 'sim uses' says which one is simulated"
+echo "   (load average while benching: $load_during_bench; on a busy machine the CPU steps are slower than alone)"
 printf "%-10s %-10s %11s %9s %14s %-7s %11s  %s\n" task lane cpu_step_ms cpu_p90 cpu_rate unit gpu_step_ms "sim uses"
 while read -r task lane cpu_ms cpu_p90 rate unit gpu_ms uses; do
   printf "%-10s %-10s %11s %9s %14s %-7s %11s  %s\n" "$task" "$lane" "$cpu_ms" "$cpu_p90" "$rate/s" "$unit" "$gpu_ms" \
