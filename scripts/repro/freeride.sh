@@ -149,7 +149,7 @@ step = "mix" if len(lanes) > 1 else "%.1f" % next(iter(lanes.values()))["step_ms
 running = sorted({st for e in s["lanes"]["per_stage"] if e["lanes_running"] for st in [e["stage"]]})
 cs = t["cost_saving"]
 print(step, ",".join(map(str, running)) or "none", "%.3f" % t["harvest_fraction_after_profiling"],
-      "%.2f" % (100 * t["overhead"]["fraction"]), "%.2f" % (100 * cs["gross_fraction"]), "%.2f" % (100 * cs["net_fraction"]))
+      "%.3f" % (100 * t["overhead"]["fraction"]), "%.2f" % (100 * cs["gross_fraction"]), "%.2f" % (100 * cs["net_fraction"]))
 PY
 )
   pct() { [ "$1" = - ] && echo "-" || echo "$1%"; }
