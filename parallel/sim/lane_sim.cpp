@@ -163,7 +163,14 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
     }
   }
   if (!arrived_during_step) arrived = ready_s;  // idle polls see it when it comes
-  const double resume = std::max(t, ready_s);
+  double resume = std::max(t, ready_s);
+  if (steps_.size() > first_step) {
+    // The lane that ran last still has blocks on the SMs: training's next kernel waits half a block.
+    const std::size_t last = static_cast<std::size_t>(steps_.back().lane);
+    const double delay = 0.5 * lanes_[last].kernel_block_s;
+    resume += delay;
+    totals_[stage][last].interference_s += delay;
+  }
 
   SimGap gap{iteration_, stage, index, kind, start_s, arrived, resume, profiling, 0.0};
   for (std::size_t i = first_step; i < steps_.size(); ++i) {

@@ -43,6 +43,15 @@ struct LaneModel {
   // stage as a Poisson process of this rate. 0: the lane always has work.
   double requests_per_s = 0;
   std::string source;  // where the distribution comes from (reports)
+  // Interference on a shared device (a GPU under MPS, as FreeRide runs its side tasks): a thread
+  // block, once on an SM, runs to its end, so when a gap this lane ran in ends, training's next
+  // kernel waits for the lane's blocks still resident - half a block on average. Lane kernels are
+  // asynchronous to the host that decides the steps, so they are taken to be still on the SMs at
+  // every filled gap's end (the upper end). 0: no such delay (a CPU lane: its step holds the core
+  // until it returns, and the step time already says so). Not modelled: a lane's memory traffic
+  // slowing a concurrent memory-bound training kernel (lane steps never overlap training here).
+  double kernel_block_s = 0;
+  std::string kernel_block_source;  // measured or assumed, and from what (reports)
 
   double median_step_s() const;
   double step_at(double u) const;  // a step time for a uniform draw u in [0, 1)
@@ -84,6 +93,7 @@ struct SimRequest {
 // Per stage and lane.
 struct LaneTotals {
   double units = 0, lane_s = 0, harvested_s = 0, overrun_s = 0;
+  double interference_s = 0;  // training's delay from this lane's kernel blocks (kernel_block_s)
   long steps = 0;
   double predicted_step_s = 0, calibrated_step_s = 0;
   std::vector<char> late;  // the last runaway_window steps: late or not (a ring)

@@ -110,6 +110,27 @@ TEST(SimLanes, AStepPastTheArrivalDelaysTrainingAndIsCountedAsOverrun) {
   EXPECT_EQ(lanes.totals()[0][0].steps, 0);  // not on stage 0
 }
 
+// The interference model (kernel_block_s): a filled gap's end costs training half a lane kernel
+// block; a lane without it costs nothing when its steps fit, and training alone is unchanged.
+TEST(SimLanes, KernelBlocksDelayTrainingAtEachFilledGapsEnd) {
+  FixedCosts costs(1, 2);
+  LaneSimSettings settings;
+  settings.profile_iterations = 1;
+  LaneModel blocky = constant_lane("a", 0.4);
+  blocky.kernel_block_s = 0.1;
+  LaneSimulator plain({constant_lane("a", 0.4)}, {{true}, {true}}, settings);
+  LaneSimulator with_blocks({blocky}, {{true}, {true}}, settings);
+  const JobSimReport without = simulate_job(kTwoStages, lists_of(kTwoStages), costs, &plain, 2, 0);
+  const JobSimReport with = simulate_job(kTwoStages, lists_of(kTwoStages), costs, &with_blocks, 2, 0);
+  EXPECT_DOUBLE_EQ(without.iteration_s[1], 6.0);  // fitted steps: no cost
+  EXPECT_GT(with.iteration_s[1], 6.0);           // the same steps, each gap's end 0.05 s later
+  EXPECT_DOUBLE_EQ(with.iteration_s[0], 6.0);    // profiling: no steps, no delay
+  double delay = 0;
+  for (const auto& stage : with_blocks.totals()) delay += stage[0].interference_s;
+  EXPECT_NEAR(delay, 0.05 * 3, 1e-9);  // three filled gaps (stage 0: one, stage 1: two)
+  EXPECT_DOUBLE_EQ(plain.totals()[0][0].interference_s + plain.totals()[1][0].interference_s, 0.0);
+}
+
 // The gap scheduler's quarantine rule (lanes/gap_scheduler.h): 3 late steps (over 10x the
 // prediction) among the lane's last 16, not 2 in a row. The lane runs on stage 1 only, which replays
 // the second half of its step sequence: 3 calibration steps of 0.1 s, then the spikes given.

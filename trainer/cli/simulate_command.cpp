@@ -122,6 +122,13 @@ void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome
                   setup.lanes[l].name.c_str(), fmt("%.3g", setup.lanes[l].median_step_s() * 1e3).c_str(),
                   out.values[l].units, setup.lanes[l].work_unit.c_str(), out.values[l].value_usd,
                   out.values[l].price_per_hour, stages.empty() ? "none: no stage has the memory" : stages.c_str());
+      const sim::LaneModel& lane = setup.lanes[l];
+      double delay_s = 0;
+      for (const auto& stage : out.lanes->totals()) delay_s += stage[l].interference_s;
+      if (lane.kernel_block_s > 0)
+        std::printf("    interference: kernel block %s ms (%s), training waits half a block at each filled gap's "
+                    "end: %.4g ms in all\n",
+                    fmt("%.3g", lane.kernel_block_s * 1e3).c_str(), lane.kernel_block_source.c_str(), delay_s * 1e3);
     }
   }
   if (!out_dir.empty()) std::printf("wrote %s/summary.json and %s/trace.json\n", out_dir.c_str(), out_dir.c_str());

@@ -22,10 +22,14 @@ json to_json(const TrainingLanes& l) {
 }
 
 json to_json(const SimulatedLane& l) {
-  return {{"work_unit", l.work_unit}, {"units", l.units}, {"lane_s", l.lane_s}, {"harvested_s", l.harvested_s},
-          {"overrun_s", l.overrun_s}, {"steps", l.steps}, {"units_per_lane_s", l.units_per_lane_s},
-          {"units_per_train_s", l.units_per_train_s}, {"dedicated_units_per_s", l.dedicated_units_per_s},
-          {"value_device_s", l.value_device_s}, {"step_ms_median", l.step_ms_median}, {"source", l.source}};
+  json j = {{"work_unit", l.work_unit}, {"units", l.units}, {"lane_s", l.lane_s}, {"harvested_s", l.harvested_s},
+            {"overrun_s", l.overrun_s}, {"steps", l.steps}, {"units_per_lane_s", l.units_per_lane_s},
+            {"units_per_train_s", l.units_per_train_s}, {"dedicated_units_per_s", l.dedicated_units_per_s},
+            {"value_device_s", l.value_device_s}, {"step_ms_median", l.step_ms_median}, {"source", l.source}};
+  if (l.kernel_block_ms > 0)
+    j["interference"] = {{"kernel_block_ms", l.kernel_block_ms}, {"kernel_block_source", l.kernel_block_source},
+                         {"delay_per_filled_gap_ms", 0.5 * l.kernel_block_ms}, {"delay_s", l.interference_s}};
+  return j;
 }
 
 json to_json(const SimulatedLaneTotals& t) {

@@ -41,6 +41,10 @@ struct SimulatedLane {
   double dedicated_units_per_s = 0, value_device_s = 0;
   double step_ms_median = 0;  // of the lane's step-time model
   std::string source;         // where that model comes from
+  // The interference model's (parallel/sim/lane_sim.h, kernel_block_s); written only when set, so
+  // lanes without it report as before.
+  double kernel_block_ms = 0, interference_s = 0;
+  std::string kernel_block_source;
 };
 
 struct SimulatedQuarantine {

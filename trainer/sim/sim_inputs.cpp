@@ -160,6 +160,12 @@ std::vector<sim::LaneModel> load_lane_models(const std::string& path, const Clus
     lane.dedicated_price_per_hour = number("dedicated_price_per_hour", lane.dedicated_price_per_hour);
     lane.memory_bytes = number("memory_mb", 0) * 1024.0 * 1024.0;
     lane.requests_per_s = number("requests_per_s", 0);
+    lane.kernel_block_s = number("kernel_block_ms", 0) * 1e-3;
+    if (lane.kernel_block_s > 0) {
+      if (!j.contains("kernel_block_source") || !j["kernel_block_source"].is_string())
+        throw SimInputError(where + ": \"kernel_block_ms\" needs \"kernel_block_source\": measured or assumed, from what");
+      lane.kernel_block_source = j["kernel_block_source"].get<std::string>();
+    }
     if (std::any_of(lanes.begin(), lanes.end(), [&](const sim::LaneModel& l) { return l.name == lane.name; }))
       throw SimInputError(where + ": lane " + lane.name + " given twice");
     lanes.push_back(lane);

@@ -41,6 +41,7 @@ SimulatedLane lane_totals(const SimulationSetup& setup, const SimulationOutcome&
     lane.lane_s += t.lane_s * ranks;
     lane.harvested_s += t.harvested_s * ranks;
     lane.overrun_s += t.overrun_s * ranks;
+    lane.interference_s += t.interference_s * ranks;
     lane.steps += t.steps * ranks;
   }
   lane.work_unit = model.work_unit;
@@ -50,6 +51,8 @@ SimulatedLane lane_totals(const SimulationSetup& setup, const SimulationOutcome&
   lane.value_device_s = lane.units / model.value_rate_units_per_s();
   lane.step_ms_median = model.median_step_s() * 1e3;
   lane.source = model.source;
+  lane.kernel_block_ms = model.kernel_block_s * 1e3;
+  lane.kernel_block_source = model.kernel_block_source;
   return lane;
 }
 
