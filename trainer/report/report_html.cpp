@@ -239,10 +239,10 @@ std::string interference_text(const InterferenceView& v) {
 }
 
 // The cost overrun does not show, next to it: in total and per stage, with the control gaps it rests on.
-std::string interference_paragraph(const LanesSummary& l) {
+std::string interference_paragraph(const LanesSummary& l, int i) {
   if (!l.interference) return "";
   const InterferenceView& v = *l.interference;
-  std::string s = "<p class=\"muted\" id=\"interference\">cost to training beyond the overrun (interference, "
+  std::string s = "<p class=\"muted\" id=\"interference-" + std::to_string(i) + "\">cost to training beyond the overrun (interference, "
                   "estimated from " + std::to_string(v.control_gaps) + " control gaps left empty against " +
                   std::to_string(v.filled_gaps) + " filled): " + interference_text(v);
   if (l.estimated_overhead_fraction)
@@ -288,7 +288,7 @@ std::string lanes_section(const RunData& r, int i) {
                                      (l.cost_saving_estimated ? std::string(" (estimated: net of the estimated overhead)") : "")
                                : std::string("not measured ([lanes] dedicated)")) +
        "</p>";
-  s += interference_paragraph(l);
+  s += interference_paragraph(l, i);
   s += "<table id=\"lanes-table-" + std::to_string(i) +
        "\"><tr><th>stage</th><th>lane</th><th>units</th><th>steps</th><th>lane s</th><th>harvested s</th>"
        "<th>overrun s</th><th>units per lane-s</th></tr>";
