@@ -16,15 +16,19 @@
 # the interference its control gaps measured, +- its standard error; "-" where it had too few). The calibration before step 1 is outside every step time: its cost is
 # the difference in wall time to step 1, printed apart. Hardware counters (LLC misses of training's
 # thread) are used when `perf stat` can read them; on a machine that cannot (most VMs) it says so.
-#   scripts/bench/lane_cost.sh [--rounds 3] [--steps 40] [--working-set-kb 16384] [--csv FILE]
+# A lanes run leaves one gap in --control-every empty (default 8, [lanes] control_every's default is
+# 32): 40 steps then give each rank enough control gaps for an estimate. The lanes runs are
+# measured with those gaps left empty too, so both figures are of the same runs.
+#   scripts/bench/lane_cost.sh [--rounds 3] [--steps 40] [--working-set-kb 16384] [--control-every 8] [--csv FILE]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-rounds=3 steps=40 working_set_kb=16384 csv=runs/bench-lane-cost.csv
+rounds=3 steps=40 working_set_kb=16384 control_every=8 csv=runs/bench-lane-cost.csv
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --working-set-kb) working_set_kb=$2; shift 2 ;;
+    --control-every) control_every=$2; shift 2 ;;
     --csv) csv=$2; shift 2 ;;
     -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "lane_cost.sh: unknown option '$1'" >&2; exit 2 ;;
@@ -36,11 +40,13 @@ mkdir -p "$(dirname "$csv")"
 
 base=(--config configs/pp2.ini --train.steps="$steps" --train.warmup_steps=2 --train.global_batch=16 --train.eval_every=0
       --train.sample_every=0 --run.checkpoint_every=0 --run.resume=none --lanes.profile_iterations=2)
-real_lanes=(--lanes.enabled=pagerank,prefill
+real_lanes=(--lanes.control_every="$control_every" --lanes.enabled=pagerank,prefill
             --lane.pagerank.generate=rmat --lane.pagerank.scale=16 --lane.pagerank.tolerance=0
             --lane.pagerank.max_iterations=1000000
             --lane.prefill.rate_per_s=500 --lane.prefill.requests=1000000)
-synthetic() { echo "--lanes.enabled=synthetic --lane.synthetic.step_us=$1 --lane.synthetic.working_set_kb=$2"; }
+synthetic() {
+  echo "--lanes.control_every=$control_every --lanes.enabled=synthetic --lane.synthetic.step_us=$1 --lane.synthetic.working_set_kb=$2"
+}
 
 # run NAME ARGS...: one training run; $out/NAME.numbers gets its median step in ms, the seconds
 # outside training's steps, the lanes' overrun and harvest, and its estimated overhead and
