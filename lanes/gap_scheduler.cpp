@@ -206,12 +206,12 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   record.lane_steps = static_cast<int>(recent_.size() + (device_steps_.size() - first_device_step));
   device_steps_.stamp_gap(first_device_step, record, accounting_.next_gap_index());
   accounting_.account_gap(record, recent_, lanes_);
-  if (control || (fillable && record.lane_steps > 0)) {
+  if (fillable) {  // a sample whether a lane step ran or not (interference_estimate.h says why)
     // The scheduler's time after the arrival that overrun does not count: from the later of the
     // arrival and the last host step's end (overrun ends there) to now, the accounting included.
     const double from = std::max(record.arrived_s, recent_.empty() ? record.arrived_s : recent_.back().end_s);
     interference_.gap_ended(iteration, gap_id,
-                            control ? InterferenceSampler::GapUse::Control : InterferenceSampler::GapUse::Filled,
+                            control ? InterferenceSampler::GapUse::Control : InterferenceSampler::GapUse::Lanes,
                             clock_() - from);
   }
 }

@@ -13,7 +13,7 @@
 //   account  - a record per lane step and per gap; overrun (lane work after the transfer arrived)
 //              is the lane's visible cost to training and is reported per lane.
 //   control  - after profiling, about one gap in `control_every` is left empty (control_gaps.h);
-//              training's time after filled gaps against its time after those gives the cost
+//              training's time after the gaps left to the lanes against its time after those gives the cost
 //              overrun does not show (interference_estimate.h), in summary().interference.
 //   isolate  - every lane runs behind a GuardedLane (lanes/isolation/): in a worker process
 //              (ProcessLane) or on a thread of its own (ThreadLane, which wraps any plain Lane

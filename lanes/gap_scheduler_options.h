@@ -15,7 +15,7 @@ struct GapSchedulerOptions {
   double margin = 0.9;          // fill at most this share of a predicted gap
   bool deterministic = false;
   // After profiling, about one gap in control_every is left empty (lanes/control_gaps.h), so that
-  // training's time after filled and after empty gaps can be compared (interference_estimate.h).
+  // training's time after gaps left to the lanes and after control gaps can be compared (interference_estimate.h).
   // 0: none (the scheduler's own default; the trainer's [lanes] control_every turns it on).
   int control_every = 0;
   int profile_iterations = 2;   // iterations that only measure gaps

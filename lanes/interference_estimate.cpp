@@ -16,26 +16,26 @@ InterferenceEstimate estimate_interference(const std::map<int, GapIdSamples>& by
   out.control_every = control_every;
   double delay_s = 0, variance_s2 = 0;
   for (const auto& [gap_id, s] : by_gap_id) {
-    out.filled_gaps += s.filled.count;
+    out.lane_gaps += s.lanes.count;
     out.control_gaps += s.control.count;
-    const long nf = s.filled.count, nc = s.control.count;
+    const long nl = s.lanes.count, nc = s.control.count;
     // A pooled variance needs one degree of freedom beyond the two means.
-    if (nf < 1 || nc < 1 || nf + nc < 3) continue;
-    const double pooled = (s.filled.squared_deviations_s2() + s.control.squared_deviations_s2()) / static_cast<double>(nf + nc - 2);
-    const double n = static_cast<double>(nf);
-    delay_s += n * (s.filled.mean_s() - s.control.mean_s());
+    if (nl < 1 || nc < 1 || nl + nc < 3) continue;
+    const double pooled = (s.lanes.squared_deviations_s2() + s.control.squared_deviations_s2()) / static_cast<double>(nl + nc - 2);
+    const double n = static_cast<double>(nl);
+    delay_s += n * (s.lanes.mean_s() - s.control.mean_s());
     variance_s2 += n * n * pooled * (1.0 / n + 1.0 / static_cast<double>(nc));
-    out.compared_filled_gaps += nf;
+    out.compared_lane_gaps += nl;
     out.compared_control_gaps += nc;
   }
-  if (out.filled_gaps == 0) {  // no lane work after a measured gap: nothing it could have cost
+  if (out.lane_gaps == 0) {  // no gap was left to the lanes: nothing they could have cost
     out.estimated = control_every > 0;
     return out;
   }
-  if (control_every <= 0 || out.compared_control_gaps < kMinComparedControlGaps || out.compared_filled_gaps == 0)
+  if (control_every <= 0 || out.compared_control_gaps < kMinComparedControlGaps || out.compared_lane_gaps == 0)
     return out;
-  // Filled gaps of ids that had no control gap are assumed to cost what the compared ones did.
-  const double scale = static_cast<double>(out.filled_gaps) / static_cast<double>(out.compared_filled_gaps);
+  // Lane gaps of ids that had no control gap are assumed to cost what the compared ones did.
+  const double scale = static_cast<double>(out.lane_gaps) / static_cast<double>(out.compared_lane_gaps);
   out.estimated = true;
   out.extra_s = delay_s * scale;
   out.stderr_s = std::sqrt(variance_s2) * scale;
@@ -46,8 +46,8 @@ InterferenceEstimate combine_interference(const InterferenceEstimate& a, const I
   InterferenceEstimate out;
   out.control_every = std::max(a.control_every, b.control_every);
   out.control_gaps = a.control_gaps + b.control_gaps;
-  out.filled_gaps = a.filled_gaps + b.filled_gaps;
-  out.compared_filled_gaps = a.compared_filled_gaps + b.compared_filled_gaps;
+  out.lane_gaps = a.lane_gaps + b.lane_gaps;
+  out.compared_lane_gaps = a.compared_lane_gaps + b.compared_lane_gaps;
   out.compared_control_gaps = a.compared_control_gaps + b.compared_control_gaps;
   out.estimated = a.estimated && b.estimated;
   if (!out.estimated) return out;
@@ -78,7 +78,7 @@ void InterferenceSampler::training_after_gaps(int iteration, const std::vector<T
     if (it == ended_.end()) continue;
     const double seconds = it->second.scheduler_s + t.compute_s;
     GapIdSamples& s = samples_[t.gap_id];
-    (it->second.use == GapUse::Filled ? s.filled : s.control).add(seconds);
+    (it->second.use == GapUse::Lanes ? s.lanes : s.control).add(seconds);
   }
   ended_.clear();
 }

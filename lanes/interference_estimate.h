@@ -3,16 +3,19 @@
 // own work after the arrival (judging and learning the step's cost, accounting the gap) is spent
 // on training's thread. Overrun counts only lane time after the arrival.
 //
-// Measured with control gaps (lanes/control_gaps.h): for each gap the scheduler left as it was
-// filled or empty on purpose, one sample of what training spent right after it: the scheduler's
-// time from the later of the arrival and the last lane step's end to fill()'s return, plus
-// training's compute from the wait to its next wait (parallel/gap_filler.h: TrainingAfterGap).
-// Per gap id (the same instructions follow it every iteration, so samples of one id are
-// comparable, those of two ids are not):
-//   delay per filled gap d = mean(after filled) - mean(after control)
-//   its variance            = s^2 (1/n_filled + 1/n_control), s^2 the two samples' pooled variance
-// and the estimate is sum over gap ids of n_filled x d, with the standard error from the summed
-// variances, scaled from the filled gaps whose id could be compared to all measured filled gaps.
+// Measured with control gaps (lanes/control_gaps.h): for each gap after profiling, either left to
+// the lanes (a "lane gap": filled, or empty because nothing fitted) or a control gap left empty on
+// purpose, one sample of what training spent right after it: the scheduler's time from the later
+// of the arrival and the last lane step's end to fill()'s return, plus training's compute from the
+// wait to its next wait (parallel/gap_filler.h: TrainingAfterGap). Lane gaps are compared as
+// assigned, whether a lane step ran in them or not: which gaps a lane fits into depends on their
+// timing, which would bias a comparison of only the filled ones; the control gaps are chosen
+// blind to it. Per gap id (the same instructions follow it every iteration, so samples of one id
+// are comparable, those of two ids are not):
+//   delay per lane gap d = mean(after lane gaps) - mean(after control gaps)
+//   its variance         = s^2 (1/n_lane + 1/n_control), s^2 the two samples' pooled variance
+// and the estimate is sum over gap ids of n_lane x d, with the standard error from the summed
+// variances, scaled from the lane gaps whose id could be compared to all measured lane gaps.
 // The samples are sums (count, sum, sum of squares) per gap id, so memory does not grow with the
 // run.
 //
@@ -44,7 +47,7 @@ struct AfterGapSamples {
 };
 
 struct GapIdSamples {
-  AfterGapSamples filled;   // after a gap that held lane steps
+  AfterGapSamples lanes;    // after a gap left to the lanes
   AfterGapSamples control;  // after a control gap
 };
 
@@ -52,11 +55,11 @@ struct GapIdSamples {
 struct InterferenceEstimate {
   int control_every = 0;           // [lanes] control_every; 0: control gaps off
   long control_gaps = 0;           // control gaps measured
-  long filled_gaps = 0;            // filled gaps measured
-  long compared_filled_gaps = 0;   // of those, the ones in gap ids that had control samples to compare with
+  long lane_gaps = 0;              // gaps left to the lanes measured
+  long compared_lane_gaps = 0;     // of those, the ones in gap ids that had control samples to compare with
   long compared_control_gaps = 0;  // the control gaps those comparisons used
   bool estimated = false;          // false: not enough control gaps (why_not_estimated says so)
-  double extra_s = 0;              // training time the lanes added after their gaps, over every measured filled gap
+  double extra_s = 0;              // training time the lanes added after their gaps, over every measured lane gap
   double stderr_s = 0;
 };
 
@@ -75,7 +78,7 @@ std::string why_not_estimated(const InterferenceEstimate& estimate);
 // executor then how long training computed after each.
 class InterferenceSampler {
  public:
-  enum class GapUse { Filled, Control };
+  enum class GapUse { Lanes, Control };
   // A gap that ended: how it was used and the scheduler's own time after the arrival.
   void gap_ended(int iteration, int gap_id, GapUse use, double scheduler_after_arrival_s);
   // Training's compute after the waits of `iteration`; gaps not reported by gap_ended (profiling,

@@ -126,8 +126,8 @@ nlohmann::json to_json(const InterferenceEstimate& e) {
   nlohmann::json out = {
       {"control_every", e.control_every},
       {"control_gaps", e.control_gaps},
-      {"filled_gaps", e.filled_gaps},
-      {"compared_filled_gaps", e.compared_filled_gaps},
+      {"lane_gaps", e.lane_gaps},
+      {"compared_lane_gaps", e.compared_lane_gaps},
       {"compared_control_gaps", e.compared_control_gaps},
       {"estimated_s", number(e.extra_s)},
       {"stderr_s", number(e.stderr_s)},
@@ -141,8 +141,8 @@ InterferenceEstimate interference_estimate_from_json(const nlohmann::json& j) {
   InterferenceEstimate e;
   e.control_every = read<int>(j, "control_every", 0);
   e.control_gaps = read<long>(j, "control_gaps", 0);
-  e.filled_gaps = read<long>(j, "filled_gaps", 0);
-  e.compared_filled_gaps = read<long>(j, "compared_filled_gaps", 0);
+  e.lane_gaps = read<long>(j, "lane_gaps", 0);
+  e.compared_lane_gaps = read<long>(j, "compared_lane_gaps", 0);
   e.compared_control_gaps = read<long>(j, "compared_control_gaps", 0);
   const auto estimated = j.find("estimated_s");
   e.estimated = estimated != j.end() && !estimated->is_null();

@@ -108,7 +108,7 @@ TEST(SummaryKeys, ALanesRunAtPp2WritesTheKeysItWroteBeforeTheType) {
   expect_same_keys(read_json(fixture("train_lanes_pp2")), read_json(dir.file("run/summary.json")),
                    {"lanes.total.interference", "lanes.total.interference.estimated_s",
                     "lanes.total.interference.stderr_s", "lanes.total.interference.control_gaps",
-                    "lanes.total.interference.filled_gaps", "lanes.total.interference.control_every",
+                    "lanes.total.interference.lane_gaps", "lanes.total.interference.control_every",
                     "lanes.total.estimated_overhead_fraction", "lanes.total.estimated_overhead_fraction_stderr",
                     "lanes.per_stage[].interference.estimated_s", "lanes.per_rank[].interference.control_gaps"});
 }

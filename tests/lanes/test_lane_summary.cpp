@@ -128,15 +128,15 @@ TEST(LaneSummary, TheInterferenceEstimateIsWrittenReadBackAndCombined) {
   InterferenceEstimate& e = a.interference.emplace();
   e.control_every = 32;
   e.control_gaps = 14;
-  e.filled_gaps = 400;
-  e.compared_filled_gaps = 380;
+  e.lane_gaps = 400;
+  e.compared_lane_gaps = 380;
   e.compared_control_gaps = 13;
   e.estimated = true;
   e.extra_s = 0.125;
   e.stderr_s = 0.03;
   const nlohmann::json j = to_json(a);
-  EXPECT_EQ(keys(j["interference"]), (std::set<std::string>{"control_every", "control_gaps", "filled_gaps",
-                                                             "compared_filled_gaps", "compared_control_gaps",
+  EXPECT_EQ(keys(j["interference"]), (std::set<std::string>{"control_every", "control_gaps", "lane_gaps",
+                                                             "compared_lane_gaps", "compared_control_gaps",
                                                              "estimated_s", "stderr_s"}));
   EXPECT_DOUBLE_EQ(j["interference"]["estimated_s"].get<double>(), 0.125);
   const StageLaneSummary back = stage_lane_summary_from_json(nlohmann::json::parse(j.dump()));

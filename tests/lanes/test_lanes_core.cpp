@@ -475,13 +475,15 @@ TEST(GapSchedulerTest, ControlGapsAreLeftEmptyOnlyAfterProfiling) {
     const InterferenceEstimate e = *h.scheduler->summary().interference;
     EXPECT_EQ(e.control_every, 4);
     EXPECT_EQ(e.control_gaps, controls) << "profiling gaps are neither controls nor samples";
-    EXPECT_EQ(e.filled_gaps, 38 * 3 - controls);
+    EXPECT_EQ(e.lane_gaps, 38 * 3 - controls);
   }
 }
 
-// A delay injected after filled gaps (what a lane's working set would cost training's next
-// instruction) comes back from the scheduler's summary within its standard error; without one
-// the estimate is consistent with zero. Training's compute is reported as the executor does.
+// A delay injected after the gaps a lane step ran in (what a lane's working set would cost
+// training's next instruction) comes back from the scheduler's summary within its standard error;
+// without one the estimate is consistent with zero. Training's compute is reported as the executor
+// does. A gap left to the lanes counts whether a step ran in it or not; the delay is only where
+// one ran.
 TEST(GapSchedulerTest, InterferenceIsEstimatedFromTrainingsComputeAfterFilledAndControlGaps) {
   for (const double delay : {0.0004, 0.0}) {
     Harness h;
@@ -491,13 +493,16 @@ TEST(GapSchedulerTest, InterferenceIsEstimatedFromTrainingsComputeAfterFilledAnd
     h.scheduler->calibrate();
     std::mt19937_64 random(42);
     std::normal_distribution<double> noise(0.0, 0.0003);
-    long filled = 0;
+    long lane_gaps = 0, ran = 0;
     for (int it = 0; it < 200; ++it) {
       std::vector<TrainingAfterGap> after;
       for (const auto& [gap_id, compute] : std::map<int, double>{{2, 0.004}, {5, 0.009}}) {
         h.gap(it, gap_id, 0.006);
         const bool lane_ran = !h.steps_in(it, gap_id).empty();
-        filled += lane_ran && it >= 1;
+        if (it >= 1 && !is_control_gap(it, gap_id, 0, 8)) {
+          ++lane_gaps;
+          ran += lane_ran;
+        }
         after.push_back({gap_id, compute + (lane_ran ? delay : 0.0) + noise(random)});
       }
       after.push_back({9, 0.001});  // a wait that never reached fill() here: no sample
@@ -506,9 +511,9 @@ TEST(GapSchedulerTest, InterferenceIsEstimatedFromTrainingsComputeAfterFilledAnd
     }
     const InterferenceEstimate e = *h.scheduler->summary().interference;
     ASSERT_TRUE(e.estimated) << why_not_estimated(e);
-    EXPECT_EQ(e.filled_gaps, filled);
+    EXPECT_EQ(e.lane_gaps, lane_gaps);
     EXPECT_GT(e.control_gaps, 20);
-    const double truth = delay * static_cast<double>(filled);
+    const double truth = delay * static_cast<double>(ran);
     EXPECT_LE(std::abs(e.extra_s - truth), 3 * e.stderr_s) << "delay " << delay << ": " << e.extra_s << " +- " << e.stderr_s;
     if (delay > 0) {
       EXPECT_GT(e.extra_s, 3 * e.stderr_s);
@@ -529,7 +534,7 @@ TEST(GapSchedulerTest, WithoutControlGapsTheSummarySaysSo) {
   const InterferenceEstimate e = *h.scheduler->summary().interference;
   EXPECT_FALSE(e.estimated);
   EXPECT_EQ(e.control_gaps, 0);
-  EXPECT_EQ(e.filled_gaps, 9);
+  EXPECT_EQ(e.lane_gaps, 9);
   EXPECT_EQ(why_not_estimated(e), "control gaps off ([lanes] control_every = 0)");
 }
 

@@ -43,7 +43,7 @@ void print_estimated_cost(const CombinedLaneSummary& t, const InterferenceEstima
     std::printf("%.3f s +- %.3f s", e.extra_s, e.stderr_s);
   else
     std::printf("unknown: %s", why_not_estimated(e).c_str());
-  std::printf(" (%ld control gaps against %ld filled)\n", e.control_gaps, e.filled_gaps);
+  std::printf(" (%ld control gaps against %ld left to the lanes)\n", e.control_gaps, e.lane_gaps);
   if (overhead)
     std::printf("               estimated overhead %+.1f%% +- %.1f%% training time (no lanes-off run needed)\n",
                 100 * overhead->fraction(), 100 * overhead->fraction_stderr());

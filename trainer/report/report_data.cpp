@@ -74,7 +74,7 @@ InterferenceView interference_view(const InterferenceEstimate& e) {
   }
   v.why_not = why_not_estimated(e);
   v.control_gaps = e.control_gaps;
-  v.filled_gaps = e.filled_gaps;
+  v.lane_gaps = e.lane_gaps;
   return v;
 }
 

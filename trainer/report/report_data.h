@@ -49,7 +49,7 @@ struct LaneNumbers {
 struct InterferenceView {
   std::optional<double> estimated_s, stderr_s;  // none: not estimated, `why_not` says why
   std::string why_not;
-  long control_gaps = 0, filled_gaps = 0;
+  long control_gaps = 0, lane_gaps = 0;
 };
 
 struct LaneStage {

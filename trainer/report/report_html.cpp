@@ -244,7 +244,7 @@ std::string interference_paragraph(const LanesSummary& l, int i) {
   const InterferenceView& v = *l.interference;
   std::string s = "<p class=\"muted\" id=\"interference-" + std::to_string(i) + "\">cost to training beyond the overrun (interference, "
                   "estimated from " + std::to_string(v.control_gaps) + " control gaps left empty against " +
-                  std::to_string(v.filled_gaps) + " filled): " + interference_text(v);
+                  std::to_string(v.lane_gaps) + " left to the lanes): " + interference_text(v);
   if (l.estimated_overhead_fraction)
     s += "; estimated overhead with the overrun: " + fmt("%+.1f%%", 100 * *l.estimated_overhead_fraction) + " &plusmn; " +
          fmt("%.1f%%", 100 * *l.estimated_overhead_fraction_stderr) + " of training time";

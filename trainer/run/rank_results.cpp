@@ -182,8 +182,8 @@ std::string encode_lane_summary(const std::optional<StageLaneSummary>& summary) 
   if (const auto& e = s.interference) {
     w.i64(e->control_every);
     w.i64(e->control_gaps);
-    w.i64(e->filled_gaps);
-    w.i64(e->compared_filled_gaps);
+    w.i64(e->lane_gaps);
+    w.i64(e->compared_lane_gaps);
     w.i64(e->compared_control_gaps);
     w.flag(e->estimated);
     w.f64(e->extra_s);
@@ -222,8 +222,8 @@ std::optional<StageLaneSummary> decode_lane_summary(const std::string& bytes) {
     InterferenceEstimate& e = s.interference.emplace();
     e.control_every = static_cast<int>(r.i64());
     e.control_gaps = r.i64();
-    e.filled_gaps = r.i64();
-    e.compared_filled_gaps = r.i64();
+    e.lane_gaps = r.i64();
+    e.compared_lane_gaps = r.i64();
     e.compared_control_gaps = r.i64();
     e.estimated = r.flag();
     e.extra_s = r.f64();

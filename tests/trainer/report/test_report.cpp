@@ -196,8 +196,8 @@ TEST(ReportHtml, LanesShowTheEstimatedInterferenceNextToTheOverrun) {
   InterferenceEstimate e;
   e.control_every = 32;
   e.control_gaps = 23;
-  e.filled_gaps = 700;
-  e.compared_filled_gaps = 690;
+  e.lane_gaps = 700;
+  e.compared_lane_gaps = 690;
   e.compared_control_gaps = 23;
   e.estimated = true;
   e.extra_s = 0.0125;
@@ -212,7 +212,7 @@ TEST(ReportHtml, LanesShowTheEstimatedInterferenceNextToTheOverrun) {
   write_file((tmp.path() / "run" / "summary.json").string(), to_json(s).dump());
   const std::string page = report::render_report({report::load_run((tmp.path() / "run").string())}, "t");
   EXPECT_NE(page.find("id=\"interference-0\""), std::string::npos);
-  EXPECT_NE(page.find("estimated from 23 control gaps left empty against 700 filled): 0.013 s &plusmn; 0.003 s"),
+  EXPECT_NE(page.find("estimated from 23 control gaps left empty against 700 left to the lanes): 0.013 s &plusmn; 0.003 s"),
             std::string::npos);
   // (0.01 overrun + 0.0125) / (0.24 s - 0.0225 s) of training time.
   EXPECT_NE(page.find("estimated overhead with the overrun: +10.3% &plusmn; 1.5% of training time"), std::string::npos);

@@ -148,8 +148,8 @@ TEST(LaneValuation, WithAnInterferenceEstimateTheNetSavingIsEstimatedWithoutABas
   e.control_every = 32;
   e.control_gaps = 20;
   e.compared_control_gaps = 20;
-  e.filled_gaps = 600;
-  e.compared_filled_gaps = 600;
+  e.lane_gaps = 600;
+  e.compared_lane_gaps = 600;
   e.estimated = true;
   e.extra_s = 0.3;
   e.stderr_s = 0.1;

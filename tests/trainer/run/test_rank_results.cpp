@@ -46,8 +46,8 @@ StageLaneSummary lane_summary(int rank) {
   InterferenceEstimate& e = s.interference.emplace();
   e.control_every = 32;
   e.control_gaps = 9 + rank;
-  e.filled_gaps = 250;
-  e.compared_filled_gaps = 240;
+  e.lane_gaps = 250;
+  e.compared_lane_gaps = 240;
   e.compared_control_gaps = 8 + rank;
   e.estimated = rank == 1;
   e.extra_s = 0.0123456789;

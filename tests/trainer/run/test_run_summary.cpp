@@ -166,8 +166,8 @@ TEST(RunSummary, TheInterferenceEstimateRoundTrips) {
   InterferenceEstimate e;
   e.control_every = 32;
   e.control_gaps = 11;
-  e.filled_gaps = 90;
-  e.compared_filled_gaps = 80;
+  e.lane_gaps = 90;
+  e.compared_lane_gaps = 80;
   e.compared_control_gaps = 10;
   e.estimated = true;
   e.extra_s = 0.0123456789;
