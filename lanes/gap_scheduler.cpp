@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "lanes/control_gaps.h"
 #include "lanes/lane_progress.h"
 #include "lanes/lane_step_costs.h"
 #include "parallel/gap_fit.h"
@@ -194,7 +195,9 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   }
   if (device_backend_) device_steps_.settle(false, accounting_);
   const std::size_t first_device_step = device_steps_.size();
-  if (!profiling && calibrated_ && !torn_down_ && !lanes_.empty()) {
+  const bool fillable = !profiling && calibrated_ && !torn_down_ && !lanes_.empty();
+  const bool control = fillable && is_control_gap(iteration, gap_id, options_.stage, options_.control_every);
+  if (fillable && !control) {
     if (options_.deterministic || device_backend_) run_planned(iteration, gap_id, kind, watch);
     if (!options_.deterministic) run_fitted(iteration, gap_id, kind, predicted_gap, record.start_s, watch);
   }
@@ -203,6 +206,18 @@ void GapScheduler::fill(int iteration, int gap_id, WaitKind kind, const std::fun
   record.lane_steps = static_cast<int>(recent_.size() + (device_steps_.size() - first_device_step));
   device_steps_.stamp_gap(first_device_step, record, accounting_.next_gap_index());
   accounting_.account_gap(record, recent_, lanes_);
+  if (fillable) {  // a sample whether a lane step ran or not (interference_estimate.h says why)
+    // The scheduler's time after the arrival that overrun does not count: from the later of the
+    // arrival and the last host step's end (overrun ends there) to now, the accounting included.
+    const double from = std::max(record.arrived_s, recent_.empty() ? record.arrived_s : recent_.back().end_s);
+    interference_.gap_ended(iteration, gap_id,
+                            control ? InterferenceSampler::GapUse::Control : InterferenceSampler::GapUse::Lanes,
+                            clock_() - from);
+  }
+}
+
+void GapScheduler::training_after_gaps(int iteration, const std::vector<TrainingAfterGap>& after) {
+  interference_.training_after_gaps(iteration, after);
 }
 
 void GapScheduler::run_planned(int iteration, int gap_id, WaitKind kind, ArrivalWatch& watch) {
@@ -284,6 +299,7 @@ void GapScheduler::load_lanes(const std::map<std::string, std::string>& states) 
 StageLaneSummary GapScheduler::summary() const {
   StageLaneSummary out = accounting_.summary(lanes_);
   out.plan = plan();
+  out.interference = interference_.estimate(options_.control_every);
   return out;
 }
 

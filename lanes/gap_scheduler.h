@@ -11,7 +11,10 @@
 //              ends, the sequence of lane steps of every gap id from the predictions and then runs
 //              exactly that sequence every iteration, whatever arrived() says.
 //   account  - a record per lane step and per gap; overrun (lane work after the transfer arrived)
-//              is the lane's cost to training and is reported per lane.
+//              is the lane's visible cost to training and is reported per lane.
+//   control  - after profiling, about one gap in `control_every` is left empty (control_gaps.h);
+//              training's time after the gaps left to the lanes against its time after those gives the cost
+//              overrun does not show (interference_estimate.h), in summary().interference.
 //   isolate  - every lane runs behind a GuardedLane (lanes/isolation/): in a worker process
 //              (ProcessLane) or on a thread of its own (ThreadLane, which wraps any plain Lane
 //              handed in). Each call has a deadline (the watchdog): past it the call is ended and
@@ -60,6 +63,7 @@
 #include "lanes/gap_accounting.h"
 #include "lanes/gap_fitting.h"
 #include "lanes/gap_scheduler_options.h"
+#include "lanes/interference_estimate.h"
 #include "lanes/isolation/guarded_lane.h"
 #include "lanes/lane.h"
 #include "lanes/lane_registry.h"
@@ -98,6 +102,7 @@ class GapScheduler : public GapFiller {
 
   // GapFiller. Returns once arrived() has returned true.
   void fill(int iteration, int gap_id, WaitKind kind, const std::function<bool()>& arrived) override;
+  void training_after_gaps(int iteration, const std::vector<TrainingAfterGap>& after) override;
   void end_iteration(int iteration) override;
 
   // Calls teardown() of every lane that is still active (idempotent). Lanes do not run afterwards.
@@ -161,6 +166,7 @@ class GapScheduler : public GapFiller {
   bool plan_frozen_ = false;
   IndexedLanePlan plan_;
   GapAccounting accounting_;
+  InterferenceSampler interference_;
   std::vector<LaneStepRecord> recent_;  // steps of the current gap (or calibration step)
   // Declared last: it holds options_ and logger_ by reference, and its steps go before the
   // lanes' host threads (which may still touch them) are joined.

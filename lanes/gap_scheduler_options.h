@@ -14,6 +14,10 @@ struct GapSchedulerOptions {
   std::size_t stage_memory_bytes = std::size_t{1024} << 20;  // cap on all lanes of this stage
   double margin = 0.9;          // fill at most this share of a predicted gap
   bool deterministic = false;
+  // After profiling, about one gap in control_every is left empty (lanes/control_gaps.h), so that
+  // training's time after gaps left to the lanes and after control gaps can be compared (interference_estimate.h).
+  // 0: none (the scheduler's own default; the trainer's [lanes] control_every turns it on).
+  int control_every = 0;
   int profile_iterations = 2;   // iterations that only measure gaps
   int calibration_steps = 3;    // steps per lane in calibrate(); the median is the first prediction
   double ewma_alpha = 0.3;      // weight of the newest measurement (gap lengths and step costs)

@@ -75,6 +75,8 @@ LanePlan plan_from_json(const nlohmann::json& j) {
 }
 
 void add(CombinedLaneSummary& total, const StageLaneSummary& rank) {
+  if (rank.interference)
+    total.interference = total.interference ? combine_interference(*total.interference, *rank.interference) : *rank.interference;
   total.bubble_s += rank.bubble_s;
   total.harvested_s += rank.harvested_s;
   total.overrun_s += rank.overrun_s;
@@ -119,6 +121,36 @@ nlohmann::json plan_to_json(const LanePlan& plan) {
   return out;
 }
 
+nlohmann::json to_json(const InterferenceEstimate& e) {
+  const auto number = [&e](double x) { return e.estimated ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  nlohmann::json out = {
+      {"control_every", e.control_every},
+      {"control_gaps", e.control_gaps},
+      {"lane_gaps", e.lane_gaps},
+      {"compared_lane_gaps", e.compared_lane_gaps},
+      {"compared_control_gaps", e.compared_control_gaps},
+      {"estimated_s", number(e.extra_s)},
+      {"stderr_s", number(e.stderr_s)},
+  };
+  if (!e.estimated) out["not_estimated"] = why_not_estimated(e);
+  return out;
+}
+
+InterferenceEstimate interference_estimate_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw std::invalid_argument("lane summary: 'interference' is not an object");
+  InterferenceEstimate e;
+  e.control_every = read<int>(j, "control_every", 0);
+  e.control_gaps = read<long>(j, "control_gaps", 0);
+  e.lane_gaps = read<long>(j, "lane_gaps", 0);
+  e.compared_lane_gaps = read<long>(j, "compared_lane_gaps", 0);
+  e.compared_control_gaps = read<long>(j, "compared_control_gaps", 0);
+  const auto estimated = j.find("estimated_s");
+  e.estimated = estimated != j.end() && !estimated->is_null();
+  e.extra_s = read<double>(j, "estimated_s", 0);
+  e.stderr_s = read<double>(j, "stderr_s", 0);
+  return e;
+}
+
 nlohmann::json to_json(const LaneStats& s) {
   nlohmann::json out = {
       {"work_unit", s.work_unit},
@@ -153,7 +185,7 @@ nlohmann::json to_json(const StageLaneSummary& s) {
     if (lane.quarantined) quarantined.push_back({{"lane", name}, {"reason", lane.quarantine_reason}});
     calibrated[name] = lane.calibrated_step_s;
   }
-  return {
+  nlohmann::json out = {
       {"stage", s.stage},
       {"rank", s.rank},
       {"gaps", s.gaps},
@@ -172,6 +204,8 @@ nlohmann::json to_json(const StageLaneSummary& s) {
       {"quarantined", quarantined},
       {"plan", plan_to_json(s.plan)},
   };
+  if (s.interference) out["interference"] = to_json(*s.interference);  // absent: a summary from before it
+  return out;
 }
 
 nlohmann::json to_json(const CombinedLaneSummary& c) {
@@ -190,15 +224,17 @@ nlohmann::json to_json(const CombinedLaneSummary& c) {
   nlohmann::json quarantined = nlohmann::json::array();
   for (const QuarantinedLane& q : c.quarantined)
     quarantined.push_back({{"lane", q.lane}, {"rank", q.rank}, {"reason", q.reason}});
-  return {{"bubble_s", c.bubble_s},
-          {"harvested_s", c.harvested_s},
-          {"harvest_fraction", c.harvest_fraction()},
-          {"overrun_s", c.overrun_s},
-          {"bubble_after_profiling_s", c.bubble_after_profiling_s},
-          {"harvested_after_profiling_s", c.harvested_after_profiling_s},
-          {"harvest_fraction_after_profiling", c.harvest_fraction_after_profiling()},
-          {"lanes", lanes},
-          {"quarantined", quarantined}};
+  nlohmann::json out = {{"bubble_s", c.bubble_s},
+                        {"harvested_s", c.harvested_s},
+                        {"harvest_fraction", c.harvest_fraction()},
+                        {"overrun_s", c.overrun_s},
+                        {"bubble_after_profiling_s", c.bubble_after_profiling_s},
+                        {"harvested_after_profiling_s", c.harvested_after_profiling_s},
+                        {"harvest_fraction_after_profiling", c.harvest_fraction_after_profiling()},
+                        {"lanes", lanes},
+                        {"quarantined", quarantined}};
+  if (c.interference) out["interference"] = to_json(*c.interference);
+  return out;
 }
 
 StageLaneSummary stage_lane_summary_from_json(const nlohmann::json& j) {
@@ -222,6 +258,8 @@ StageLaneSummary stage_lane_summary_from_json(const nlohmann::json& j) {
   for (const auto& [name, lane] : lanes.items()) s.lanes[name] = lane_stats_from_json(lane);
   const auto plan = j.find("plan");
   if (plan != j.end() && !plan->is_null()) s.plan = plan_from_json(*plan);
+  const auto interference = j.find("interference");
+  if (interference != j.end() && !interference->is_null()) s.interference = interference_estimate_from_json(*interference);
   return s;
 }
 

@@ -5,10 +5,13 @@
 #pragma once
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "lanes/interference_estimate.h"
 
 namespace pipelane {
 
@@ -59,6 +62,9 @@ struct StageLaneSummary {
   int profile_iterations = 0;
   std::map<std::string, LaneStats> lanes;
   LanePlan plan;  // deterministic mode; empty otherwise
+  // The cost overrun does not show, from control gaps (lanes/interference_estimate.h); none in
+  // summaries written before it existed.
+  std::optional<InterferenceEstimate> interference;
 };
 
 // Lane totals over ranks.
@@ -88,6 +94,7 @@ struct CombinedLaneSummary {
   double harvested_after_profiling_s = 0;
   std::map<std::string, LaneTotal> lanes;
   std::vector<QuarantinedLane> quarantined;
+  std::optional<InterferenceEstimate> interference;  // over the ranks that had one
 
   double harvest_fraction() const;  // harvested_s / bubble_s (0 without waits); the same after profiling:
   double harvest_fraction_after_profiling() const;
@@ -102,6 +109,10 @@ nlohmann::json to_json(const LaneStats& lane);
 nlohmann::json to_json(const StageLaneSummary& summary);
 nlohmann::json to_json(const CombinedLaneSummary& combined);
 nlohmann::json plan_to_json(const LanePlan& plan);
+// "interference": the estimate's counts, "estimated_s" and "stderr_s" (null with "not_estimated"
+// saying why when there is no number). The inverse throws std::invalid_argument naming the field.
+nlohmann::json to_json(const InterferenceEstimate& estimate);
+InterferenceEstimate interference_estimate_from_json(const nlohmann::json& json);
 
 // The inverse of to_json(StageLaneSummary). std::invalid_argument naming the field for JSON that
 // is not one (a wrong type, a missing field, a gap id that is not an integer).

@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "parallel/compute_after_waits.h"
 #include "parallel/sharded_adamw.h"
 #include "parallel/tensor_parallel_adapter.h"
 #include "parallel/wan_turns.h"
@@ -622,7 +623,10 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
   // OptimizerStep ends every list, so the sum the update gate was given is the step's: summed
   // once, not twice.
   run.stats.loss_sum = run.world_loss ? *run.world_loss : s.world_loss_sum(run.loss_sum);
-  if (s.filler) s.filler->end_iteration(step_number);
+  if (s.filler) {
+    s.filler->training_after_gaps(step_number, compute_after_waits(run.stats.records));
+    s.filler->end_iteration(step_number);
+  }
   run.stats.end_s = s.now();
   return std::move(run.stats);
 }

@@ -56,6 +56,14 @@ TEST_F(LanesTraining, LossesAreBitIdenticalWithLanesOnAndOff) {
   EXPECT_GT(total["lanes"]["pagerank"]["units"].get<double>() +
                 total["lanes"]["imageproc"]["units"].get<double>(), 0.0)
       << total.dump();
+  // Control gaps (one in 32 by default, few in 6 steps) left empty one gap in two: still the same bits.
+  const StepMetrics controls = train("controls", "--lanes.enabled=pagerank --lanes.profile_iterations=1 "
+                                                 "--lane.pagerank.generate=rmat --lane.pagerank.scale=10 "
+                                                 "--lanes.control_every=2");
+  EXPECT_EQ(controls.loss, off.loss);
+  EXPECT_EQ(controls.grad_norm, off.grad_norm);
+  const auto with_controls = lanes_total("controls");
+  EXPECT_GT(with_controls["interference"]["control_gaps"].get<long>(), 0) << with_controls.dump();
 }
 
 // Activation recomputation with lanes on, through `pipelane train` on two ranks: the same losses

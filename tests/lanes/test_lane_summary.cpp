@@ -118,5 +118,53 @@ TEST(LaneSummary, CombinesOverRanksAndPerStage) {
   EXPECT_EQ(j["quarantined"][0]["rank"], 1);
 }
 
+// The interference estimate sits next to overrun_s in every lanes entry: written only where a run
+// made one (a summary from before it reads and writes back without it), read back unchanged, and
+// added over ranks.
+TEST(LaneSummary, TheInterferenceEstimateIsWrittenReadBackAndCombined) {
+  StageLaneSummary a = rank_summary(0, 0, 10), b = rank_summary(1, 1, 30);
+  EXPECT_FALSE(to_json(a).contains("interference"));
+  EXPECT_FALSE(stage_lane_summary_from_json(to_json(a)).interference);
+  InterferenceEstimate& e = a.interference.emplace();
+  e.control_every = 32;
+  e.control_gaps = 14;
+  e.lane_gaps = 400;
+  e.compared_lane_gaps = 380;
+  e.compared_control_gaps = 13;
+  e.estimated = true;
+  e.extra_s = 0.125;
+  e.stderr_s = 0.03;
+  const nlohmann::json j = to_json(a);
+  EXPECT_EQ(keys(j["interference"]), (std::set<std::string>{"control_every", "control_gaps", "lane_gaps",
+                                                             "compared_lane_gaps", "compared_control_gaps",
+                                                             "estimated_s", "stderr_s"}));
+  EXPECT_DOUBLE_EQ(j["interference"]["estimated_s"].get<double>(), 0.125);
+  const StageLaneSummary back = stage_lane_summary_from_json(nlohmann::json::parse(j.dump()));
+  ASSERT_TRUE(back.interference);
+  EXPECT_EQ(to_json(back), j);
+
+  // Too few control gaps: null numbers and the reason, read back as not estimated.
+  InterferenceEstimate& few = b.interference.emplace(e);
+  few.estimated = false;
+  few.compared_control_gaps = 3;
+  const nlohmann::json none = to_json(b)["interference"];
+  EXPECT_TRUE(none["estimated_s"].is_null());
+  EXPECT_TRUE(none["stderr_s"].is_null());
+  EXPECT_EQ(none["not_estimated"], "not enough control gaps (3 compared; each rank needs 8)");
+  EXPECT_FALSE(interference_estimate_from_json(none).estimated);
+
+  const CombinedLaneSummary total = combine_lane_summaries({a, b});
+  ASSERT_TRUE(total.interference);
+  EXPECT_EQ(total.interference->control_gaps, 28);
+  EXPECT_FALSE(total.interference->estimated) << "rank 1 has no number, so the job has none";
+  b.interference->estimated = true;
+  b.interference->stderr_s = 0.04;
+  const CombinedLaneSummary both = combine_lane_summaries({a, b});
+  EXPECT_DOUBLE_EQ(both.interference->extra_s, 0.25);
+  EXPECT_DOUBLE_EQ(both.interference->stderr_s, 0.05);
+  EXPECT_DOUBLE_EQ(to_json(both)["interference"]["estimated_s"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(lane_summaries_per_stage({a, b}, 2)[1].interference->extra_s, 0.125);
+}
+
 }  // namespace
 }  // namespace pipelane

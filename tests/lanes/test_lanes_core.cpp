@@ -10,9 +10,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
+#include "lanes/control_gaps.h"
 #include "lanes/gap_scheduler.h"
 #include "lanes/isolation/guarded_lane.h"
 #include "lanes/lane_registry.h"
@@ -440,6 +442,100 @@ TEST(GapSchedulerTest, APlanReplayedFromSummaryJsonGivesTheSameStepCountsPerGapA
   EXPECT_EQ(steps_per_gap_and_lane(replay), counts);
   EXPECT_EQ(to_json(replay.scheduler->summary())["lanes"]["a"]["steps"],
             to_json(first.scheduler->summary())["lanes"]["a"]["steps"]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Control gaps and the interference estimate
+
+// After profiling, the gaps is_control_gap names hold no lane work (in deterministic mode too,
+// whatever the plan says) and every other gap its usual steps; profiling gaps are never controls.
+TEST(GapSchedulerTest, ControlGapsAreLeftEmptyOnlyAfterProfiling) {
+  for (const bool deterministic : {false, true}) {
+    Harness h;
+    GapSchedulerOptions options = options_with(0.95, 2, deterministic);
+    options.stage = 1;
+    options.control_every = 4;
+    h.start({{"a", 0.001}}, options);
+    h.scheduler->calibrate();
+    int controls = 0;
+    for (int it = 0; it < 40; ++it) {
+      for (const int gap_id : {1, 3, 6}) {
+        h.gap(it, gap_id, 0.010);
+        const bool control = it >= 2 && is_control_gap(it, gap_id, 1, 4);
+        controls += control;
+        if (it < 2 || control)
+          EXPECT_TRUE(h.steps_in(it, gap_id).empty()) << "iteration " << it << " gap " << gap_id;
+        else
+          EXPECT_EQ(h.steps_in(it, gap_id).size(), 9u) << "iteration " << it << " gap " << gap_id;
+      }
+      h.scheduler->training_after_gaps(it, {{1, 0.004}, {3, 0.004}, {6, 0.004}});
+      h.scheduler->end_iteration(it);
+    }
+    EXPECT_GT(controls, 10);
+    const InterferenceEstimate e = *h.scheduler->summary().interference;
+    EXPECT_EQ(e.control_every, 4);
+    EXPECT_EQ(e.control_gaps, controls) << "profiling gaps are neither controls nor samples";
+    EXPECT_EQ(e.lane_gaps, 38 * 3 - controls);
+  }
+}
+
+// A delay injected after the gaps a lane step ran in (what a lane's working set would cost
+// training's next instruction) comes back from the scheduler's summary within its standard error;
+// without one the estimate is consistent with zero. Training's compute is reported as the executor
+// does. A gap left to the lanes counts whether a step ran in it or not; the delay is only where
+// one ran.
+TEST(GapSchedulerTest, InterferenceIsEstimatedFromTrainingsComputeAfterFilledAndControlGaps) {
+  for (const double delay : {0.0004, 0.0}) {
+    Harness h;
+    GapSchedulerOptions options = options_with(0.95, 1);
+    options.control_every = 8;
+    h.start({{"a", 0.001}}, options);
+    h.scheduler->calibrate();
+    std::mt19937_64 random(42);
+    std::normal_distribution<double> noise(0.0, 0.0003);
+    long lane_gaps = 0, ran = 0;
+    for (int it = 0; it < 200; ++it) {
+      std::vector<TrainingAfterGap> after;
+      for (const auto& [gap_id, compute] : std::map<int, double>{{2, 0.004}, {5, 0.009}}) {
+        h.gap(it, gap_id, 0.006);
+        const bool lane_ran = !h.steps_in(it, gap_id).empty();
+        if (it >= 1 && !is_control_gap(it, gap_id, 0, 8)) {
+          ++lane_gaps;
+          ran += lane_ran;
+        }
+        after.push_back({gap_id, compute + (lane_ran ? delay : 0.0) + noise(random)});
+      }
+      after.push_back({9, 0.001});  // a wait that never reached fill() here: no sample
+      h.scheduler->training_after_gaps(it, after);
+      h.scheduler->end_iteration(it);
+    }
+    const InterferenceEstimate e = *h.scheduler->summary().interference;
+    ASSERT_TRUE(e.estimated) << why_not_estimated(e);
+    EXPECT_EQ(e.lane_gaps, lane_gaps);
+    EXPECT_GT(e.control_gaps, 20);
+    const double truth = delay * static_cast<double>(ran);
+    EXPECT_LE(std::abs(e.extra_s - truth), 3 * e.stderr_s) << "delay " << delay << ": " << e.extra_s << " +- " << e.stderr_s;
+    if (delay > 0) {
+      EXPECT_GT(e.extra_s, 3 * e.stderr_s);
+    }
+  }
+}
+
+TEST(GapSchedulerTest, WithoutControlGapsTheSummarySaysSo) {
+  Harness h;
+  h.start({{"a", 0.001}}, options_with(0.95, 1));  // the scheduler's default: control_every 0
+  h.scheduler->calibrate();
+  for (int it = 0; it < 10; ++it) {
+    h.gap(it, 2, 0.006);
+    EXPECT_EQ(h.steps_in(it, 2).empty(), it == 0);
+    h.scheduler->training_after_gaps(it, {{2, 0.004}});
+    h.scheduler->end_iteration(it);
+  }
+  const InterferenceEstimate e = *h.scheduler->summary().interference;
+  EXPECT_FALSE(e.estimated);
+  EXPECT_EQ(e.control_gaps, 0);
+  EXPECT_EQ(e.lane_gaps, 9);
+  EXPECT_EQ(why_not_estimated(e), "control gaps off ([lanes] control_every = 0)");
 }
 
 TEST(GapSchedulerTest, SetPlanRefusesALaneThatDoesNotRunHere) {

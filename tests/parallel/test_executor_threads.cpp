@@ -12,9 +12,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
+#include "parallel/compute_after_waits.h"
 #include "parallel/pipeline_executor.h"
 #include "parallel/sites.h"
 #include "parallel/thread_planes.h"
@@ -44,21 +46,33 @@ std::vector<std::int32_t> tokens_of(int step, int global_mb, int shift) {
   return out;
 }
 
-// Every (iteration, gap id) the filler was handed.
+// Every (iteration, gap id) the filler was handed, and the compute after each gap it was told
+// of; `told_before_end` stays true while every iteration's compute came before its end_iteration.
 class RecordingFiller final : public GapFiller {
  public:
   void fill(int iteration, int gap_id, WaitKind, const std::function<bool()>& arrived) override {
     calls[{iteration, gap_id}] += 1;
     while (!arrived()) std::this_thread::yield();
   }
-  void end_iteration(int) override {}
+  void training_after_gaps(int iteration, const std::vector<TrainingAfterGap>& times) override {
+    for (const TrainingAfterGap& t : times) after[{iteration, t.gap_id}] = t.compute_s;
+  }
+  void end_iteration(int iteration) override {
+    bool told = false;
+    for (const auto& [key, seconds] : after) told = told || key.first == iteration;
+    told_before_end = told_before_end && told;
+  }
   std::map<std::pair<int, int>, int> calls;
+  std::map<std::pair<int, int>, double> after;
+  bool told_before_end = true;
 };
 
 struct JobResult {
   std::vector<double> loss, grad_norm;  // per step (rank 0's view; every rank agrees)
   std::vector<std::vector<Instr>> instrs;  // per world rank
   std::vector<std::map<std::pair<int, int>, int>> fills;  // per world rank
+  std::vector<std::map<std::pair<int, int>, double>> after;  // per world rank: compute after each gap
+  std::vector<bool> told_before_end;                          // per world rank
 };
 
 // `sites` (empty: one site) splits the ranks into consecutive sites; `wan` lowers each rank's list.
@@ -75,6 +89,8 @@ JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool
   JobResult result;
   result.instrs.resize(dims.world());
   result.fills.resize(dims.world());
+  result.after.resize(dims.world());
+  result.told_before_end.resize(dims.world());
   std::mutex mutex;
   std::vector<std::thread> ranks;
   std::vector<std::string> errors(dims.world());
@@ -113,6 +129,8 @@ JobResult run_job(ParallelDims dims, ScheduleKind kind, int virtual_stages, bool
         std::lock_guard lock(mutex);
         result.instrs[rank] = exec.instructions();
         result.fills[rank] = filler.calls;
+        result.after[rank] = filler.after;
+        result.told_before_end[rank] = filler.told_before_end;
       } catch (const std::exception& e) {
         errors[rank] = e.what();
       }
@@ -309,8 +327,36 @@ TEST(ExecutorThreadsFiller, EveryWaitReachesTheFillerEveryIteration) {
           if (is_wait(got.instrs[rank][i].op)) expected[{step, static_cast<int>(i)}] = 1;
       EXPECT_FALSE(expected.empty());
       EXPECT_EQ(got.fills[rank], expected) << schedule_kind_name(kind) << " rank " << rank;
+      // Each step the filler also hears, before end_iteration, how long training computed after
+      // each wait that compute followed (every wait but the gradient sync, which the optimizer follows).
+      std::set<std::pair<int, int>> followed;
+      for (const auto& [key, calls] : expected)
+        if (got.instrs[rank][key.second].op != Op::GradSync) followed.insert(key);
+      std::set<std::pair<int, int>> told;
+      for (const auto& [key, seconds] : got.after[rank]) {
+        told.insert(key);
+        EXPECT_GT(seconds, 0) << "step " << key.first << " gap " << key.second;
+      }
+      EXPECT_EQ(told, followed) << schedule_kind_name(kind) << " rank " << rank;
+      EXPECT_TRUE(got.told_before_end[rank]);
     }
   }
+}
+
+// Compute after a wait: the compute instructions up to the next wait, sends and the optimizer left out.
+TEST(ComputeAfterWaits, SumsTheComputeBetweenAWaitAndTheNext) {
+  const auto record = [](Op op, double start, double end) { return InstrRecord{Instr{op}, start, end, 0}; };
+  const std::vector<InstrRecord> records = {
+      record(Op::RecvFwd, 0.0, 1.0),  record(Op::Fwd, 1.0, 1.5),      record(Op::SendFwd, 1.5, 1.75),
+      record(Op::RecvBwd, 1.75, 2.0), record(Op::Bwd, 2.0, 2.5),      record(Op::BwdWeight, 2.5, 2.625),
+      record(Op::SendBwd, 2.625, 3.0), record(Op::RecvBwd, 3.0, 3.5), record(Op::GradSync, 3.5, 4.0),
+      record(Op::OptimizerStep, 4.0, 5.0)};
+  const std::vector<TrainingAfterGap> after = compute_after_waits(records);
+  ASSERT_EQ(after.size(), 2u) << "the RecvBwd and GradSync at 7 and 8 have no compute before the next wait";
+  EXPECT_EQ(after[0].gap_id, 0);
+  EXPECT_DOUBLE_EQ(after[0].compute_s, 0.5);
+  EXPECT_EQ(after[1].gap_id, 3);
+  EXPECT_DOUBLE_EQ(after[1].compute_s, 0.625);
 }
 
 // The data plane matches messages by issue order without tags: that is only correct because

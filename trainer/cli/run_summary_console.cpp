@@ -34,6 +34,21 @@ void print_overhead(const TrainingOverhead& o) {
                 o.step_quartiles->p75_ms, 100 * *o.noise_fraction());
 }
 
+// The cost a run can see by itself: overrun, and what the control gaps say of the rest (issue
+// #26: overrun alone showed about a tenth of what alternated lanes-off runs measured).
+void print_estimated_cost(const CombinedLaneSummary& t, const InterferenceEstimate& e,
+                          const std::optional<EstimatedOverhead>& overhead) {
+  std::printf("    cost       overrun %.3f s + interference ", t.overrun_s);
+  if (e.estimated)
+    std::printf("%.3f s +- %.3f s", e.extra_s, e.stderr_s);
+  else
+    std::printf("unknown: %s", why_not_estimated(e).c_str());
+  std::printf(" (%ld control gaps against %ld left to the lanes)\n", e.control_gaps, e.lane_gaps);
+  if (overhead)
+    std::printf("               estimated overhead %+.1f%% +- %.1f%% training time (no lanes-off run needed)\n",
+                100 * overhead->fraction(), 100 * overhead->fraction_stderr());
+}
+
 void print_lanes(const TrainingLanes& lanes) {
   const CombinedLaneSummary& t = lanes.total;
   std::printf("  lanes        harvested %.2f s of %.2f s of waits (%.0f%%; %.0f%% after the profile iterations), "
@@ -43,11 +58,13 @@ void print_lanes(const TrainingLanes& lanes) {
   for (const auto& [name, l] : t.lanes)
     std::printf("    %-10s %.4g %s in %.2f s of lane time\n", name.c_str(), l.units,
                 l.work_unit.empty() ? "units" : l.work_unit.c_str(), l.lane_s);
+  if (t.interference) print_estimated_cost(t, *t.interference, lanes.valuation.estimated_overhead);
   const auto& o = lanes.valuation.overhead;
   if (o) print_overhead(*o);
   if (const auto& c = lanes.valuation.cost_saving) {
-    char net[64] = "unknown (no [lanes] baseline)";
-    if (const auto n = c->net_fraction()) std::snprintf(net, sizeof net, "%.1f%%", 100 * *n);
+    char net[64] = "unknown (no [lanes] baseline, no interference estimate)";
+    if (const auto n = c->net_fraction())
+      std::snprintf(net, sizeof net, "%.1f%%%s", 100 * *n, c->estimated ? " (estimated: no [lanes] baseline)" : "");
     std::printf("    saving     gross %.1f%%, net %s: lane work worth %.1f device-s alone (at %.3gx the training "
                 "device's price), over %.1f device-s of training\n",
                 100 * c->gross_fraction(), net, c->value_device_s, c->price_ratio, c->training_device_s);

@@ -260,6 +260,9 @@ std::vector<OptionKey> train_option_keys() {
       .number("margin", &LanesOptions::margin, {0, false, 1, true}, "share of a predicted gap lane steps may fill")
       .boolean("deterministic", &LanesOptions::deterministic, "freeze the lane steps of each gap after profiling")
       .integer("profile_iterations", &LanesOptions::profile_iterations, 1, "first iterations only measure gaps")
+      .integer("control_every", &LanesOptions::control_every, 0,
+               "after profiling, about one gap in this many is left empty (a control gap), so that summary.json "
+               "can estimate what lanes cost training beyond their overrun; 0: none")
       .text("stages", &LanesOptions::stages, {}, "pipeline stages that run lanes: all, or a list such as 0,2")
       .text("plugins", &LanesOptions::plugins, {}, "lane plugins (.so paths), comma-separated")
       .text("isolation", &LanesOptions::isolation, {"auto", "process", "thread"},

@@ -123,6 +123,7 @@ struct LanesOptions {
   double margin = 0.9;         // share of a predicted gap lane steps may fill
   bool deterministic = false;  // freeze the lane steps of each gap after profiling
   int profile_iterations = 2;  // iterations that only measure gaps
+  int control_every = 32;      // after profiling, about one gap in N left empty to measure lanes' cost; 0: none
   std::string stages = "all";  // pipeline stages that run lanes: "all" or a list such as "0,2"
   std::string plugins;         // comma-separated paths of lane plugins (.so)
   // auto: plugins and the command lane in a worker process each, other built-ins in-process;
@@ -151,7 +152,8 @@ struct LanesOptions {
   friend bool operator==(const LanesOptions& a, const LanesOptions& b) {
     return a.enabled == b.enabled && a.memory_mb == b.memory_mb && a.stage_memory_mb == b.stage_memory_mb &&
            a.margin == b.margin && a.deterministic == b.deterministic &&
-           a.profile_iterations == b.profile_iterations && a.stages == b.stages && a.plugins == b.plugins &&
+           a.profile_iterations == b.profile_iterations && a.control_every == b.control_every &&
+           a.stages == b.stages && a.plugins == b.plugins &&
            a.baseline == b.baseline && a.dedicated == b.dedicated && a.plan == b.plan &&
            a.sm_partition == b.sm_partition &&
            a.train_price_per_hour == b.train_price_per_hour &&

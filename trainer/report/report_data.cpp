@@ -66,16 +66,29 @@ void read_metrics(const fs::path& path, RunData& run) {
 // A number summary.json wrote as null (NaN, or not known) is not shown.
 std::optional<double> known(double x) { return std::isnan(x) ? std::nullopt : std::optional<double>(x); }
 
+InterferenceView interference_view(const InterferenceEstimate& e) {
+  InterferenceView v;
+  if (e.estimated) {
+    v.estimated_s = e.extra_s;
+    v.stderr_s = e.stderr_s;
+  }
+  v.why_not = why_not_estimated(e);
+  v.control_gaps = e.control_gaps;
+  v.lane_gaps = e.lane_gaps;
+  return v;
+}
+
 LaneStage lane_stage(int stage, const CombinedLaneSummary& c) {
-  LaneStage st{stage, c.bubble_s, c.harvested_s, c.overrun_s, {}};
+  LaneStage st{stage, c.bubble_s, c.harvested_s, c.overrun_s, {}, std::nullopt};
   for (const auto& [name, l] : c.lanes)
     st.lanes[name] = {l.work_unit.empty() ? "units" : l.work_unit, l.units, l.lane_s, l.harvested_s, l.overrun_s,
                       static_cast<double>(l.steps)};
+  if (c.interference) st.interference = interference_view(*c.interference);
   return st;
 }
 
 LaneStage lane_stage(int stage, const SimulatedLaneTotals& t) {
-  LaneStage st{stage, t.bubble_s, t.harvested_s, t.overrun_s, {}};
+  LaneStage st{stage, t.bubble_s, t.harvested_s, t.overrun_s, {}, std::nullopt};
   for (const auto& [name, l] : t.lanes)
     st.lanes[name] = {l.work_unit, l.units, l.lane_s, l.harvested_s, l.overrun_s, l.steps};
   return st;
@@ -90,7 +103,15 @@ LanesSummary lanes_view(const TrainingLanes& lanes) {
   out.harvest_fraction = t.harvest_fraction();
   out.harvest_fraction_after_profiling = t.harvest_fraction_after_profiling();
   if (const auto& o = lanes.valuation.overhead) out.overhead_fraction = o->fraction();
-  if (const auto& c = lanes.valuation.cost_saving) out.cost_saving_fraction = c->net_fraction().value_or(c->gross_fraction());
+  if (const auto& c = lanes.valuation.cost_saving) {
+    out.cost_saving_fraction = c->net_fraction().value_or(c->gross_fraction());
+    out.cost_saving_estimated = c->estimated;
+  }
+  if (t.interference) out.interference = interference_view(*t.interference);
+  if (const auto& e = lanes.valuation.estimated_overhead) {
+    out.estimated_overhead_fraction = e->fraction();
+    out.estimated_overhead_fraction_stderr = e->fraction_stderr();
+  }
   out.lanes = lane_stage(0, t).lanes;
   for (const QuarantinedLane& q : t.quarantined)
     out.quarantined.push_back(q.lane + " on rank " + std::to_string(q.rank) + ": " + q.reason);

@@ -44,16 +44,29 @@ struct LaneNumbers {
   double units = 0, lane_s = 0, harvested_s = 0, overrun_s = 0, steps = 0;
 };
 
+// The lanes' cost that overrun does not show, as control gaps estimated it (summary.json's
+// "interference"; absent in a simulation and in runs from before it).
+struct InterferenceView {
+  std::optional<double> estimated_s, stderr_s;  // none: not estimated, `why_not` says why
+  std::string why_not;
+  long control_gaps = 0, lane_gaps = 0;
+};
+
 struct LaneStage {
   int stage = 0;
   double bubble_s = 0, harvested_s = 0, overrun_s = 0;
   std::map<std::string, LaneNumbers> lanes;
+  std::optional<InterferenceView> interference;
 };
 
 struct LanesSummary {
   double bubble_s = 0, harvested_s = 0, overrun_s = 0, harvest_fraction = 0;
   double harvest_fraction_after_profiling = 0;
   std::optional<double> overhead_fraction, cost_saving_fraction;
+  std::optional<InterferenceView> interference;
+  // (overrun + interference) against the implied lanes-off training time, and its standard error.
+  std::optional<double> estimated_overhead_fraction, estimated_overhead_fraction_stderr;
+  bool cost_saving_estimated = false;  // its net figure from the estimate, not a lanes-off run
   std::map<std::string, LaneNumbers> lanes;
   std::vector<LaneStage> stages;
   std::vector<std::string> quarantined;  // "LANE on rank R: reason"

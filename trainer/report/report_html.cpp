@@ -232,6 +232,30 @@ std::string stages_section(const RunData& r, int i) {
   return s;
 }
 
+// "1.234 s +- 0.321 s" or why there is no number.
+std::string interference_text(const InterferenceView& v) {
+  return v.estimated_s ? fmt("%.3f", *v.estimated_s) + " s &plusmn; " + fmt("%.3f", *v.stderr_s) + " s"
+                       : "unknown, " + escape_xml(v.why_not);
+}
+
+// The cost overrun does not show, next to it: in total and per stage, with the control gaps it rests on.
+std::string interference_paragraph(const LanesSummary& l, int i) {
+  if (!l.interference) return "";
+  const InterferenceView& v = *l.interference;
+  std::string s = "<p class=\"muted\" id=\"interference-" + std::to_string(i) + "\">cost to training beyond the overrun (interference, "
+                  "estimated from " + std::to_string(v.control_gaps) + " control gaps left empty against " +
+                  std::to_string(v.lane_gaps) + " left to the lanes): " + interference_text(v);
+  if (l.estimated_overhead_fraction)
+    s += "; estimated overhead with the overrun: " + fmt("%+.1f%%", 100 * *l.estimated_overhead_fraction) + " &plusmn; " +
+         fmt("%.1f%%", 100 * *l.estimated_overhead_fraction_stderr) + " of training time";
+  s += "</p><table><tr><th>stage</th><th>overrun s</th><th>interference s (estimated)</th><th>control gaps</th></tr>";
+  for (const LaneStage& st : l.stages)
+    if (st.interference)
+      s += "<tr><td>" + std::to_string(st.stage) + "</td><td>" + fmt("%.4f", st.overrun_s) + "</td><td>" +
+           interference_text(*st.interference) + "</td><td>" + std::to_string(st.interference->control_gaps) + "</td></tr>";
+  return s + "</table>";
+}
+
 std::string lanes_section(const RunData& r, int i) {
   if (!r.summary || !r.summary->lanes) return "";
   const LanesSummary& l = *r.summary->lanes;
@@ -260,8 +284,11 @@ std::string lanes_section(const RunData& r, int i) {
        fmt("%.3f", l.overrun_s) + " s; training overhead vs a lanes-off run: " +
        (l.overhead_fraction ? fmt("%+.1f%%", 100 * *l.overhead_fraction) : std::string("not measured ([lanes] baseline)")) +
        "; cost saving: " +
-       (l.cost_saving_fraction ? fmt("%.1f%%", 100 * *l.cost_saving_fraction) : std::string("not measured ([lanes] dedicated)")) +
+       (l.cost_saving_fraction ? fmt("%.1f%%", 100 * *l.cost_saving_fraction) +
+                                     (l.cost_saving_estimated ? std::string(" (estimated: net of the estimated overhead)") : "")
+                               : std::string("not measured ([lanes] dedicated)")) +
        "</p>";
+  s += interference_paragraph(l, i);
   s += "<table id=\"lanes-table-" + std::to_string(i) +
        "\"><tr><th>stage</th><th>lane</th><th>units</th><th>steps</th><th>lane s</th><th>harvested s</th>"
        "<th>overrun s</th><th>units per lane-s</th></tr>";

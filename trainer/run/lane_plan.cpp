@@ -79,6 +79,11 @@ std::map<int, LanePlan> load_lane_plans(const TrainOptions& o, ParallelDims dims
     if (entry.profile_iterations != o.lanes.profile_iterations)
       throw fail("the plan's run profiled " + std::to_string(entry.profile_iterations) +
                  " iterations, this run [lanes] profile_iterations = " + std::to_string(o.lanes.profile_iterations));
+    // Control gaps are left empty whatever the plan says: the same ones only at the same rate.
+    const int control_every = entry.interference ? entry.interference->control_every : 0;
+    if (control_every != o.lanes.control_every)
+      throw fail("the plan's run left " + (control_every > 0 ? "one gap in " + std::to_string(control_every) : std::string("no gap")) +
+                 " empty as a control gap, this run [lanes] control_every = " + std::to_string(o.lanes.control_every));
     for (const auto& [gap_id, names] : entry.plan)
       for (const std::string& name : names)
         if (!ran.count(name))

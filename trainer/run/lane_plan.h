@@ -15,7 +15,7 @@ namespace pipelane {
 // World rank -> its plan, for every rank of this run that runs lanes. ConfigError with one line
 // naming the file unless the plan fits this run: the same schedule, pp, virtual stages,
 // microbatches, tp and dp; the same lanes on the same ranks and stages; the same
-// profile_iterations; a deterministic run that froze a plan.
+// profile_iterations and control_every; a deterministic run that froze a plan.
 std::map<int, LanePlan> load_lane_plans(const TrainOptions& options, ParallelDims dims);
 
 }  // namespace pipelane

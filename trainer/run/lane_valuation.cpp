@@ -129,6 +129,14 @@ double training_units(const LaneTotal& lane) { return lane.units - lane.calibrat
 
 }  // namespace
 
+std::optional<EstimatedOverhead> estimate_overhead(const CombinedLaneSummary& total, double train_seconds,
+                                                   int replicas_per_stage) {
+  if (!total.interference || !total.interference->estimated) return std::nullopt;
+  const double replicas = std::max(replicas_per_stage, 1);
+  return EstimatedOverhead{total.overrun_s / replicas, total.interference->extra_s / replicas,
+                           total.interference->stderr_s / replicas, train_seconds};
+}
+
 double CostSaving::gross_fraction() const {
   return training_device_s > 0 ? value_device_s * price_ratio / training_device_s : 0.0;
 }
@@ -155,21 +163,30 @@ std::map<std::string, LaneValue> LaneValuation::value_lanes(const CombinedLaneSu
 }
 
 LanesValuation LaneValuation::value(const CombinedLaneSummary& total, double train_seconds, double step_ms_median,
-                                    int world, std::optional<StepQuartiles> step_quartiles) const {
+                                    int world, std::optional<StepQuartiles> step_quartiles,
+                                    int replicas_per_stage) const {
   LanesValuation out;
   out.lanes = value_lanes(total, train_seconds);
   if (baseline_)
     out.overhead = TrainingOverhead{baseline_->path,           baseline_->train_seconds, train_seconds,
                                     baseline_->step_ms_median, step_ms_median,           baseline_->step_quartiles,
                                     step_quartiles};
+  out.estimated_overhead = estimate_overhead(total, train_seconds, replicas_per_stage);
   if (dedicated_.empty()) return out;
   CostSaving c;
   c.dedicated = dedicated_path_;
   for (const auto& [name, lane] : out.lanes) c.value_device_s += lane.value_device_s.value_or(0.0);
-  // Without a baseline the training device-time alone is not known: the saving is then the gross
-  // value over this run's own device-time, and the net one is unknown.
+  // Without a baseline the lanes-off device-time is this run's less the estimated extra time
+  // (then the net saving is estimated), or, without an estimate either, this run's own, and only
+  // the gross saving is known.
   c.training_device_s = world * (baseline_ ? baseline_->train_seconds : train_seconds);
-  if (baseline_) c.extra_device_s = world * (train_seconds - baseline_->train_seconds);
+  if (baseline_) {
+    c.extra_device_s = world * (train_seconds - baseline_->train_seconds);
+  } else if (const auto& e = out.estimated_overhead) {
+    c.extra_device_s = world * e->extra_train_s();
+    c.training_device_s = world * (train_seconds - e->extra_train_s());
+    c.estimated = true;
+  }
   c.train_price_per_hour = given(train_price_per_hour_);
   c.dedicated_price_per_hour = given(dedicated_price_per_hour_);
   if (c.train_price_per_hour && c.dedicated_price_per_hour)
@@ -217,6 +234,12 @@ nlohmann::json valued_total_json(const CombinedLaneSummary& total, const LanesVa
     out["overhead"] = nullptr;
     out["overhead_needs"] = "[lanes] baseline = the summary.json of a lanes-off run";
   }
+  // Written only where the total has an interference estimate (summaries from before it lack both).
+  if (total.interference) {
+    const auto& e = valuation.estimated_overhead;
+    out["estimated_overhead_fraction"] = e ? nlohmann::json(e->fraction()) : nlohmann::json(nullptr);
+    out["estimated_overhead_fraction_stderr"] = e ? nlohmann::json(e->fraction_stderr()) : nlohmann::json(nullptr);
+  }
   const auto& c = valuation.cost_saving;
   if (!c) {
     out["cost_saving"] = nullptr;
@@ -246,6 +269,7 @@ nlohmann::json valued_total_json(const CombinedLaneSummary& total, const LanesVa
       {"fraction", net.value_or(c->gross_fraction())},
       {"gross", !net.has_value()},
   };
+  if (c->estimated) out["cost_saving"]["estimated"] = true;  // absent: measured, or gross only
   return out;
 }
 

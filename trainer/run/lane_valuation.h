@@ -71,16 +71,37 @@ struct TrainingOverhead {
   std::optional<bool> inside_noise() const;
 };
 
+// What the lanes cost training as the run itself can tell, without a lanes-off run: the overrun
+// and the interference the control gaps estimate (lanes/interference_estimate.h), both per
+// pipeline replica (summed over the stages: a stage's delay holds up the stages that wait for it,
+// and its ranks of one stage are delayed side by side, so they count once).
+struct EstimatedOverhead {
+  double overrun_s = 0;
+  double interference_s = 0, interference_stderr_s = 0;
+  double train_s = 0;  // this run's
+  double extra_train_s() const { return overrun_s + interference_s; }
+  // Against the training time without lanes this implies, as TrainingOverhead::fraction is.
+  double fraction() const { return train_s > extra_train_s() ? extra_train_s() / (train_s - extra_train_s()) : 0.0; }
+  double fraction_stderr() const { return train_s > extra_train_s() ? interference_stderr_s / (train_s - extra_train_s()) : 0.0; }
+};
+
+// None unless `total` has an interference estimate with a number.
+std::optional<EstimatedOverhead> estimate_overhead(const CombinedLaneSummary& total, double train_seconds,
+                                                   int replicas_per_stage);
+
 struct CostSaving {
   std::string dedicated;                  // the lane-bench file
   double value_device_s = 0;              // lane work in dedicated device-seconds
   double training_device_s = 0;           // of the lanes-off run (this run's without a baseline)
-  std::optional<double> extra_device_s;   // this run's minus the lanes-off run's (needs a baseline)
+  // This run's minus the lanes-off run's: measured with a baseline, else estimated from the
+  // overrun and the control gaps (`estimated`); none when neither is known.
+  std::optional<double> extra_device_s;
+  bool estimated = false;
   std::optional<double> train_price_per_hour;      // as given; none: prices not given
   std::optional<double> dedicated_price_per_hour;  // as given; none: the training device's
   double price_ratio = 1;                 // dedicated / training device price
   double gross_fraction() const;
-  std::optional<double> net_fraction() const;  // needs a baseline
+  std::optional<double> net_fraction() const;  // needs extra_device_s
   // Net above gross: the lanes run took less training time than the lanes-off run.
   bool net_above_gross() const { return extra_device_s && *extra_device_s < 0; }
 };
@@ -88,6 +109,7 @@ struct CostSaving {
 struct LanesValuation {
   std::map<std::string, LaneValue> lanes;
   std::optional<TrainingOverhead> overhead;  // needs [lanes] baseline
+  std::optional<EstimatedOverhead> estimated_overhead;  // needs an interference estimate (enough control gaps)
   std::optional<CostSaving> cost_saving;     // needs [lanes] dedicated
 };
 
@@ -98,9 +120,11 @@ class LaneValuation {
   static LaneValuation load(const TrainOptions& options, int world);
 
   // The job's lanes (combined over ranks), valued. `train_seconds`: this run's training time;
-  // `world`: ranks, each one training device.
+  // `world`: ranks, each one training device; `replicas_per_stage`: tp x dp, the ranks of one
+  // pipeline stage (the estimated overhead counts a stage's delay once).
   LanesValuation value(const CombinedLaneSummary& total, double train_seconds, double step_ms_median,
-                       int world, std::optional<StepQuartiles> step_quartiles = std::nullopt) const;
+                       int world, std::optional<StepQuartiles> step_quartiles = std::nullopt,
+                       int replicas_per_stage = 1) const;
   // value()'s per-lane part alone (for one stage's lanes).
   std::map<std::string, LaneValue> value_lanes(const CombinedLaneSummary& lanes, double train_seconds) const;
 
@@ -116,7 +140,9 @@ class LaneValuation {
 
 // summary.json's lanes entries: to_json(combined) with each lane's value, and for the job's total
 // also "overhead" and "cost_saving" (null, with "overhead_needs" / "cost_saving_needs" naming the
-// [lanes] key that would fill them, when their input was not given).
+// [lanes] key that would fill them, when their input was not given), and where the total has an
+// interference estimate, "estimated_overhead_fraction" and its "_stderr" (null when there is no
+// number); a cost saving whose net figure comes from that estimate says "estimated": true.
 nlohmann::json valued_lanes_json(const CombinedLaneSummary& combined, const std::map<std::string, LaneValue>& values);
 nlohmann::json valued_total_json(const CombinedLaneSummary& total, const LanesValuation& valuation);
 

@@ -178,6 +178,17 @@ std::string encode_lane_summary(const std::optional<StageLaneSummary>& summary) 
     w.u64(names.size());
     for (const std::string& name : names) w.text(name);
   }
+  w.flag(s.interference.has_value());
+  if (const auto& e = s.interference) {
+    w.i64(e->control_every);
+    w.i64(e->control_gaps);
+    w.i64(e->lane_gaps);
+    w.i64(e->compared_lane_gaps);
+    w.i64(e->compared_control_gaps);
+    w.flag(e->estimated);
+    w.f64(e->extra_s);
+    w.f64(e->stderr_s);
+  }
   return w.take();
 }
 
@@ -206,6 +217,17 @@ std::optional<StageLaneSummary> decode_lane_summary(const std::string& bytes) {
   for (std::size_t n = r.count(); n > 0; --n) {
     std::vector<std::string>& names = s.plan[static_cast<int>(r.i64())];
     for (std::size_t k = r.count(); k > 0; --k) names.push_back(r.text());
+  }
+  if (r.flag()) {
+    InterferenceEstimate& e = s.interference.emplace();
+    e.control_every = static_cast<int>(r.i64());
+    e.control_gaps = r.i64();
+    e.lane_gaps = r.i64();
+    e.compared_lane_gaps = r.i64();
+    e.compared_control_gaps = r.i64();
+    e.estimated = r.flag();
+    e.extra_s = r.f64();
+    e.stderr_s = r.f64();
   }
   r.expect_end();
   return s;

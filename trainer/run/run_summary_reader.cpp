@@ -139,6 +139,13 @@ CombinedLaneSummary combined_lanes(const Field& f) {
   }
   for (const Field& q : f.at("quarantined").elements())
     c.quarantined.push_back({text_at(q, "lane"), integer_at(q, "rank"), text_at(q, "reason")});
+  if (const auto interference = f.find("interference")) {  // absent in summaries from before it
+    try {
+      c.interference = interference_estimate_from_json(interference->raw());
+    } catch (const std::invalid_argument& e) {
+      interference->fail(e.what());
+    }
+  }
   return c;
 }
 
@@ -153,9 +160,13 @@ std::map<std::string, LaneValue> lane_values(const Field& f) {
   return values;
 }
 
-LanesValuation valuation(const Field& total) {
+// `combined`: the total as read; `train_seconds` and `replicas_per_stage` are the run's, from which
+// the estimated overhead was derived.
+LanesValuation valuation(const Field& total, const CombinedLaneSummary& combined, double train_seconds,
+                         int replicas_per_stage) {
   LanesValuation v;
   v.lanes = lane_values(total);
+  v.estimated_overhead = estimate_overhead(combined, train_seconds, replicas_per_stage);
   if (const auto o = total.at("overhead"); !o.is_null()) {
     v.overhead = TrainingOverhead{text_at(o, "baseline"), number_at(o, "baseline_train_s"), number_at(o, "train_s"),
                                   number_at(o, "baseline_step_ms_median"), number_at(o, "step_ms_median"),
@@ -176,16 +187,17 @@ LanesValuation valuation(const Field& total) {
     s.train_price_per_hour = optional_number_at(c, "train_price_per_hour");
     s.dedicated_price_per_hour = optional_number_at(c, "dedicated_price_per_hour");
     s.price_ratio = number_at(c, "price_ratio");
+    if (const auto estimated = c.find("estimated")) s.estimated = estimated->boolean();
     v.cost_saving = s;
   }
   return v;
 }
 
-TrainingLanes training_lanes(const Field& f) {
+TrainingLanes training_lanes(const Field& f, double train_seconds, int replicas_per_stage) {
   TrainingLanes l;
   const Field total = f.at("total");
   l.total = combined_lanes(total);
-  l.valuation = valuation(total);
+  l.valuation = valuation(total, l.total, train_seconds, replicas_per_stage);
   const std::vector<Field> stages = f.at("per_stage").elements();
   for (std::size_t stage = 0; stage < stages.size(); ++stage) {
     if (integer_at(stages[stage], "stage") != static_cast<int>(stage)) stages[stage].at("stage").fail("not its place in the list");
@@ -393,7 +405,7 @@ RunSummary run_summary_from_json(const json& j, const std::string& where) {
   else s.training = training_part(f);
   if (const auto lanes = f.find("lanes")) {
     if (s.simulation) s.simulated_lanes = simulated_lanes(*lanes);
-    else s.lanes = training_lanes(*lanes);
+    else s.lanes = training_lanes(*lanes, s.train_seconds, s.parallel.tp * s.parallel.dp);
   } else {
     (void)f.at("lanes");  // null when lanes were off, but there
   }

@@ -52,6 +52,7 @@ StageLanes::StageLanes(const TrainOptions& opts, const Topology& topo, Backend& 
   g.margin = lo.margin;
   g.deterministic = lo.deterministic || !lo.plan.empty();  // a replayed plan is deterministic mode's
   g.profile_iterations = lo.profile_iterations;
+  g.control_every = lo.control_every;
   g.output_root = (std::filesystem::path(opts.run.dir) / "lanes").string();
   g.lane_output_bytes = static_cast<std::uint64_t>(lo.output_mb) << 20;
   g.lane_state_bytes = static_cast<std::uint64_t>(lo.state_mb) << 20;
@@ -146,7 +147,8 @@ TrainingLanes training_lanes(const std::vector<std::optional<StageLaneSummary>>&
   for (const std::optional<StageLaneSummary>& rank : per_rank)
     if (rank) ranks.push_back(*rank);
   out.total = combine_lane_summaries(ranks);
-  out.valuation = valuation.value(out.total, train_seconds, step_ms_median, world, step_quartiles);
+  out.valuation = valuation.value(out.total, train_seconds, step_ms_median, world, step_quartiles,
+                                  stages > 0 ? world / stages : 1);
   for (CombinedLaneSummary& combined : lane_summaries_per_stage(ranks, stages)) {
     std::map<std::string, LaneValue> values = valuation.value_lanes(combined, train_seconds);
     out.per_stage.push_back({std::move(combined), std::move(values)});

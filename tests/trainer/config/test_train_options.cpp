@@ -370,6 +370,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"run", "init_from", ""},          {"run", "trace_steps", ""},
     {"lanes", "enabled", ""},          {"lanes", "memory_mb", "256"},     {"lanes", "stage_memory_mb", "1024"},
     {"lanes", "margin", "0.9"},        {"lanes", "deterministic", "false"}, {"lanes", "profile_iterations", "2"},
+    {"lanes", "control_every", "32"},
     {"lanes", "stages", "all"},        {"lanes", "plugins", ""},      {"lanes", "isolation", "auto"},
     {"lanes", "output_mb", "1024"},    {"lanes", "baseline", ""},     {"lanes", "dedicated", ""},
     {"lanes", "plan", ""},             {"lanes", "state_mb", "64"},       {"lanes", "network", ""},

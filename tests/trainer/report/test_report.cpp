@@ -187,6 +187,42 @@ TEST(ReportHtml, PageIsSelfContainedAndEscapesNames) {
     EXPECT_NE(page.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
 }
 
+// The cost overrun does not show, beside it: the estimate with its standard error and the control
+// gaps in total, per stage a number or why there is none, and a saving marked estimated.
+TEST(ReportHtml, LanesShowTheEstimatedInterferenceNextToTheOverrun) {
+  TempDir tmp;
+  write_run(tmp.path() / "run", 12, 4.0);
+  RunSummary s = run_summary(12);
+  InterferenceEstimate e;
+  e.control_every = 32;
+  e.control_gaps = 23;
+  e.lane_gaps = 700;
+  e.compared_lane_gaps = 690;
+  e.compared_control_gaps = 23;
+  e.estimated = true;
+  e.extra_s = 0.0125;
+  e.stderr_s = 0.0032;
+  s.lanes->total.interference = e;
+  s.lanes->per_stage[0].lanes.interference = e;
+  InterferenceEstimate few = e;
+  few.estimated = false;
+  few.compared_control_gaps = 5;
+  s.lanes->per_stage[1].lanes.interference = few;
+  s.lanes->valuation.estimated_overhead = estimate_overhead(s.lanes->total, s.train_seconds, 1);
+  write_file((tmp.path() / "run" / "summary.json").string(), to_json(s).dump());
+  const std::string page = report::render_report({report::load_run((tmp.path() / "run").string())}, "t");
+  EXPECT_NE(page.find("id=\"interference-0\""), std::string::npos);
+  EXPECT_NE(page.find("estimated from 23 control gaps left empty against 700 left to the lanes): 0.013 s &plusmn; 0.003 s"),
+            std::string::npos);
+  // (0.01 overrun + 0.0125) / (0.24 s - 0.0225 s) of training time.
+  EXPECT_NE(page.find("estimated overhead with the overrun: +10.3% &plusmn; 1.5% of training time"), std::string::npos);
+  EXPECT_NE(page.find("unknown, not enough control gaps (5 compared; each rank needs 8)"), std::string::npos);
+  // A run from before the estimate shows no such paragraph.
+  write_run(tmp.path() / "old", 12, 4.0);
+  EXPECT_EQ(report::render_report({report::load_run((tmp.path() / "old").string())}, "t").find("interference-0"),
+            std::string::npos);
+}
+
 // Counts of `needle` in `text`.
 int count(const std::string& text, const std::string& needle) {
   int n = 0;

@@ -38,6 +38,7 @@ nlohmann::json rank_entry(int rank, int stage, bool deterministic = true) {
   s.lanes["pagerank"].work_unit = "edges";
   s.lanes["imageproc"].work_unit = "images";
   if (deterministic) s.plan = {{1, {"pagerank", "imageproc"}}, {4 + rank, {"pagerank"}}};
+  s.interference.emplace().control_every = 32;  // [lanes] control_every's default
   return to_json(s);
 }
 
@@ -106,6 +107,18 @@ TEST(LanePlanFile, APlanThatDoesNotFitIsRefusedWithOneLine) {
   TrainOptions profile = replay(path);
   profile.lanes.profile_iterations = 3;
   EXPECT_EQ(plan_error(profile), path + ": the plan's run profiled 2 iterations, this run [lanes] profile_iterations = 3");
+  TrainOptions controls = replay(path);
+  controls.lanes.control_every = 0;
+  EXPECT_EQ(plan_error(controls),
+            path + ": the plan's run left one gap in 32 empty as a control gap, this run [lanes] control_every = 0");
+  // A plan from before control gaps left none empty: replayable only without them.
+  nlohmann::json before = run_summary();
+  for (auto& rank : before["lanes"]["per_rank"]) rank.erase("interference");
+  write_file(path, before.dump());
+  EXPECT_EQ(plan_error(replay(path)),
+            path + ": the plan's run left no gap empty as a control gap, this run [lanes] control_every = 32");
+  EXPECT_EQ(plan_error(controls), "(no error)");
+  write_file(path, run_summary().dump());
 
   nlohmann::json swapped = run_summary();
   std::swap(swapped["lanes"]["per_rank"][0], swapped["lanes"]["per_rank"][1]);

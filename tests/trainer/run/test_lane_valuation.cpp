@@ -136,6 +136,61 @@ TEST(LaneValuation, WithoutABaselineOnlyTheGrossSavingIsKnown) {
   EXPECT_TRUE(c["extra_device_s"].is_null());
 }
 
+// With an interference estimate (control gaps) the run tells its own cost: overrun plus
+// interference, per pipeline replica, against the lanes-off time that implies; the net saving
+// then exists without a baseline, marked estimated. A baseline's measured figures still win.
+TEST(LaneValuation, WithAnInterferenceEstimateTheNetSavingIsEstimatedWithoutABaseline) {
+  TempDir dir;
+  write_file(dir.file("bench.jsonl"), kDedicated);
+  CombinedLaneSummary total = lanes_total();
+  total.overrun_s = 0.2;
+  InterferenceEstimate& e = total.interference.emplace();
+  e.control_every = 32;
+  e.control_gaps = 20;
+  e.compared_control_gaps = 20;
+  e.lane_gaps = 600;
+  e.compared_lane_gaps = 600;
+  e.estimated = true;
+  e.extra_s = 0.3;
+  e.stderr_s = 0.1;
+  const LaneValuation v = LaneValuation::load(lanes_on("", dir.file("bench.jsonl")), 2);
+  // pp 2, one replica per stage: 0.5 s of 10.5 s is extra, so lanes off would have taken 10 s.
+  const LanesValuation valued_run = v.value(total, 10.5, 400.0, 2, std::nullopt, 1);
+  ASSERT_TRUE(valued_run.estimated_overhead);
+  EXPECT_NEAR(valued_run.estimated_overhead->fraction(), 0.05, 1e-12);
+  EXPECT_NEAR(valued_run.estimated_overhead->fraction_stderr(), 0.01, 1e-12);
+  const nlohmann::json j = valued_total_json(total, valued_run);
+  EXPECT_NEAR(j["estimated_overhead_fraction"].get<double>(), 0.05, 1e-12);
+  EXPECT_NEAR(j["estimated_overhead_fraction_stderr"].get<double>(), 0.01, 1e-12);
+  const nlohmann::json& c = j["cost_saving"];
+  EXPECT_TRUE(c["estimated"].get<bool>());
+  EXPECT_FALSE(c["gross"].get<bool>());
+  EXPECT_NEAR(c["extra_device_s"].get<double>(), 1.0, 1e-12);      // 2 ranks x 0.5 s
+  EXPECT_NEAR(c["training_device_s"].get<double>(), 20.0, 1e-12);  // 2 ranks x 10 s
+  EXPECT_NEAR(c["net_fraction"].get<double>(), (4.0 - 1.0) / 20.0, 1e-12);
+  // Two replicas per stage (dp 2) are delayed side by side: each stage's delay counts once.
+  EXPECT_NEAR(v.value(total, 10.25, 400.0, 4, std::nullopt, 2).estimated_overhead->extra_train_s(), 0.25, 1e-12);
+
+  // Not enough control gaps: no fraction (null), the saving gross only, not marked estimated.
+  e.estimated = false;
+  const nlohmann::json unknown = valued_total_json(total, v.value(total, 10.5, 400.0, 2, std::nullopt, 1));
+  EXPECT_TRUE(unknown.contains("estimated_overhead_fraction"));
+  EXPECT_TRUE(unknown["estimated_overhead_fraction"].is_null());
+  EXPECT_TRUE(unknown["cost_saving"]["gross"].get<bool>());
+  EXPECT_FALSE(unknown["cost_saving"].contains("estimated"));
+  // A summary from before the estimate has neither key.
+  EXPECT_FALSE(valued(v, 10.0, 400.0).contains("estimated_overhead_fraction"));
+
+  // With a baseline the extra time is measured, whatever the estimate says.
+  e.estimated = true;
+  write_file(dir.file("off.json"), kBaseline);
+  const LaneValuation measured = LaneValuation::load(lanes_on(dir.file("off.json"), dir.file("bench.jsonl")), 2);
+  const nlohmann::json m = valued_total_json(total, measured.value(total, 10.5, 400.0, 2, std::nullopt, 1));
+  EXPECT_FALSE(m["cost_saving"].contains("estimated"));
+  EXPECT_NEAR(m["cost_saving"]["extra_device_s"].get<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(m["estimated_overhead_fraction"].get<double>(), 0.05, 1e-12);  // both, side by side
+}
+
 TEST(LaneValuation, PerStageEntriesValueOnlyTheirLanes) {
   TempDir dir;
   write_file(dir.file("bench.jsonl"), kDedicated);

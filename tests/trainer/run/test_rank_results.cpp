@@ -42,6 +42,16 @@ StageLaneSummary lane_summary(int rank) {
   l.report = {{"iterations", 13}, {"residual", 1.928833458079461e-09}, {"top", {{{"vertex", 0}}}}};
   s.lanes["imageproc"].work_unit = "images";  // never set up: its report stays null
   s.plan = {{1, {"pagerank", "imageproc"}}, {4 + rank, {}}};
+  // One rank with an estimate, the others without (too few control gaps): both come back.
+  InterferenceEstimate& e = s.interference.emplace();
+  e.control_every = 32;
+  e.control_gaps = 9 + rank;
+  e.lane_gaps = 250;
+  e.compared_lane_gaps = 240;
+  e.compared_control_gaps = 8 + rank;
+  e.estimated = rank == 1;
+  e.extra_s = 0.0123456789;
+  e.stderr_s = 0.003;
   return s;
 }
 
@@ -64,6 +74,10 @@ TEST(RankResults, EncodingsComeBackAsTheyWere) {
   ASSERT_TRUE(back);
   EXPECT_EQ(to_json(*back).dump(), to_json(s).dump());
   EXPECT_EQ(back->lanes.at("pagerank").quarantine_reason, s.lanes.at("pagerank").quarantine_reason);
+  ASSERT_TRUE(back->interference);
+  EXPECT_TRUE(back->interference->estimated);
+  EXPECT_EQ(back->interference->extra_s, 0.0123456789);
+  EXPECT_EQ(back->interference->compared_control_gaps, 9);
   EXPECT_FALSE(decode_lane_summary(encode_lane_summary(std::nullopt)));
   EXPECT_EQ(as_json(decode_trace_events(encode_trace_events(trace(2)))).dump(), as_json(trace(2)).dump());
   EXPECT_TRUE(decode_trace_events(encode_trace_events({})).empty());

@@ -155,6 +155,41 @@ TEST(RunSummary, ArenaMemoryRoundTrips) {
   EXPECT_EQ(to_json(back).dump(), written.dump());
 }
 
+std::string parse_error(const json& j);  // below, with the other errors
+
+// "interference" (per rank, per stage, total) and the estimated overhead derived from it, written
+// and read back; the fixtures, from before it, have none and write none.
+TEST(RunSummary, TheInterferenceEstimateRoundTrips) {
+  RunSummary run = read_run_summary(fixture("train_lanes_pp2"));
+  EXPECT_FALSE(json::parse(to_json(run).dump())["lanes"]["total"].contains("interference"));
+  EXPECT_FALSE(json::parse(to_json(run).dump())["lanes"]["total"].contains("estimated_overhead_fraction"));
+  InterferenceEstimate e;
+  e.control_every = 32;
+  e.control_gaps = 11;
+  e.lane_gaps = 90;
+  e.compared_lane_gaps = 80;
+  e.compared_control_gaps = 10;
+  e.estimated = true;
+  e.extra_s = 0.0123456789;
+  e.stderr_s = 0.004;
+  run.lanes->per_rank[0]->interference = e;
+  run.lanes->per_stage[0].lanes.interference = e;
+  run.lanes->total.interference = e;
+  run.lanes->valuation.estimated_overhead =
+      estimate_overhead(run.lanes->total, run.train_seconds, run.parallel.tp * run.parallel.dp);
+  const json written = json::parse(to_json(run).dump());
+  EXPECT_DOUBLE_EQ(written["lanes"]["total"]["interference"]["estimated_s"].get<double>(), 0.0123456789);
+  EXPECT_TRUE(written["lanes"]["total"]["estimated_overhead_fraction"].is_number());
+  EXPECT_DOUBLE_EQ(written["lanes"]["per_rank"][0]["interference"]["stderr_s"].get<double>(), 0.004);
+  const RunSummary back = run_summary_from_json(written, "run");
+  ASSERT_TRUE(back.lanes->valuation.estimated_overhead);
+  EXPECT_EQ(to_json(back).dump(), written.dump());
+  json bad = written;
+  bad["lanes"]["total"]["interference"]["control_gaps"] = "many";
+  EXPECT_EQ(parse_error(bad), "runs/a/summary.json: cannot read 'lanes.total.interference': lane summary: "
+                                 "'control_gaps' has the wrong type");
+}
+
 std::string parse_error(const json& j) {
   try {
     run_summary_from_json(j, "runs/a/summary.json");
