@@ -166,9 +166,10 @@ TEST(Bf16ComputeCpuChoice, ThePathIsChosenOnceNamedAndForcedByTheVariable) {
   variable.set("emulated");
   EXPECT_NE(make_cpu_backend(1, DType::BF16)->name().find("emulated GEMMs"), std::string::npos);
   // An explicit request wins over the variable.
-  if (onednn)
+  if (onednn) {
     EXPECT_NE(make_cpu_backend(1, DType::BF16, CpuBf16Gemm::Onednn)->name().find("oneDNN bf16 GEMMs"),
               std::string::npos);
+  }
   variable.set("onednn");
   if (onednn) {
     const auto forced = make_cpu_backend(1, DType::BF16);
