@@ -5,11 +5,11 @@
 #include <xmmintrin.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/cpu/bf16_gemm_choice.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/onednn_bf16_gemm.h"
 
@@ -79,38 +79,6 @@ class ThreadScope {
   bool restore_;
 };
 
-// Which bf16 GEMM path a backend takes: `requested` with Auto resolved (the environment, then
-// the CPU), and the words that say why.
-struct Bf16GemmChoice {
-  bool onednn = false;
-  std::string why;
-};
-
-Bf16GemmChoice choose_bf16_gemm(CpuBf16Gemm requested) {
-  constexpr const char* kVariable = "PIPELANE_CPU_BF16_GEMM";
-  std::string source = requested == CpuBf16Gemm::Auto ? "auto" : "requested";
-  if (requested == CpuBf16Gemm::Auto) {
-    const char* env = std::getenv(kVariable);
-    const std::string value = env ? env : "";
-    if (!value.empty() && value != "auto") source = std::string(kVariable) + "=" + value;
-    if (value == "onednn") requested = CpuBf16Gemm::Onednn;
-    else if (value == "emulated") requested = CpuBf16Gemm::Emulated;
-    else if (!value.empty() && value != "auto")
-      throw std::invalid_argument(std::string(kVariable) + "='" + value + "': expected onednn, emulated or auto");
-  }
-  if (requested == CpuBf16Gemm::Emulated) return {false, "emulated GEMMs (bf16-rounded fp32 sgemm; " + source + ")"};
-  const cpu::OnednnBf16Support s = cpu::probe_onednn_bf16();
-  if (requested == CpuBf16Gemm::Onednn) {
-    if (!s.matmul)
-      throw std::runtime_error("cpu backend: oneDNN bf16 GEMMs (" + source + "): oneDNN has no bf16 matmul on this CPU (" +
-                               s.isa + ")");
-    return {true, "oneDNN bf16 GEMMs (" + s.isa + (s.native ? "" : ", no bf16 instructions: converted") + "; " +
-                      source + ")"};
-  }
-  if (s.native && s.matmul) return {true, "oneDNN bf16 GEMMs (" + s.isa + "; auto)"};
-  return {false, "emulated GEMMs (oneDNN's ISA here is " + s.isa + ", without bf16 dot products; auto)"};
-}
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, DType compute, CpuBf16Gemm bf16_gemm)
@@ -122,7 +90,7 @@ class CpuBackend final : public Backend {
 #pragma omp parallel num_threads(threads_)
     enable_flush_denormals_on_this_thread();
     if (bf16_) {
-      const Bf16GemmChoice choice = choose_bf16_gemm(bf16_gemm);
+      const cpu::Bf16GemmChoice choice = cpu::choose_bf16_gemm(bf16_gemm);
       bf16_gemm_ = choice.why;
       if (choice.onednn) onednn_ = std::make_unique<cpu::OnednnBf16Gemm>();
     }
@@ -414,6 +382,6 @@ std::unique_ptr<Backend> make_cpu_backend(int threads, DType compute, CpuBf16Gem
   return std::make_unique<CpuBackend>(threads, compute, bf16_gemm);
 }
 
-std::string describe_cpu_bf16_gemm(CpuBf16Gemm requested) { return choose_bf16_gemm(requested).why; }
+std::string describe_cpu_bf16_gemm(CpuBf16Gemm requested) { return cpu::choose_bf16_gemm(requested).why; }
 
 }  // namespace pipelane
