@@ -1,4 +1,5 @@
-// The CPU backend: OpenMP + OpenBLAS kernels (runtime/cpu/cpu_ops.h), flush-to-zero on.
+// The CPU backend: OpenMP + OpenBLAS kernels (runtime/cpu/cpu_ops.h), oneDNN bf16 GEMMs in bf16
+// compute on CPUs with bf16 dot products, flush-to-zero on.
 #pragma once
 #include <memory>
 #include <string>
