@@ -92,9 +92,17 @@ for key, pattern in files.items():
     med[key] = statistics.median(tps)
     print(f"{key:<24}{med[key]:>10.0f}  [{min(tps):.0f}, {max(tps):.0f}]".ljust(52) +
           f"{statistics.median(v['step_ms_median'] for v in vals):>9.0f}")
-print(f"pipelane bf16 / pipelane fp32:          {med['pipelane bf16'] / med['pipelane fp32']:.2f}x")
-print(f"pytorch bf16 / pytorch fp32:            {med['pytorch bf16 autocast'] / med['pytorch fp32']:.2f}x")
-print(f"pipelane bf16 / pytorch bf16 autocast:  {med['pipelane bf16'] / med['pytorch bf16 autocast']:.2f}x  <- the comparison")
+# Also per round: the runs of a round are minutes apart, so on a machine whose load drifts their
+# ratio is steadier than the ratio of medians taken over different rounds.
+per_round = {k: [json.load(open(f"{out}/" + p.format(r)))["tokens_per_s"] for r in range(1, rounds + 1)]
+             for k, p in files.items()}
+def ratio(a, b):
+    both = [x / y for x, y in zip(per_round[a], per_round[b])]
+    return (f"{med[a] / med[b]:.2f}x   per round: median {statistics.median(both):.2f}x "
+            f"[{min(both):.2f}, {max(both):.2f}]")
+print(f"pipelane bf16 / pipelane fp32:          {ratio('pipelane bf16', 'pipelane fp32')}")
+print(f"pytorch bf16 / pytorch fp32:            {ratio('pytorch bf16 autocast', 'pytorch fp32')}")
+print(f"pipelane bf16 / pytorch bf16 autocast:  {ratio('pipelane bf16', 'pytorch bf16 autocast')}  <- the comparison")
 PY
   exit 0
 fi
