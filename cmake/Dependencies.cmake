@@ -24,6 +24,18 @@ add_library(pipelane_openblas INTERFACE)
 target_include_directories(pipelane_openblas INTERFACE ${PIPELANE_OPENBLAS_INCLUDE})
 target_link_libraries(pipelane_openblas INTERFACE ${PIPELANE_OPENBLAS_LIB})
 
+# oneDNN (libdnnl-dev): the CPU backend's bf16 GEMMs (runtime/cpu/onednn_bf16_gemm.h). Debian's
+# build uses the OpenMP runtime, so its kernels share our OpenMP threads as sgemm's do. Found by
+# header and library rather than its CMake package, which also asks for OpenCL.
+find_path(PIPELANE_ONEDNN_INCLUDE oneapi/dnnl/dnnl.hpp)
+find_library(PIPELANE_ONEDNN_LIB dnnl)
+if(NOT PIPELANE_ONEDNN_INCLUDE OR NOT PIPELANE_ONEDNN_LIB)
+  message(FATAL_ERROR "oneDNN not found: run scripts/setup.sh (Debian package libdnnl-dev)")
+endif()
+add_library(pipelane_onednn INTERFACE)
+target_include_directories(pipelane_onednn INTERFACE ${PIPELANE_ONEDNN_INCLUDE})
+target_link_libraries(pipelane_onednn INTERFACE ${PIPELANE_ONEDNN_LIB})
+
 find_package(HDF5 REQUIRED COMPONENTS C)
 add_library(pipelane_hdf5 INTERFACE)
 target_include_directories(pipelane_hdf5 INTERFACE ${HDF5_C_INCLUDE_DIRS})

@@ -18,7 +18,14 @@ BackendDevices cpu_devices() {
   d.backend = "cpu";
   d.available = true;
   const auto backend = make_cpu_backend(0);
-  d.devices.push_back(backend->name());
+  // bf16 GEMMs take one of two paths (runtime/cpu/cpu_backend.h); say which one a run would get.
+  std::string bf16;
+  try {
+    bf16 = describe_cpu_bf16_gemm();
+  } catch (const std::exception& e) {
+    bf16 = e.what();
+  }
+  d.devices.push_back(backend->name() + "; [train] precision = bf16: " + bf16);
   return d;
 }
 

@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libopenblas-openmp-dev   # sgemm on the OpenMP runtime our kernels use (see cmake/Dependencies.cmake)
+  libdnnl-dev              # oneDNN: the CPU backend's bf16 GEMMs (AVX512-BF16, AMX)
   libhdf5-dev zlib1g-dev
   libsentencepiece-dev     # spm:PATH.model tokenizers (Llama 2, Mistral)
   libicu-dev               # NFC for hf: tokenizers whose tokenizer.json asks for it (Qwen2)

@@ -9,7 +9,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "runtime/cpu/bf16_gemm_choice.h"
 #include "runtime/cpu/cpu_ops.h"
+#include "runtime/cpu/onednn_bf16_gemm.h"
 
 namespace pipelane {
 
@@ -79,7 +81,7 @@ class ThreadScope {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(int threads, DType compute)
+  CpuBackend(int threads, DType compute, CpuBf16Gemm bf16_gemm)
       : threads_(threads > 0 ? threads : default_threads()), bf16_(compute == DType::BF16) {
     if (compute != DType::F32 && compute != DType::BF16)
       throw std::invalid_argument(std::string("cpu backend: compute precision ") + dtype_name(compute) +
@@ -87,11 +89,16 @@ class CpuBackend final : public Backend {
     enable_flush_denormals_on_this_thread();
 #pragma omp parallel num_threads(threads_)
     enable_flush_denormals_on_this_thread();
+    if (bf16_) {
+      const cpu::Bf16GemmChoice choice = cpu::choose_bf16_gemm(bf16_gemm);
+      bf16_gemm_ = choice.why;
+      if (choice.onednn) onednn_ = std::make_unique<cpu::OnednnBf16Gemm>();
+    }
   }
 
   DeviceKind kind() const override { return DeviceKind::Cpu; }
   std::string name() const override {
-    return "cpu (" + std::to_string(threads_) + " threads" + (bf16_ ? ", bf16 compute" : "") + ")";
+    return "cpu (" + std::to_string(threads_) + " threads" + (bf16_ ? ", bf16 compute: " + bf16_gemm_ : "") + ")";
   }
   int threads() const override { return threads_; }
 
@@ -168,20 +175,23 @@ class CpuBackend final : public Backend {
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC, Stream&) override {
     ThreadScope t(threads_);
-    if (bf16_) cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
+    if (onednn_) cpu::onednn::matmul_forward(*onednn_, out, inp, weight, bias, N, C, OC);
+    else if (bf16_) cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
     else cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        Stream&) override {
     ThreadScope t(threads_);
-    if (bf16_) cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (onednn_) cpu::onednn::matmul_backward(*onednn_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    else if (bf16_) cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
                              int OC, Stream&) override {
     ThreadScope t(threads_);
-    if (bf16_) cpu::bf16::matmul_backward_input(dinp, dout, weight, N, C, OC);
+    if (onednn_) cpu::onednn::matmul_backward_input(*onednn_, dinp, dout, weight, N, C, OC);
+    else if (bf16_) cpu::bf16::matmul_backward_input(dinp, dout, weight, N, C, OC);
     else cpu::matmul_backward_input(dinp, dout, weight, N, C, OC);
   }
 
@@ -236,7 +246,8 @@ class CpuBackend final : public Backend {
   void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp,
                       Stream&) override {
     ThreadScope t(threads_);
-    if (bf16_) cpu::bf16::lm_head_logits(logits, x, wte, N, C, Vp);
+    if (onednn_) cpu::onednn::lm_head_logits(*onednn_, logits, x, wte, N, C, Vp);
+    else if (bf16_) cpu::bf16::lm_head_logits(logits, x, wte, N, C, Vp);
     else cpu::lm_head_logits(logits, x, wte, N, C, Vp);
   }
   std::size_t lm_head_scratch_floats(int N, int Vp) const override {
@@ -246,6 +257,9 @@ class CpuBackend final : public Backend {
                                const float* wte, const std::int32_t* targets, int N, int C, int V,
                                int Vp, float grad_scale, float* scratch, Stream&) override {
     ThreadScope t(threads_);
+    if (onednn_)
+      return cpu::onednn::lm_head_cross_entropy(*onednn_, losses, dx, dwte, x, wte, targets, N, C, V, Vp,
+                                                grad_scale, scratch);
     if (bf16_)
       return cpu::bf16::lm_head_cross_entropy(losses, dx, dwte, x, wte, targets, N, C, V, Vp,
                                               grad_scale, scratch);
@@ -262,6 +276,10 @@ class CpuBackend final : public Backend {
                                               float* scratch, const GroupReduce& reduce,
                                               Stream&) override {
     ThreadScope t(threads_);
+    if (onednn_)
+      return cpu::onednn::lm_head_cross_entropy_vocab_parallel(*onednn_, losses, dx, dwte, x, wte, targets, N, C,
+                                                               V, vocab_begin, vocab_count, grad_scale, scratch,
+                                                               reduce);
     if (bf16_)
       return cpu::bf16::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x, wte, targets, N,
                                                              C, V, vocab_begin, vocab_count,
@@ -353,13 +371,17 @@ class CpuBackend final : public Backend {
     return n ? static_cast<int>(n) : 1;
   }
   int threads_;
-  bool bf16_;  // bf16 compute: the matmul family through cpu::bf16 (cpu_ops.h)
+  bool bf16_;  // bf16 compute: the matmul family through cpu::onednn or cpu::bf16 (cpu_ops.h)
+  std::string bf16_gemm_;  // which of the two, in words
+  std::unique_ptr<cpu::OnednnBf16Gemm> onednn_;  // set when bf16 GEMMs run on oneDNN
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads, DType compute) {
-  return std::make_unique<CpuBackend>(threads, compute);
+std::unique_ptr<Backend> make_cpu_backend(int threads, DType compute, CpuBf16Gemm bf16_gemm) {
+  return std::make_unique<CpuBackend>(threads, compute, bf16_gemm);
 }
+
+std::string describe_cpu_bf16_gemm(CpuBf16Gemm requested) { return cpu::choose_bf16_gemm(requested).why; }
 
 }  // namespace pipelane

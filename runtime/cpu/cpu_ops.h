@@ -165,6 +165,29 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
                                             const GroupReduce& reduce);
 }  // namespace bf16
 
+// The same ops in bf16 compute mode on oneDNN's bf16 GEMMs (onednn_bf16_gemm.h), for a backend
+// that chose that path: the same contracts and the same operand rounding as bf16:: above, with
+// bf16 operands in the GEMMs themselves instead of rounded fp32 ones; the accumulation order is
+// oneDNN's. Each holds the GEMM object's lock for its duration. The attention keeps bf16::'s
+// kernels (its per-head products are loops of ours, not GEMM calls).
+class OnednnBf16Gemm;
+namespace onednn {
+void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, const float* weight, const float* bias,
+                    int N, int C, int OC);
+void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int C, int OC);
+void matmul_backward_input(OnednnBf16Gemm& g, float* dinp, const float* dout, const float* weight, int N, int C,
+                           int OC);
+void lm_head_logits(OnednnBf16Gemm& g, float* logits, const float* x, const float* wte, int N, int C, int Vp);
+double lm_head_cross_entropy(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V, int Vp,
+                             float grad_scale, float* scratch);
+double lm_head_cross_entropy_vocab_parallel(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte,
+                                            const float* x, const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count, float grad_scale,
+                                            float* scratch, const GroupReduce& reduce);
+}  // namespace onednn
+
 // PageRank's bounded step: Backend::pagerank_step (runtime/backend.h), synchronously.
 void pagerank_step(const PagerankStep& step);
 

@@ -1,9 +1,12 @@
 // The tied LM head fused with softmax cross-entropy, a block of rows at a time, so at most one
 // [rows, Vp] logits block exists however large B*T is (with V = 50304 a full B*T*V buffer would
 // be hundreds of MB).
-// In bf16 compute mode (the bf16:: entry points) x and wte come in rounded to bf16 and each row of
-// dlogits is rounded before the two backward GEMMs read it; the softmax and the losses are fp32.
-// The fp32 instances (kBf16 = false) are the fp32 ops as they were.
+// The three GEMMs come from a policy (logits, then dx and dwte from dlogits): sgemm on fp32
+// operands, or oneDNN's bf16 GEMMs (onednn_bf16_gemm.h). In emulated bf16 compute mode (the bf16::
+// entry points) x and wte come in rounded to bf16 and each row of dlogits is rounded in place
+// (kRoundDlogits) before the sgemms read it; the oneDNN entry points round all three where they
+// convert them to bf16. The softmax and the losses are fp32 in every mode. The fp32 instances are
+// the fp32 ops as they were: the same sgemm calls.
 #include <cblas.h>
 
 #include <algorithm>
@@ -13,12 +16,57 @@
 #include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
 #include "runtime/cpu/cpu_ops.h"
+#include "runtime/cpu/onednn_bf16_gemm.h"
 
 namespace pipelane::cpu {
 
 namespace {
 constexpr std::size_t kLogitsBlockBytes = std::size_t{128} << 20;
-}
+
+// The head's GEMMs on fp32 (or bf16-rounded fp32) x[N,C] and a vocabulary block wte[W,C] (W = Vp,
+// or vocab_count for the vocab-parallel head), for rows [r0, r0 + rows).
+struct SgemmHead {
+  const float* x;
+  const float* wte;
+  int C, W;
+  // z[rows,W] = x[r0..] @ wte^T
+  void logits(int r0, int rows, float* z) const {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, W, C, 1.0f, x + static_cast<std::size_t>(r0) * C, C,
+                wte, C, 0.0f, z, W);
+  }
+  // dx[rows,C] = dz @ wte; dwte += dz^T @ x[r0..]
+  void backward(int r0, int rows, const float* dz, float* dx, float* dwte) const {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, W, 1.0f, dz, W, wte, C, 0.0f, dx, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, W, C, rows, 1.0f, dz, W,
+                x + static_cast<std::size_t>(r0) * C, C, 1.0f, dwte, C);
+  }
+};
+
+// The same GEMMs on oneDNN: x and wte converted to bf16 once per call, dz once per block.
+class OnednnHead {
+ public:
+  OnednnHead(OnednnBf16Gemm& g, const float* x, const float* wte, int N, int C, int W)
+      : g_(g),
+        x_(g.staged(0, x, static_cast<std::size_t>(N) * C)),
+        wte_(g.staged(1, wte, static_cast<std::size_t>(W) * C)),
+        C_(C),
+        W_(W) {}
+  void logits(int r0, int rows, float* z) const {
+    g_.gemm(false, true, rows, W_, C_, x_ + static_cast<std::size_t>(r0) * C_, C_, wte_, C_, false, z, W_);
+  }
+  void backward(int r0, int rows, const float* dz, float* dx, float* dwte) const {
+    const std::uint16_t* d = g_.staged(2, dz, static_cast<std::size_t>(rows) * W_);
+    g_.gemm(false, false, rows, C_, W_, d, W_, wte_, C_, false, dx, C_);
+    g_.gemm(true, false, W_, C_, rows, d, W_, x_ + static_cast<std::size_t>(r0) * C_, C_, true, dwte, C_);
+  }
+
+ private:
+  OnednnBf16Gemm& g_;
+  const std::uint16_t* x_;
+  const std::uint16_t* wte_;
+  int C_, W_;
+};
+}  // namespace
 
 int lm_head_chunk_rows(int N, int Vp) {
   const std::size_t by_bytes = kLogitsBlockBytes / (static_cast<std::size_t>(Vp) * sizeof(float));
@@ -26,16 +74,14 @@ int lm_head_chunk_rows(int N, int Vp) {
   return std::min(N, rows);
 }
 
-template <bool kBf16>
-double lm_head_cross_entropy_t(float* losses, float* dx, float* dwte, const float* x,
-                               const float* wte, const std::int32_t* targets, int N, int C, int V,
-                               int Vp, float grad_scale, float* scratch) {
+template <bool kRoundDlogits, typename Gemms>
+double lm_head_cross_entropy_t(float* losses, float* dx, float* dwte, const Gemms& gemms,
+                               const std::int32_t* targets, int N, int C, int V, int Vp,
+                               float grad_scale, float* scratch) {
   const int R = lm_head_chunk_rows(N, Vp);
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);
-    const float* xc = x + static_cast<std::size_t>(r0) * C;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Vp, C, 1.0f, xc, C, wte, C, 0.0f,
-                scratch, Vp);
+    gemms.logits(r0, rows, scratch);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; ++r) {
       float* z = scratch + static_cast<std::size_t>(r) * Vp;
@@ -57,16 +103,11 @@ double lm_head_cross_entropy_t(float* losses, float* dx, float* dwte, const floa
         for (int v = 0; v < V; ++v) z[v] = z[v] * inv * grad_scale;
         z[target] -= grad_scale;
         for (int v = V; v < Vp; ++v) z[v] = 0.f;
-        if constexpr (kBf16)
+        if constexpr (kRoundDlogits)
           for (int v = 0; v < V; ++v) z[v] = round_to_bf16(z[v]);
       }
     }
-    if (dx) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, Vp, 1.0f, scratch, Vp, wte,
-                  C, 0.0f, dx + static_cast<std::size_t>(r0) * C, C);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vp, C, rows, 1.0f, scratch, Vp, xc, C,
-                  1.0f, dwte, C);
-    }
+    if (dx) gemms.backward(r0, rows, scratch, dx + static_cast<std::size_t>(r0) * C, dwte);
   }
   double total = 0.0;
   for (int n = 0; n < N; ++n) total += losses[n];
@@ -78,9 +119,8 @@ std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) {
   return R * static_cast<std::size_t>(vocab_count) + 3 * R;
 }
 
-template <bool kBf16>
-double lm_head_cross_entropy_vocab_parallel_t(float* losses, float* dx, float* dwte,
-                                              const float* x, const float* wte,
+template <bool kRoundDlogits, typename Gemms>
+double lm_head_cross_entropy_vocab_parallel_t(float* losses, float* dx, float* dwte, const Gemms& gemms,
                                               const std::int32_t* targets, int N, int C, int V,
                                               int vocab_begin, int vocab_count, float grad_scale,
                                               float* scratch, const GroupReduce& reduce) {
@@ -95,9 +135,7 @@ double lm_head_cross_entropy_vocab_parallel_t(float* losses, float* dx, float* d
     // Right after this chunk's row sums, so that one all-reduce of 2 * rows floats covers both
     // also when the last chunk is shorter than R.
     float* rowtgt = rowsum + rows;
-    const float* xc = x + static_cast<std::size_t>(r0) * C;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, Vl, C, 1.0f, xc, C, wte, C, 0.0f,
-                scratch, Vl);
+    gemms.logits(r0, rows, scratch);
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; ++r) {
       const float* z = scratch + static_cast<std::size_t>(r) * Vl;
@@ -136,17 +174,15 @@ double lm_head_cross_entropy_vocab_parallel_t(float* losses, float* dx, float* d
         const int local_target = targets[r0 + r] - vocab_begin;
         if (local_target >= 0 && local_target < valid) z[local_target] -= grad_scale;
         for (int v = valid; v < Vl; ++v) z[v] = 0.f;
-        if constexpr (kBf16)
+        if constexpr (kRoundDlogits)
           for (int v = 0; v < valid; ++v) z[v] = round_to_bf16(z[v]);
       }
     }
     if (dx) {
+      // The all-reduce of dx comes after the local dwte GEMM, which neither reads nor writes dx.
       float* dxc = dx + static_cast<std::size_t>(r0) * C;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, Vl, 1.0f, scratch, Vl, wte,
-                  C, 0.0f, dxc, C);
+      gemms.backward(r0, rows, scratch, dxc, dwte);
       reduce.sum(dxc, static_cast<std::size_t>(rows) * C);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vl, C, rows, 1.0f, scratch, Vl, xc, C,
-                  1.0f, dwte, C);
     }
   }
   double total = 0.0;
@@ -157,8 +193,8 @@ double lm_head_cross_entropy_vocab_parallel_t(float* losses, float* dx, float* d
 double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
                              const float* wte, const std::int32_t* targets, int N, int C, int V,
                              int Vp, float grad_scale, float* scratch) {
-  return lm_head_cross_entropy_t<false>(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale,
-                                        scratch);
+  return lm_head_cross_entropy_t<false>(losses, dx, dwte, SgemmHead{x, wte, C, Vp}, targets, N, C, V, Vp,
+                                        grad_scale, scratch);
 }
 
 double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
@@ -166,9 +202,9 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
                                             int C, int V, int vocab_begin, int vocab_count,
                                             float grad_scale, float* scratch,
                                             const GroupReduce& reduce) {
-  return lm_head_cross_entropy_vocab_parallel_t<false>(losses, dx, dwte, x, wte, targets, N, C, V,
-                                                       vocab_begin, vocab_count, grad_scale,
-                                                       scratch, reduce);
+  return lm_head_cross_entropy_vocab_parallel_t<false>(losses, dx, dwte, SgemmHead{x, wte, C, vocab_count},
+                                                       targets, N, C, V, vocab_begin, vocab_count,
+                                                       grad_scale, scratch, reduce);
 }
 
 namespace bf16 {
@@ -185,8 +221,8 @@ double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float*
                              const float* wte, const std::int32_t* targets, int N, int C, int V,
                              int Vp, float grad_scale, float* scratch) {
   const std::vector<float> xr = rounded(x, N, C), w = rounded(wte, Vp, C);
-  return lm_head_cross_entropy_t<true>(losses, dx, dwte, xr.data(), w.data(), targets, N, C, V, Vp,
-                                       grad_scale, scratch);
+  return lm_head_cross_entropy_t<true>(losses, dx, dwte, SgemmHead{xr.data(), w.data(), C, Vp}, targets, N, C,
+                                       V, Vp, grad_scale, scratch);
 }
 
 double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
@@ -195,11 +231,34 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
                                             float grad_scale, float* scratch,
                                             const GroupReduce& reduce) {
   const std::vector<float> xr = rounded(x, N, C), w = rounded(wte, vocab_count, C);
-  return lm_head_cross_entropy_vocab_parallel_t<true>(losses, dx, dwte, xr.data(), w.data(),
+  return lm_head_cross_entropy_vocab_parallel_t<true>(losses, dx, dwte,
+                                                      SgemmHead{xr.data(), w.data(), C, vocab_count},
                                                       targets, N, C, V, vocab_begin, vocab_count,
                                                       grad_scale, scratch, reduce);
 }
 
 }  // namespace bf16
+
+namespace onednn {
+
+double lm_head_cross_entropy(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte, const float* x,
+                             const float* wte, const std::int32_t* targets, int N, int C, int V, int Vp,
+                             float grad_scale, float* scratch) {
+  const std::lock_guard<std::mutex> lock(g.op_mutex());
+  return lm_head_cross_entropy_t<false>(losses, dx, dwte, OnednnHead(g, x, wte, N, C, Vp), targets, N, C, V, Vp,
+                                        grad_scale, scratch);
+}
+
+double lm_head_cross_entropy_vocab_parallel(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte,
+                                            const float* x, const float* wte, const std::int32_t* targets, int N,
+                                            int C, int V, int vocab_begin, int vocab_count, float grad_scale,
+                                            float* scratch, const GroupReduce& reduce) {
+  const std::lock_guard<std::mutex> lock(g.op_mutex());
+  return lm_head_cross_entropy_vocab_parallel_t<false>(losses, dx, dwte,
+                                                       OnednnHead(g, x, wte, N, C, vocab_count), targets, N, C,
+                                                       V, vocab_begin, vocab_count, grad_scale, scratch, reduce);
+}
+
+}  // namespace onednn
 
 }  // namespace pipelane::cpu

@@ -6,6 +6,8 @@ model a PyTorch user would write, torch_gpt2_idiomatic.py; the benchmark's peer)
 reference (tests/golden/gpt2_reference.py, written for clarity to produce golden values), and
 reports tokens/s (median over the timed steps), the median step time and, when --peak-gflops is
 given, MFU. A training step is: zero_grad, forward, loss, backward, clip_grad_norm_(1.0), step.
+--precision bf16 runs the forward and the loss under torch.autocast("cpu", torch.bfloat16), as a
+PyTorch user trains in bf16 on a CPU (fp32 master weights; backward follows the forward's dtypes).
 
 FLOPs per token = 6 * (N_nonembedding + d_model * vocab) + 12 * L * d_model * T
   N_nonembedding: parameters other than wte and wpe; the tied LM-head matmul is counted
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2",
                     help="llama: RMSNorm, RoPE, SwiGLU (Meta's width rule), --kv-heads, untied head, no biases")
     ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: heads)")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: CPU autocast to bfloat16 around the forward and the loss")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be >= 1")
@@ -116,7 +120,8 @@ def main(argv=None) -> int:
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        out = model(inputs, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            out = model(inputs, targets)
         l = out[1] if isinstance(out, tuple) else out
         l.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -133,12 +138,12 @@ def main(argv=None) -> int:
         mfu = tokens_per_s * fpt / (args.peak_gflops * 1e9)
 
     if args.json:
-        print(json.dumps({"impl": "pytorch-" + args.model, "tokens_per_s": tokens_per_s,
+        print(json.dumps({"impl": "pytorch-" + args.model, "precision": args.precision, "tokens_per_s": tokens_per_s,
                           "step_ms_median": med * 1e3, "mfu": mfu, "threads": args.threads}))
     else:
-        print("pytorch %s: L=%d C=%d heads=%d T=%d B=%d V=%d threads=%d"
+        print("pytorch %s: L=%d C=%d heads=%d T=%d B=%d V=%d threads=%d precision=%s"
               % (torch.__version__, cfg.layers, cfg.d_model, cfg.heads, T, B, cfg.vocab_size,
-                 args.threads))
+                 args.threads, args.precision))
         print("tokens/s: %.1f" % tokens_per_s)
         print("step ms (median of %d): %.1f" % (len(step_s), med * 1e3))
         print("achieved GFLOP/s: %.2f" % (tokens_per_s * fpt / 1e9))

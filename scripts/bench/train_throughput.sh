@@ -5,7 +5,9 @@
 # model (tests/golden/gpt2_reference.py) is shown too, labelled as what it is. The three run in
 # turn, --rounds times; medians over rounds (each a median over timed steps), with the spread.
 #   scripts/bench/train_throughput.sh [--threads N] [--steps N] [--rounds N] [--shape bench|gpt2-small]
-#                                     [--arch gpt2|llama]
+#                                     [--arch gpt2|llama] [--precision fp32|bf16]
+#     --precision bf16    pipelane fp32 and bf16 ([train] precision) against the idiomatic PyTorch
+#                         model in fp32 and under CPU bf16 autocast, in one table (no golden model)
 #     --arch llama        the same shape as a Llama: RMSNorm, RoPE, SwiGLU (Meta's width rule),
 #                         kv_heads = heads / 2, untied head, no biases; the peer is
 #                         scripts/bench/torch_llama_idiomatic.py
@@ -19,6 +21,7 @@ steps=8
 rounds=3
 shape=bench
 arch=gpt2
+precision=fp32
 while [ $# -gt 0 ]; do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
@@ -26,7 +29,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --shape) shape=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --precision) precision=$2; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "train_throughput.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,8 +48,64 @@ case "$arch" in
          torch_model+=(--arch llama --kv-heads $((heads / 2))) ;;
   *) echo "train_throughput.sh: --arch is gpt2 or llama, not '$arch'" >&2; exit 2 ;;
 esac
+case "$precision" in
+  fp32|bf16) ;;
+  *) echo "train_throughput.sh: --precision is fp32 or bf16, not '$precision'" >&2; exit 2 ;;
+esac
 setup_flags=--reference
 source scripts/bench/common.sh
+if [ "$precision" = bf16 ]; then
+  # Alternating rounds of four: pipelane fp32, pipelane bf16, PyTorch fp32, PyTorch bf16 autocast.
+  for round in $(seq 1 "$rounds"); do
+    echo "round $round/$rounds: pipelane fp32, pipelane bf16, pytorch fp32, pytorch bf16 autocast..."
+    for p in fp32 bf16; do
+      build/pipelane train --config configs/bench-throughput.ini "${model[@]}" --train.steps=$((steps + 2)) \
+        --train.threads="$threads" --train.precision=$p --run.dir="$out/pipelane-$p$round" \
+        >"$out/pipelane-$p$round.log" 2>&1 || { cat "$out/pipelane-$p$round.log"; exit 1; }
+      sed -n 's/.*rank 0: \(.*\), peak .*/\1/p' "$out/pipelane-$p$round.log" | head -n 1 >"$out/backend-$p"
+    done
+    peak=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_gflops'])" \
+           "$out/pipelane-fp32$round/summary.json")
+    for p in fp32 bf16; do
+      /usr/bin/python3 scripts/bench/torch_gpt2_throughput.py --model idiomatic "${torch_model[@]}" \
+        --threads "$threads" --steps "$steps" --peak-gflops "$peak" --precision $p --json 2>/dev/null |
+        tail -n 1 >"$out/torch-$p$round.json"
+    done
+  done
+  /usr/bin/python3 - "$out" "$rounds" "$threads" "$shape $arch" <<'PY'
+import json, statistics, sys
+out, rounds, threads, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+files = {"pipelane fp32": "pipelane-fp32{}/summary.json", "pipelane bf16": "pipelane-bf16{}/summary.json",
+         "pytorch fp32": "torch-fp32{}.json", "pytorch bf16 autocast": "torch-bf16{}.json"}
+print()
+for p in ("fp32", "bf16"):
+    try:
+        print(f"pipelane {p} backend: " + open(f"{out}/backend-{p}").read().strip())
+    except OSError:
+        pass
+print(f"shape {shape}, {threads} threads, {rounds} rounds (alternating); median over rounds [min, max]")
+print(f"{'impl':<24}{'tokens/s':>10}  {'spread':<18}{'step ms':>9}")
+med = {}
+for key, pattern in files.items():
+    vals = [json.load(open(f"{out}/" + pattern.format(r))) for r in range(1, rounds + 1)]
+    tps = [v["tokens_per_s"] for v in vals]
+    med[key] = statistics.median(tps)
+    print(f"{key:<24}{med[key]:>10.0f}  [{min(tps):.0f}, {max(tps):.0f}]".ljust(52) +
+          f"{statistics.median(v['step_ms_median'] for v in vals):>9.0f}")
+# Also per round: the runs of a round are minutes apart, so on a machine whose load drifts their
+# ratio is steadier than the ratio of medians taken over different rounds.
+per_round = {k: [json.load(open(f"{out}/" + p.format(r)))["tokens_per_s"] for r in range(1, rounds + 1)]
+             for k, p in files.items()}
+def ratio(a, b):
+    both = [x / y for x, y in zip(per_round[a], per_round[b])]
+    return (f"{med[a] / med[b]:.2f}x   per round: median {statistics.median(both):.2f}x "
+            f"[{min(both):.2f}, {max(both):.2f}]")
+print(f"pipelane bf16 / pipelane fp32:          {ratio('pipelane bf16', 'pipelane fp32')}")
+print(f"pytorch bf16 / pytorch fp32:            {ratio('pytorch bf16 autocast', 'pytorch fp32')}")
+print(f"pipelane bf16 / pytorch bf16 autocast:  {ratio('pipelane bf16', 'pytorch bf16 autocast')}  <- the comparison")
+PY
+  exit 0
+fi
 for round in $(seq 1 "$rounds"); do
   echo "round $round/$rounds: pipelane, pytorch (idiomatic), pytorch (golden reference model)..."
   build/pipelane train --config configs/bench-throughput.ini "${model[@]}" --train.steps=$((steps + 2)) \

@@ -77,7 +77,7 @@ TEST(TrainWithoutGpu, CudaBackendStopsWithOneLineAndNoRunDirectory) {
   }
 }
 
-// bf16 on the CPU backend is its emulation of bf16 compute (runtime/backend.h): it trains, says so
+// bf16 on the CPU backend (oneDNN bf16 GEMMs or their emulation, runtime/backend.h): it trains, says so
 // in the backend's name, and its losses are not fp32's.
 TEST(TrainWithoutGpu, Bf16OnTheCpuBackendTrains) {
   test_support::TempDir dir;

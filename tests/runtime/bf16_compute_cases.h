@@ -146,9 +146,10 @@ inline std::vector<double> reference_probabilities(const std::vector<float>& qkv
   return att;
 }
 
-inline Inputs make_inputs(std::uint32_t seed = 11) {
+inline Inputs make_inputs(std::uint32_t seed = 11, const Sizes& sizes = {}) {
   std::mt19937 rng(seed);
   Inputs in;
+  in.s = sizes;
   const Sizes& s = in.s;
   in.x = random_floats(rng, static_cast<std::size_t>(s.N) * s.C, 1.0f);
   in.w = random_floats(rng, static_cast<std::size_t>(s.OC) * s.C, 0.5f);

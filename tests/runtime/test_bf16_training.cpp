@@ -9,13 +9,14 @@
 #include <string>
 
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/onednn_bf16_gemm.h"
 #include "tests/cuda/executor_runs.h"
 
 namespace pipelane::cuda_test {
 namespace {
 
-TrainRun train_cpu(DType compute, int steps) {
-  const auto backend = make_cpu_backend(1, compute);
+TrainRun train_cpu(DType compute, int steps, CpuBf16Gemm path = CpuBf16Gemm::Auto) {
+  const auto backend = make_cpu_backend(1, compute, path);
   Topology topo = Topology::single_process(*backend);
   return train_tiny(topo, *backend, 1, steps);
 }
@@ -55,6 +56,23 @@ TEST(Bf16Training, TwoTensorParallelRanksMatchOneProcess) {
   for (std::size_t s = 0; s < want.loss.size(); ++s) {
     std::printf("step %zu: loss bf16 one process %.9f, tp 2 %.9f\n", s + 1, want.loss[s], got.loss[s]);
     EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * effect) << "step " << s + 1;
+  }
+}
+
+// The two bf16 GEMM paths of the CPU backend round the same operands and differ only in the
+// order of their fp32 sums: the same argument and bound as two ranks against one process above.
+TEST(Bf16Training, OnednnAndEmulatedGemmsTrainAlike) {
+  const cpu::OnednnBf16Support support = cpu::probe_onednn_bf16();
+  if (!support.matmul) GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU (" << support.isa << ")";
+  const int steps = 3;
+  const TrainRun fp32 = train_cpu(DType::F32, steps);
+  const TrainRun emulated = train_cpu(DType::BF16, steps, CpuBf16Gemm::Emulated);
+  const TrainRun onednn = train_cpu(DType::BF16, steps, CpuBf16Gemm::Onednn);
+  ASSERT_EQ(onednn.loss.size(), emulated.loss.size());
+  const double effect = largest_difference(emulated.loss, fp32.loss);
+  for (std::size_t s = 0; s < emulated.loss.size(); ++s) {
+    std::printf("step %zu: loss bf16 emulated %.9f, oneDNN %.9f\n", s + 1, emulated.loss[s], onednn.loss[s]);
+    EXPECT_NEAR(onednn.loss[s], emulated.loss[s], 1e-5 * emulated.loss[s] + 0.25 * effect) << "step " << s + 1;
   }
 }
 
