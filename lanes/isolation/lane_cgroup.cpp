@@ -1,5 +1,6 @@
 #include "lanes/isolation/lane_cgroup.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -80,16 +81,21 @@ std::string cpus_of_this_thread() {
 LaneCgroup::LaneCgroup(const std::string& name, const LaneCgroupLimits& limits) : limits_(limits), name_(name) {
   for (const char* controller : {"memory", "pids", "cpu", "freezer"}) add(controller);
   if (!limits_.cpus.empty()) add("cpuset");
+  open_control_files();
   // Not frozen yet: the worker starts before its first call and must get as far as waiting for it.
   set_idle_quota();
 }
 
-LaneCgroup::~LaneCgroup() { remove(); }
+LaneCgroup::~LaneCgroup() {
+  close_control_files();
+  remove();
+}
 
 LaneCgroup::LaneCgroup(LaneCgroup&& other) noexcept { *this = std::move(other); }
 
 LaneCgroup& LaneCgroup::operator=(LaneCgroup&& other) noexcept {
   if (this != &other) {
+    close_control_files();
     remove();
     limits_ = other.limits_;
     name_ = std::move(other.name_);
@@ -97,6 +103,9 @@ LaneCgroup& LaneCgroup::operator=(LaneCgroup&& other) noexcept {
     procs_files_ = std::move(other.procs_files_);
     enforced_ = std::move(other.enforced_);
     missing_ = std::move(other.missing_);
+    quota_fd_ = other.quota_fd_;
+    freeze_fd_ = other.freeze_fd_;
+    other.quota_fd_ = other.freeze_fd_ = -1;
     other.groups_.clear();
   }
   return *this;
@@ -175,13 +184,33 @@ const LaneCgroup::Group* LaneCgroup::find(const std::string& controller) const {
   return nullptr;
 }
 
+void LaneCgroup::open_control_files() {
+  if (const Group* g = find("cpu"))
+    quota_fd_ = ::open((g->dir + (g->v2 ? "/cpu.max" : "/cpu.cfs_quota_us")).c_str(), O_WRONLY | O_CLOEXEC);
+  if (const Group* g = find("freezer"))
+    freeze_fd_ = ::open((g->dir + (g->v2 ? "/cgroup.freeze" : "/freezer.state")).c_str(), O_WRONLY | O_CLOEXEC);
+}
+
+void LaneCgroup::close_control_files() {
+  for (int* fd : {&quota_fd_, &freeze_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+}
+
+namespace {
+// A control file takes one value per write(2), from its start.
+void write_control(int fd, const std::string& value) {
+  if (fd >= 0) (void)!::pwrite(fd, value.data(), value.size(), 0);
+}
+}  // namespace
+
 void LaneCgroup::open_cpu() const {
   freeze(false);
   const Group* g = find("cpu");
   if (!g) return;
   const long quota = kCpuPeriodUs * std::max(1, limits_.threads);
-  std::ofstream(g->dir + (g->v2 ? "/cpu.max" : "/cpu.cfs_quota_us"))
-      << (g->v2 ? std::to_string(quota) + " " + std::to_string(kCpuPeriodUs) : std::to_string(quota));
+  write_control(quota_fd_, g->v2 ? std::to_string(quota) + " " + std::to_string(kCpuPeriodUs) : std::to_string(quota));
 }
 
 void LaneCgroup::close_cpu() const {
@@ -192,18 +221,15 @@ void LaneCgroup::close_cpu() const {
 void LaneCgroup::set_idle_quota() const {
   const Group* g = find("cpu");
   if (!g) return;
-  std::ofstream(g->dir + (g->v2 ? "/cpu.max" : "/cpu.cfs_quota_us"))
-      << (g->v2 ? std::to_string(kIdleQuotaUs) + " " + std::to_string(kCpuPeriodUs) : std::to_string(kIdleQuotaUs));
+  write_control(quota_fd_, g->v2 ? std::to_string(kIdleQuotaUs) + " " + std::to_string(kCpuPeriodUs)
+                                 : std::to_string(kIdleQuotaUs));
 }
 
 // Asynchronous both ways: the kernel stops or wakes the tasks as they next run; nothing waits here.
 void LaneCgroup::freeze(bool frozen) const {
   const Group* g = find("freezer");
   if (!g) return;
-  if (g->v2)
-    std::ofstream(g->dir + "/cgroup.freeze") << (frozen ? "1" : "0");
-  else
-    std::ofstream(g->dir + "/freezer.state") << (frozen ? "FROZEN" : "THAWED");
+  write_control(freeze_fd_, g->v2 ? (frozen ? "1" : "0") : (frozen ? "FROZEN" : "THAWED"));
 }
 
 LaneCgroupEvents LaneCgroup::events() const {

@@ -65,7 +65,7 @@ class HostileLanes : public ::testing::Test {
     const std::string run = dir_.file(name);
     const std::string marker = "PIPELANE_HOSTILE_TEST=" + run;
     JobResult job = run_job(2, "--config " + dir_.file("tiny.ini") + " --run.dir=" + run +
-                                   " --parallel.pp=2 --train.steps=6 " + extra,
+                                   " --parallel.pp=2 --train.steps=10 " + extra,
                             run + ".log", marker, 120);
     EXPECT_EQ(job.exit_code, 0) << job.output;
     *metrics = read_metrics(run);
@@ -78,7 +78,7 @@ class HostileLanes : public ::testing::Test {
   const StepMetrics& lanes_off() {
     if (off_.loss.empty()) {
       train("off", "", &off_);
-      EXPECT_EQ(off_.loss.size(), 6u);
+      EXPECT_EQ(off_.loss.size(), 10u);
     }
     return off_;
   }
