@@ -13,20 +13,26 @@ namespace {
 
 using namespace test_support;
 
-TEST(LanesFreeRideTraining, GraphAndJpegLanesRunInTheBubblesWithBitIdenticalLosses) {
-  TempDir dir;
-  write_test_corpus(dir.file("data.h5"));
-  write_file(dir.file("tiny.ini"), tiny_parallel_config(dir.file("data.h5")));
-  // d_model 128: gaps of a few milliseconds (a microbatch's compute on the other stage), which
-  // hold these lanes' steps (tens of microseconds: small slices, tiny images) many times over.
-  auto train = [&](const std::string& name, const std::string& extra) {
+// A 4-step pp=2 training of the tiny config at d_model 128: gaps of a few milliseconds (a
+// microbatch's compute on the other stage), which hold these lanes' steps many times over.
+class LanesFreeRideTraining : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_test_corpus(dir.file("data.h5"));
+    write_file(dir.file("tiny.ini"), tiny_parallel_config(dir.file("data.h5")));
+  }
+  StepMetrics train(const std::string& name, const std::string& extra) {
     const std::string run = dir.file(name);
     const JobResult r = run_job(2, "--config " + dir.file("tiny.ini") + " --run.dir=" + run +
                                        " --parallel.pp=2 --train.steps=4 --model.d_model=128 " + extra,
                                 run + ".log");
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return read_metrics(run);
-  };
+  }
+  TempDir dir;
+};
+
+TEST_F(LanesFreeRideTraining, GraphAndJpegLanesRunInTheBubblesWithBitIdenticalLosses) {
   const StepMetrics off = train("off", "");
   const StepMetrics on = train(
       "on",
@@ -54,18 +60,7 @@ TEST(LanesFreeRideTraining, GraphAndJpegLanesRunInTheBubblesWithBitIdenticalLoss
   EXPECT_EQ(total["lanes"]["jpegimage"]["work_unit"], "images") << total["lanes"]["jpegimage"].dump();
 }
 
-TEST(LanesFreeRideTraining, CnnLanesTrainInTheBubblesWithBitIdenticalLosses) {
-  TempDir dir;
-  write_test_corpus(dir.file("data.h5"));
-  write_file(dir.file("tiny.ini"), tiny_parallel_config(dir.file("data.h5")));
-  auto train = [&](const std::string& name, const std::string& extra) {
-    const std::string run = dir.file(name);
-    const JobResult r = run_job(2, "--config " + dir.file("tiny.ini") + " --run.dir=" + run +
-                                       " --parallel.pp=2 --train.steps=4 --model.d_model=128 " + extra,
-                                run + ".log");
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return read_metrics(run);
-  };
+TEST_F(LanesFreeRideTraining, CnnLanesTrainInTheBubblesWithBitIdenticalLosses) {
   // The three at width 64/16, 32x32, batch 2: blocks of 0.3 MFLOP-equivalents (~0.1-0.5 ms),
   // which the few-millisecond gaps hold; a training step of the lane is a few hundred blocks.
   std::string lanes = "--lanes.enabled=resnet18,resnet50,vgg19 --lanes.profile_iterations=1";
