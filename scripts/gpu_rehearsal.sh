@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rehearses the GPU check here, on a machine made like the lent one (scripts/gpu/README.md): a
 # mount namespace (unshare, root) in which the Debian libraries pipelane links (HDF5, Boost,
-# OpenBLAS, Open MPI and PMIx, hwloc, libevent, ICU, SentencePiece, libpng, libgomp, libsz/libaec)
+# OpenBLAS, Open MPI and PMIx, hwloc, libevent, ICU, SentencePiece, libpng, libgomp, libsz/libaec,
+# oneDNN, libjpeg-turbo, libseccomp)
 # and /usr/include/hdf5 are hidden, and the toolkit's cuDNN and NCCL are gone from
 # /usr/local/cuda and laid out as the pip wheels lay them out (site-packages/nvidia/{cudnn,nccl}/lib,
 # versioned sonames only, found through python3). Only what the device tool carries is there: the
@@ -30,7 +31,8 @@ cuda_lib=$(readlink -f /usr/local/cuda/lib64)
 # Hidden: what the review found nothing to promise on the lent image, and their own
 # dependencies; not the base libraries any Ubuntu with Python has (libz, libstdc++, libgcc_s).
 hidden_patterns=(libhdf5 libboost libopenblas libblas liblapack libmpi libopen-pal libopen-rte libpmix libhwloc
-                 libevent libsentencepiece libicu libpng libgomp libsz libaec libgfortran libquadmath)
+                 libevent libsentencepiece libicu libpng libgomp libsz libaec libgfortran libquadmath
+                 libdnnl libjpeg libseccomp)
 mkdir -p "$R/upper-lib" "$R/work-lib" "$R/upper-inc" "$R/work-inc" "$R/upper-cuda" "$R/work-cuda"
 for f in "$arch_lib"/*; do
   name=$(basename "$f")
