@@ -65,18 +65,23 @@ std::vector<bool> distinct_switches(const std::vector<bool>& asked, bool can_cut
   return out;
 }
 
+// recompute_layers of a block-recompute job whose count try_candidate chooses (the fewest that fit).
+constexpr int kFewestThatFit = 0;
+
 // `job` with each combination of the space's memory features that makes another job.
 void add_memory_variants(const PlanSpace& space, const JobSpec& job, std::vector<JobSpec>& jobs) {
-  for (RecomputeKind kind : space.recompute)
-    for (bool zero : distinct_switches(space.distributed_optimizer, job.dp > 1)) {
+  std::vector<RecomputeOptions> recomputes;
+  for (RecomputeKind kind : space.recompute) recomputes.push_back({kind, RecomputeMethod::Uniform, 1});
+  if (space.recompute_fewest_block) recomputes.push_back({RecomputeKind::Full, RecomputeMethod::Block, kFewestThatFit});
+  for (const RecomputeOptions& recompute : recomputes)
+    for (bool zero : distinct_switches(space.distributed_optimizer, job.dp > 1))
       for (bool sp : distinct_switches(space.sequence_parallel, job.tp > 1)) {
         JobSpec variant = job;
-        variant.recompute = RecomputeOptions{kind, RecomputeMethod::Uniform, 1};
+        variant.recompute = recompute;
         variant.distributed_optimizer = zero;
         variant.sequence_parallel = sp;
         jobs.push_back(variant);
       }
-    }
 }
 
 // The jobs of one (pp, tp, dp, micro batch): each schedule (interleaved at each virtual-stage
@@ -167,12 +172,38 @@ PlanCandidate candidate_of(const JobSpec& job, const Cluster& cluster, const Sim
   return c;
 }
 
-// Places and sizes `job`, simulates it when it fits, and adds it to `result` as a candidate or as
-// a rejection.
-void try_candidate(const JobSpec& job, const SimulationSetup& base, PlanResult& result) {
+// The fewest layers a block recompute of every stage must rerun for `job` (its recompute aside)
+// to fit the device: 0 when it fits without recomputation; more layers than a stage has when it
+// does not fit at all. Memory falls as the count grows (each more layer keeps only its output),
+// so a bisection.
+int fewest_block_layers(const JobSpec& job, const Cluster& cluster) {
+  const auto fits = [&](int layers) {
+    JobSpec j = job;
+    j.recompute = layers == 0 ? RecomputeOptions{} : RecomputeOptions{RecomputeKind::Full, RecomputeMethod::Block, layers};
+    const std::vector<double> memory = job_memory_bytes(j, cluster.device.element_bytes());
+    return *std::max_element(memory.begin(), memory.end()) <= cluster.device.memory_bytes;
+  };
+  JobSpec plain = job;
+  plain.recompute = {};
+  int most = 0;  // layers of the largest chunk
+  for (const ChunkShape& c : job_shape(plain).virtual_stages) most = std::max(most, c.range.num_layers());
+  if (fits(0)) return 0;
+  if (!fits(most)) return most + 1;
+  int lo = 0, hi = most;  // !fits(lo), fits(hi)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+// Places and sizes `asked` (choosing its block recompute's layer count when it asks for the
+// fewest that fit), simulates it when it fits, and adds it to `result` as a candidate or as a
+// rejection.
+void try_candidate(const JobSpec& asked, const SimulationSetup& base, PlanResult& result) {
   const Cluster& cluster = base.cluster;
+  JobSpec job = asked;
   SimulationSetup setup;
-  setup.job = job;
   setup.cluster = cluster;
   setup.profile = base.profile;
   setup.lanes = base.lanes;
@@ -188,7 +219,14 @@ void try_candidate(const JobSpec& job, const SimulationSetup& base, PlanResult& 
       ++result.rejected_sites;
       return;
     }
+    if (job.recompute.method == RecomputeMethod::Block && job.recompute.layers == kFewestThatFit) {
+      const int layers = fewest_block_layers(job, cluster);
+      if (layers == 0) return;  // it fits without: the recompute-none job, not this one
+      // Past the largest stage: the memory of recomputing every layer is rejected below.
+      job.recompute.layers = layers;
+    }
     job_shape(job);  // a split the model does not allow is a shape rejection, before its memory
+    setup.job = job;
     const std::vector<double> memory = job_memory_bytes(job, cluster.device.element_bytes());
     const double most = *std::max_element(memory.begin(), memory.end());
     if (result.smallest_memory_needed < 0 || most < result.smallest_memory_needed) result.smallest_memory_needed = most;
@@ -209,6 +247,7 @@ std::string searched_features(const PlanSpace& space) {
   std::string out = "recompute ";
   for (std::size_t k = 0; k < space.recompute.size(); ++k)
     out += (k ? "/" : "") + std::string(recompute_kind_name(space.recompute[k]));
+  if (space.recompute_fewest_block) out += std::string(space.recompute.empty() ? "" : "/") + "block";
   const auto switches = [](const std::vector<bool>& values) {
     std::string s;
     for (std::size_t k = 0; k < values.size(); ++k) s += (k ? "/" : "") + std::string(values[k] ? "on" : "off");

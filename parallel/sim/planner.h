@@ -27,6 +27,9 @@ struct PlanSpace {
   // The memory features, each one more dimension: every combination with the grid above. Full
   // recomputation is tried as Megatron-LM's default (uniform, every layer its own group).
   std::vector<RecomputeKind> recompute{RecomputeKind::None, RecomputeKind::Selective, RecomputeKind::Full};
+  // Also full recomputation of only the first k layers of every stage (method block), k the
+  // fewest that make the job fit (memory falls as k grows); not tried where it fits without.
+  bool recompute_fewest_block = false;
   // On where dp > 1 (at dp 1 it shards nothing: that job is tried once, as off).
   std::vector<bool> distributed_optimizer{false, true};
   // On where tp > 1 (likewise); memory only (job_shape.h).

@@ -266,6 +266,37 @@ TEST(PlannerMemory, RecomputesOnlyWhenNothingFitsWithoutAndThenAsLittleAsFits) {
   }
 }
 
+TEST(PlannerMemory, BlockRecomputesTheFewestLayersThatFit) {
+  const auto memory_with = [](int block_layers) {
+    JobSpec job = one_device_job(RecomputeKind::Full);
+    job.recompute.method = RecomputeMethod::Block;
+    job.recompute.layers = block_layers;
+    return job_memory_bytes(job, 2)[0];
+  };
+  const double none = job_memory_bytes(one_device_job(RecomputeKind::None), 2)[0];
+  ASSERT_GT(memory_with(2), memory_with(3));  // each more layer recomputed keeps only its output
+  PlanSpace space = one_device_space();
+  space.recompute = {RecomputeKind::Full};
+  space.recompute_fewest_block = true;
+  SimulationSetup base;
+  base.cluster = one_node(1, "h100");
+  base.cluster.device.memory_bytes = (memory_with(2) + memory_with(3)) / 2;
+  base.iterations = 4;
+  const PlanResult result = plan_jobs(space, base);
+  // Three layers of eight rerun beat all eight (uniform full).
+  ASSERT_EQ(result.candidates.size(), 2u);
+  EXPECT_EQ(result.candidates[0].job.recompute,
+            (RecomputeOptions{RecomputeKind::Full, RecomputeMethod::Block, 3}));
+  EXPECT_EQ(result.candidates[1].job.recompute.method, RecomputeMethod::Uniform);
+  EXPECT_GT(result.candidates[0].tokens_per_s, result.candidates[1].tokens_per_s);
+  // Where the job fits without recomputation the block search adds nothing.
+  space.recompute = {RecomputeKind::None};
+  base.cluster.device.memory_bytes = none;
+  const PlanResult roomy = plan_jobs(space, base);
+  ASSERT_EQ(roomy.candidates.size(), 1u);
+  EXPECT_EQ(roomy.candidates[0].job.recompute.kind, RecomputeKind::None);
+}
+
 TEST(PlannerMemory, TheSearchCanBeRestrictedToTheFeaturesAsked) {
   PlanSpace space = one_device_space();
   space.recompute = {RecomputeKind::None};

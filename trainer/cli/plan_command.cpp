@@ -40,7 +40,9 @@ void describe(SubcommandOptions& options, PlanOptions& o) {
       ("schedules", value_with_default(&o.schedules), "schedules to try, comma-separated")
       ("recompute", value_with_default(&o.recompute),
        "activation recomputation to try, comma-separated: none, selective (the attention core rerun "
-       "before its backward), full (every layer's forward rerun: uniform, one layer a group)")
+       "before its backward), full (every layer's forward rerun: uniform, one layer a group), block "
+       "(full recomputation of only the first k layers of each stage, k the fewest that fit; tried "
+       "where nothing fits without)")
       ("distributed-optimizer", value_with_default(&o.distributed_optimizer),
        "the distributed optimizer (ZeRO-1 over dp) to try: off, on or off,on (at dp 1 on is off: "
        "nothing to shard)")
@@ -71,14 +73,19 @@ std::vector<std::string> comma_list(const std::string& flag, const std::string& 
   return out;
 }
 
-std::vector<RecomputeKind> parse_recompute_kinds(const std::string& text) {
-  std::vector<RecomputeKind> out;
+// none, selective, full into space.recompute; block into space.recompute_fewest_block.
+void parse_recompute_kinds(const std::string& text, sim::PlanSpace& space) {
+  space.recompute.clear();
+  space.recompute_fewest_block = false;
   for (const std::string& item : comma_list("recompute", text)) {
+    if (item == "block") {
+      space.recompute_fewest_block = true;
+      continue;
+    }
     if (item != "none" && item != "selective" && item != "full")
-      throw SimInputError("--recompute: '" + item + "': expected none, selective or full (comma-separated)");
-    out.push_back(parse_recompute_kind(item));
+      throw SimInputError("--recompute: '" + item + "': expected none, selective, full or block (comma-separated)");
+    space.recompute.push_back(parse_recompute_kind(item));
   }
-  return out;
 }
 
 std::vector<bool> parse_switches(const std::string& flag, const std::string& text) {
@@ -95,7 +102,10 @@ std::vector<bool> parse_switches(const std::string& flag, const std::string& tex
 std::string describe_features(const sim::JobSpec& j) {
   std::string s;
   const auto add = [&](const std::string& what) { s += (s.empty() ? "" : " + ") + what; };
-  if (j.recompute.kind != RecomputeKind::None) add(recompute_kind_name(j.recompute.kind));
+  if (j.recompute.kind == RecomputeKind::Full && j.recompute.method == RecomputeMethod::Block)
+    add("full block " + std::to_string(j.recompute.layers));
+  else if (j.recompute.kind != RecomputeKind::None)
+    add(recompute_kind_name(j.recompute.kind));
   if (j.optimizer_shards() > 1) add("zero");
   if (j.sequence_shards() > 1) add("sp");
   return s.empty() ? "-" : s;
@@ -137,7 +147,7 @@ sim::PlanSpace plan_space(const PlanOptions& o, const TrainOptions& train, const
   space.devices = o.devices;
   space.schedules = parse_schedules(o.schedules);
   space.max_tp = o.max_tp;
-  space.recompute = parse_recompute_kinds(o.recompute);
+  parse_recompute_kinds(o.recompute, space);
   space.distributed_optimizer = parse_switches("distributed-optimizer", o.distributed_optimizer);
   space.sequence_parallel = parse_switches("sequence-parallel", o.sequence_parallel);
   if (o.devices < 0 || o.devices > cluster.cluster.devices())
@@ -173,6 +183,8 @@ void print_json(const sim::PlanResult& result) {
                    {"virtual_stages", c.job.schedule.virtual_stages}, {"micro_batch", c.job.micro_batch},
                    {"microbatches", c.job.schedule.microbatches}, {"layers_per_stage", c.job.layers_per_stage},
                    {"recompute", recompute_kind_name(c.job.recompute.kind)},
+                   {"recompute_method", recompute_method_name(c.job.recompute.method)},
+                   {"recompute_layers", c.job.recompute.layers},
                    {"distributed_optimizer", c.job.optimizer_shards() > 1},
                    {"sequence_parallel", c.job.sequence_shards() > 1},
                    {"stage_memory_bytes", c.stage_memory},
