@@ -7,10 +7,12 @@
 // the lanes (a "lane gap": filled, or empty because nothing fitted) or a control gap left empty on
 // purpose, one sample of what training spent right after it: the scheduler's time from the later
 // of the arrival and the last lane step's end to fill()'s return, plus training's compute from the
-// wait to its next wait (parallel/gap_filler.h: TrainingAfterGap). Lane gaps are compared as
-// assigned, whether a lane step ran in them or not: which gaps a lane fits into depends on their
-// timing, which would bias a comparison of only the filled ones; the control gaps are chosen
-// blind to it. Per gap id (the same instructions follow it every iteration, so samples of one id
+// wait to its next wait (parallel/gap_filler.h: TrainingAfterGap) - in the process's CPU seconds
+// (parallel/compute_after_waits.h), so that another process taking the core (a busy machine) does
+// not count: lanes cannot take it, their workers being frozen while training computes. Lane gaps
+// are compared as assigned, whether a lane step ran in them or not: which gaps a lane fits into
+// depends on their timing, which would bias a comparison of only the filled ones; the control
+// gaps are chosen blind to it. Per gap id (the same instructions follow it every iteration, so samples of one id
 // are comparable, those of two ids are not):
 //   delay per lane gap d = mean(after lane gaps) - mean(after control gaps)
 //   its variance         = s^2 (1/n_lane + 1/n_control), s^2 the two samples' pooled variance

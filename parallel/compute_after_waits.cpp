@@ -1,6 +1,14 @@
 #include "parallel/compute_after_waits.h"
 
+#include <ctime>
+
 namespace pipelane {
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 std::vector<TrainingAfterGap> compute_after_waits(const std::vector<InstrRecord>& records) {
   std::vector<TrainingAfterGap> out;
@@ -10,7 +18,7 @@ std::vector<TrainingAfterGap> compute_after_waits(const std::vector<InstrRecord>
     bool computed = false;
     for (std::size_t k = i + 1; k < records.size() && !is_wait(records[k].instr.op); ++k)
       if (is_compute(records[k].instr.op)) {
-        compute_s += records[k].end_s - records[k].start_s;
+        compute_s += records[k].cpu_s >= 0 ? records[k].cpu_s : records[k].end_s - records[k].start_s;
         computed = true;
       }
     if (computed) out.push_back({static_cast<int>(i), compute_s});

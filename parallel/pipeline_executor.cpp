@@ -614,9 +614,11 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
     s.report(step_number, in);
     if (s.turns) s.turns->service();
     InstrRecord rec{in, s.now(), 0, 0};
+    const double cpu_start = s.filler ? process_cpu_seconds() : 0.0;
     rec.wait_s = s.run_instr(run, in, gap);
     s.start_grad_reduce(in, gap);
     rec.end_s = s.now();
+    if (s.filler) rec.cpu_s = process_cpu_seconds() - cpu_start;
     run.stats.records.push_back(rec);
   }
   if (s.turns) s.turns->finish_iteration();

@@ -50,6 +50,9 @@ struct InstrRecord {
   Instr instr;
   double start_s = 0, end_s = 0;  // since the executor's clock origin
   double wait_s = 0;              // part of [start, end] spent waiting on a transfer or a sync
+  // The process's CPU seconds during it, measured only with a gap filler (the interference
+  // estimate's compute, which other processes taking the core must not count); < 0: not measured.
+  double cpu_s = -1;
 };
 
 struct StepStats {

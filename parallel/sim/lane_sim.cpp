@@ -54,6 +54,9 @@ LaneSimulator::LaneSimulator(std::vector<LaneModel> lanes, std::vector<std::vect
   const std::size_t n = lanes_.size();
   stages_.resize(runs_on_.size());
   totals_.assign(runs_on_.size(), std::vector<LaneTotals>(n));
+  if (!(settings_.lane_gap_delay_s >= 0)) throw std::invalid_argument("lanes: lane_gap_delay_s must be >= 0");
+  lane_gap_delay_s_.assign(runs_on_.size(), 0.0);
+  lane_gaps_.assign(runs_on_.size(), 0);
   for (std::size_t s = 0; s < stages_.size(); ++s) {
     StageState& st = stages_[s];
     if (runs_on_[s].size() != n) throw std::invalid_argument("lanes: runs_on needs one entry per lane");
@@ -170,6 +173,11 @@ double LaneSimulator::fill(int stage, int index, WaitKind kind, double start_s, 
     const double delay = 0.5 * lanes_[last].kernel_block_s;
     resume += delay;
     totals_[stage][last].interference_s += delay;
+  }
+  if (!profiling && std::find(runs_on_[stage].begin(), runs_on_[stage].end(), true) != runs_on_[stage].end()) {
+    ++lane_gaps_[stage];
+    resume += settings_.lane_gap_delay_s;
+    lane_gap_delay_s_[stage] += settings_.lane_gap_delay_s;
   }
 
   SimGap gap{iteration_, stage, index, kind, start_s, arrived, resume, profiling, 0.0};

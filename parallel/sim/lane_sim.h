@@ -69,6 +69,12 @@ struct LaneSimSettings {
   int runaway_window = 16;  // the gap scheduler's: late steps among the last runaway_window
   int runaway_limit = 3;
   std::uint64_t seed = 1;
+  // Interference on a CPU: training's extra compute after every gap left to the lanes after
+  // profiling, filled or not (a lane step's working set evicted training's from the caches they
+  // share). Measured by a run's control gaps (lanes/interference_estimate.h: its extra_s over its
+  // lane gaps, the same definition), so it is applied to the same gaps. 0: none.
+  double lane_gap_delay_s = 0;
+  std::string lane_gap_delay_source;  // measured in which run, or stated (reports)
 };
 
 struct SimLaneStep {
@@ -118,6 +124,9 @@ class LaneSimulator final : public SimGapFiller {
   const std::vector<SimLaneStep>& steps() const { return steps_; }
   const std::vector<SimGap>& gaps() const { return gaps_; }
   const std::vector<std::vector<LaneTotals>>& totals() const { return totals_; }  // [stage][lane]
+  // Training's delay from lane_gap_delay_s on each stage, and the gaps it was added after.
+  const std::vector<double>& lane_gap_delay_s() const { return lane_gap_delay_s_; }
+  const std::vector<long>& lane_gaps() const { return lane_gaps_; }
   // Every request that arrived before `until_s` (job clock), served or not.
   std::vector<SimRequest> requests(double until_s);
 
@@ -140,6 +149,8 @@ class LaneSimulator final : public SimGapFiller {
   LaneSimSettings settings_;
   std::vector<StageState> stages_;
   std::vector<std::vector<LaneTotals>> totals_;
+  std::vector<double> lane_gap_delay_s_;  // per stage
+  std::vector<long> lane_gaps_;           // per stage: gaps left to the lanes after profiling
   std::vector<SimLaneStep> steps_;
   std::vector<SimGap> gaps_;
   std::vector<SimRequest> served_;

@@ -2,19 +2,21 @@
 # The GPU check, command 2 of 2 (scripts/gpu/README.md): how fast? The bf16 GEMM peak on random
 # inputs, MFU of a ~350M and a ~1.3B GPT in bf16 compute (cuBLASLt attention, then cuDNN's when
 # its bf16 engine works at head size 64), lane overhead at equal priority / least priority / in
-# an SM partition, and the pool quota's refusal. MFU first: it is what this command is for.
+# an SM partition, what a resident lane kernel costs training's next kernel per lane kind (the
+# simulator's interference parameter), and the pool quota's refusal. MFU first: it is what this command is for.
 #   bash scripts/gpu/command2.sh        (after command1.sh; $OUT gets report.json and gpu.log)
 GPU_COMMAND=command2
 # Each stage's limit, about 3x its expected time; the sum must stay under 540 s.
 declare -A STAGE_TIMEOUTS=(
   [environment]=60      # unpack 20, ldconfig 2 x 5, python3 15, nvidia-smi 15
   [library_load]=30
-  [gemm_peak]=45        # 2 x 8192^3 on random inputs, 8 GEMMs each, plus the uploads
+  [gemm_peak]=35        # 2 x 8192^3 on random inputs, 8 GEMMs each, plus the uploads (~2 s of GEMMs)
   [mfu_350m]=85         # make-data 15, pipelane train 70 (init ~7 s, 13 steps)
   [mfu_1p3b]=100        # weight init ~25 s on one core, 13 steps
   [mfu_350m_cudnn]=85   # the head-size-64 bf16 gate 15, pipelane train 70
   [lanes_overhead]=100  # equal, low, partition:16 at 30 each, after command 1's off (rerun: 10)
   [pool_quota]=20
+  [lane_block]=20       # backend start ~5 s, 6 series of 60 probes (~0.1-1 ms and a sleep of up to 2 ms each)
 )
 source "$(dirname "$0")/lib.sh"
 
@@ -25,7 +27,7 @@ environment_setup
 detect_gpu
 stage environment "$env_status" $((SECONDS - t0)) "$(uname -m), $(nproc) cores; GPU: $gpu_note; $libs_note"
 [ "$env_status" = ok ] || finish
-gpu_stages=(gemm_peak mfu_350m mfu_1p3b mfu_350m_cudnn lanes_overhead pool_quota)
+gpu_stages=(gemm_peak mfu_350m mfu_1p3b mfu_350m_cudnn lanes_overhead lane_block pool_quota)
 library_load_stage || { skip_gpu_stages "${gpu_stages[@]}"; finish; }
 $have_gpu || { skip_gpu_stages "${gpu_stages[@]}"; finish; }
 
@@ -100,6 +102,15 @@ lanes_data+="}"
 status=ok
 grep -q '"status":"ok"' <<<"$lanes_data" || status=error
 stage lanes_overhead "$status" $((SECONDS - t0)) "median step per mode; overhead = mode / off - 1" "$lanes_data"
+
+# The simulator's interference parameter, measured: training's probe kernels (a GEMM, an
+# element-wise add) on the greatest-priority stream with a lane kernel (a GEMM, an add over 256
+# MiB) resident on the least-priority one, against the same probes alone (lane_block_probe.h).
+run_stage lane_block "$tool" lane-block 60
+line=$(last_json_line "$output")
+stage lane_block "$(json_status "$line")" "$elapsed" \
+  "probe kernels alone vs with a lane kernel resident, per lane kind; kernel_block_ms = 2 x the medians' difference (scripts/repro/freeride.sh --gpu-report)" \
+  "${line:-$(tail_text "$output")}"
 
 run_stage pool_quota "$tool" pool-quota
 line=$(last_json_line "$output")

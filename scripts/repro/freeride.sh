@@ -14,7 +14,11 @@
 #      simulator's interference model (a kernel block's tail at each filled gap's end; its parameter
 #      and where it comes from are printed), next to the paper's numbers.
 # Writes scripts/repro/figures/freeride_bubbles.png and freeride_savings.png.
-#   scripts/repro/freeride.sh [--iterations N] [--bench-seconds S] [--kernel-block-ms MS]
+#   scripts/repro/freeride.sh [--iterations N] [--bench-seconds S] [--kernel-block-ms MS | --gpu-report FILE]
+#     --gpu-report FILE   the report.json of GPU check command 2 (scripts/gpu/command2.sh): its
+#                         lane_block stage's measured kernel_block_ms per lane kind replaces the
+#                         assumed one (CNN tasks: the GEMM lane kind; graph and image tasks: the
+#                         memory-bound one; the larger of its two probes), each task's source saying so
 iterations=20
 bench_seconds=2
 # A GPU kernel block's duration for the interference model: NOT measured (no GPU here). Derived: a
@@ -23,12 +27,14 @@ bench_seconds=2
 # every task (the graph and image kernels' memory-bound blocks are likely shorter: an upper end).
 kernel_block_ms=0.118
 kernel_block_source="assumed: a 128x128 tile of a 3x3x256 conv (75.5 MFLOP) on one RTX 6000 Ada SM at fp32 peak"
+gpu_report=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --iterations) iterations=$2; shift 2 ;;
     --bench-seconds) bench_seconds=$2; shift 2 ;;
     --kernel-block-ms) kernel_block_ms=$2; kernel_block_source="given on the command line"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --gpu-report) gpu_report=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "freeride.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -52,9 +58,25 @@ for pair in $tasks; do
   nice -n 5 build/pipelane lane-bench "$lane" --config "$bench_config" --seconds "$bench_seconds" --json \
     >"$work/bench-$task.json" 2>"$work/bench-$task.err" || { cat "$work/bench-$task.err" >&2; exit 1; }
   python3 - "$task" "$lane" "$work/bench-$task.json" "$profile" "$bench_config" "$kernel_block_ms" \
-    "$kernel_block_source" "$lanes" "$work/steps.txt" <<'PY'
+    "$kernel_block_source" "$lanes" "$work/steps.txt" "$gpu_report" <<'PY'
 import json, sys
-task, lane, bench_file, profile, config, block_ms, block_src, lanes, steps = sys.argv[1:]
+task, lane, bench_file, profile, config, block_ms, block_src, lanes, steps, gpu_report = sys.argv[1:]
+if gpu_report:
+    # The GPU check's measurement: training's probe kernels with a lane kernel of the task's kind
+    # resident (tests/cuda/lane_block_probe.h), the larger of the two probes' delays.
+    report = json.load(open(gpu_report))
+    stage = next((st for st in report.get("stages", []) if st.get("name") == "lane_block"), None)
+    if stage is None or stage.get("status") != "ok" or not isinstance(stage.get("data"), dict):
+        sys.exit("freeride.sh: %s has no lane_block stage that ran (status: %s)" %
+                 (gpu_report, stage.get("status") if stage else "absent"))
+    kind = "gemm" if task in ("resnet18", "resnet50", "vgg19") else "stream"
+    probes = stage["data"]["probes"]
+    probe = max(probes, key=lambda p: probes[p]["with_lane"][kind]["kernel_block_ms"])
+    block_ms = probes[probe]["with_lane"][kind]["kernel_block_ms"]
+    block_src = ("measured: GPU check lane_block (%s, %s), a %s lane kernel resident delayed a %s probe %.4g ms "
+                 "(median of %d); another GPU than FreeRide's" % (
+                     report.get("host", "?"), report.get("updated", "?"), kind, probe,
+                     probes[probe]["with_lane"][kind]["delay_ms"], stage["data"]["samples"]))
 bench = json.loads(open(bench_file).read().strip().splitlines()[-1])
 gpu = next((json.loads(l) for l in open(profile) if l.startswith("{") and json.loads(l)["lane"] == task), None)
 published = gpu is not None and not gpu["source"].startswith("assumed")
@@ -121,7 +143,14 @@ TXT
 echo
 echo "3. Side tasks in the bubbles of GPT 1.2B, m = 4, simulated (each task alone, then FreeRide's six mixed)"
 echo "   interference model: training's next kernel waits half a lane kernel block at each filled gap's end;"
-echo "   kernel_block_ms = $kernel_block_ms ($kernel_block_source)"
+if [ -n "$gpu_report" ]; then
+  echo "   kernel_block_ms per task measured by the GPU check ($gpu_report):"
+  python3 -c "import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l); print('     %-10s %.4g ms (%s)' % (j['lane'], j['kernel_block_ms'], j['kernel_block_source']))" "$lanes"
+else
+  echo "   kernel_block_ms = $kernel_block_ms ($kernel_block_source)"
+fi
 printf "%-10s %8s %-9s %8s | %9s %7s %7s | %9s %7s %7s\n" task step_ms stages harvest \
   overhead gross net "paper_ovh" gross net
 # task overhead gross(saving) net, from REFERENCE: FreeRide's reported numbers (net: ours from theirs).
@@ -160,8 +189,10 @@ done <<<"$paper_rows"
 cat <<'TXT'
 (overhead: simulated lane steps never share the device with training - a step runs only in a gap -
  so training pays for a step that runs past the arrival and, by the interference model, half a
- kernel block at each filled gap's end; not modelled: a lane's memory traffic slowing training's
- kernels, MPS's time slicing, the side tasks' host work. Saving: lane work priced at $0.18/h against
+ kernel block at each filled gap's end (with --gpu-report: twice the delay the GPU check measured
+ on a training kernel launched while a lane kernel of the task's kind was resident, which holds the
+ wait for SMs and the memory bandwidth shared meanwhile); not modelled: a lane's memory traffic
+ slowing training's kernels past that first one, MPS's time slicing, the side tasks' host work. Saving: lane work priced at $0.18/h against
  $0.99/h of training GPU, at the same speed as in the bubbles: 0.43 bubble x 0.18/0.99 = 7.8% is the
  ceiling of that pricing; graph SGD's 19.87% implies it runs far faster per dollar on the Ada than
  on the 3080, which its published numbers do not let us model. Graph SGD's, BFS's and the image

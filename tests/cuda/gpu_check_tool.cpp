@@ -8,6 +8,7 @@
 //   gpu_check_tool gemm-peak N [DATASHEET_TFLOPS]   fp32 and bf16 cuBLASLt GEMMs of N^3, random inputs, median of 7
 //   gpu_check_tool train-parity                     tiny GPT, 5 steps: CUDA vs CPU backend, fp32 and bf16
 //   gpu_check_tool lanes MODE STEPS                 MODE: off | equal | low | partition:SMS
+//   gpu_check_tool lane-block SAMPLES               training's probe kernels with a lane kernel resident vs alone (lane_block_probe.h)
 //   gpu_check_tool pool-quota                       a pool arena past its maxSize is refused
 //   gpu_check_tool make-data PATH TOKENS VOCAB      a synthetic gpt2-tokenized token store
 #include <cuda_runtime_api.h>
@@ -31,6 +32,7 @@
 #include "runtime/cuda/backend/cuda_memory.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "tests/cuda/executor_runs.h"
+#include "tests/cuda/lane_block_probe.h"
 
 namespace pipelane::cuda_test {
 namespace {
@@ -199,6 +201,33 @@ int lanes(const std::string& mode, int steps) {
                {"run", runs_json(run)}});
 }
 
+// The simulator's interference parameter per lane kind (lane_block_probe.h): for each probe kind,
+// the probes alone and with each lane kind resident; delay = the medians' difference, which a
+// gap's end costs training's next kernel, and kernel_block_ms = twice it (the simulator's lanes
+// file key: training waits half a resident block).
+int lane_block(int samples) {
+  const auto cuda = real_backend();
+  LaneBlockSizes sizes;
+  sizes.samples = samples;
+  json probes = json::object();
+  unsigned seed = 1;
+  for (const std::string probe : {"gemm", "stream"}) {
+    const LaneBlockSeries alone = measure_lane_block(*cuda, "none", probe, sizes, seed++);
+    json lanes = json::object();
+    for (const std::string lane : {"gemm", "stream"}) {
+      const LaneBlockSeries with = measure_lane_block(*cuda, lane, probe, sizes, seed++);
+      const double delay = with.median_ms() - alone.median_ms();
+      lanes[lane] = {{"median_ms", with.median_ms()}, {"p90_ms", with.p90_ms()}, {"lane_kernels", with.lane_kernels},
+                     {"delay_ms", delay}, {"slowdown", alone.median_ms() > 0 ? delay / alone.median_ms() : 0.0},
+                     {"kernel_block_ms", std::max(0.0, 2 * delay)}};
+    }
+    probes[probe] = {{"alone_median_ms", alone.median_ms()}, {"alone_p90_ms", alone.p90_ms()}, {"with_lane", lanes}};
+  }
+  return emit({{"status", "ok"}, {"samples", samples}, {"lane_gemm_n", sizes.lane_gemm_n},
+               {"lane_stream_floats", sizes.lane_stream_floats}, {"probe_gemm_n", sizes.probe_gemm_n},
+               {"probe_stream_floats", sizes.probe_stream_floats}, {"probes", probes}});
+}
+
 int pool_quota() {
   const auto cuda = real_backend();
   json out = {{"status", "fail"}};
@@ -247,8 +276,9 @@ int run(int argc, char** argv) {
     return gemm_peak(std::stoi(argv[2]), argc == 4 ? std::stod(argv[3]) : 989.0);
   if (cmd == "train-parity") return train_parity();
   if (cmd == "lanes" && argc == 4) return lanes(argv[2], std::stoi(argv[3]));
+  if (cmd == "lane-block" && argc == 3) return lane_block(std::stoi(argv[2]));
   if (cmd == "pool-quota") return pool_quota();
-  std::cerr << "usage: gpu_check_tool env | gemm-peak N [DATASHEET_TFLOPS] | train-parity | lanes off|equal|low|partition:SMS STEPS | "
+  std::cerr << "usage: gpu_check_tool env | gemm-peak N [DATASHEET_TFLOPS] | train-parity | lanes off|equal|low|partition:SMS STEPS | lane-block SAMPLES | "
                "pool-quota | make-data PATH TOKENS VOCAB\n";
   return 2;
 }

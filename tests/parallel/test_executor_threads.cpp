@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -357,6 +358,26 @@ TEST(ComputeAfterWaits, SumsTheComputeBetweenAWaitAndTheNext) {
   EXPECT_DOUBLE_EQ(after[0].compute_s, 0.5);
   EXPECT_EQ(after[1].gap_id, 3);
   EXPECT_DOUBLE_EQ(after[1].compute_s, 0.625);
+  // Where the process's CPU time was measured (lanes on), it counts instead of the wall time: a
+  // core taken by another process is not training's compute.
+  std::vector<InstrRecord> measured = records;
+  measured[1].cpu_s = 0.25;   // Fwd after the first wait: 0.5 s of wall, 0.25 s of CPU
+  measured[4].cpu_s = 0.5;    // Bwd: as long as its wall time
+  const std::vector<TrainingAfterGap> cpu = compute_after_waits(measured);
+  ASSERT_EQ(cpu.size(), 2u);
+  EXPECT_DOUBLE_EQ(cpu[0].compute_s, 0.25);
+  EXPECT_DOUBLE_EQ(cpu[1].compute_s, 0.5 + 0.125);  // BwdWeight unmeasured: its wall time
+}
+
+TEST(ComputeAfterWaits, ProcessCpuSecondsGrowWithWorkAndNotWithSleep) {
+  const double start = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double slept = process_cpu_seconds() - start;
+  volatile double sink = 0;
+  const double busy_start = process_cpu_seconds();
+  while (process_cpu_seconds() - busy_start < 0.02) sink = sink + 1;
+  EXPECT_LT(slept, 0.04);  // 50 ms asleep: a wall clock would read >= 0.05
+  EXPECT_GE(process_cpu_seconds() - busy_start, 0.02);
 }
 
 // The data plane matches messages by issue order without tags: that is only correct because

@@ -132,6 +132,33 @@ TEST(SimLanes, KernelBlocksDelayTrainingAtEachFilledGapsEnd) {
   EXPECT_DOUBLE_EQ(plain.totals()[0][0].interference_s + plain.totals()[1][0].interference_s, 0.0);
 }
 
+// The CPU interference model (lane_gap_delay_s, what a run's control gaps measure): every gap left
+// to the lanes after profiling, filled or not - the measurement's own definition - delays the
+// compute after it; profiling gaps and stages without lanes do not.
+TEST(SimLanes, LaneGapDelayFollowsEveryGapLeftToTheLanesAfterProfiling) {
+  FixedCosts costs(1, 2);
+  LaneSimSettings settings;
+  settings.profile_iterations = 1;
+  settings.lane_gap_delay_s = 0.05;
+  // Steps of 10 s never fit: the gaps stay empty and are still lane gaps.
+  LaneSimulator lanes({constant_lane("a", 10.0)}, {{true}, {true}}, settings);
+  const JobSimReport r = simulate_job(kTwoStages, lists_of(kTwoStages), costs, &lanes, 2, 0);
+  EXPECT_DOUBLE_EQ(r.iteration_s[0], 6.0);  // profiling: no delay
+  EXPECT_GT(r.iteration_s[1], 6.0 + 0.05 - 1e-12);
+  EXPECT_EQ(lanes.lane_gaps()[0], 1);  // stage 0 waits once (for the gradient)
+  EXPECT_EQ(lanes.lane_gaps()[1], 2);  // stage 1 twice (the activation, the gradient sync)
+  EXPECT_NEAR(lanes.lane_gap_delay_s()[0] + lanes.lane_gap_delay_s()[1], 3 * 0.05, 1e-12);
+  EXPECT_TRUE(lanes.steps().empty());
+
+  LaneSimulator stage1_only({constant_lane("a", 10.0)}, {{false}, {true}}, settings);
+  simulate_job(kTwoStages, lists_of(kTwoStages), costs, &stage1_only, 2, 0);
+  EXPECT_EQ(stage1_only.lane_gaps()[0], 0);
+  EXPECT_DOUBLE_EQ(stage1_only.lane_gap_delay_s()[0], 0.0);
+
+  settings.lane_gap_delay_s = -1;
+  EXPECT_THROW(LaneSimulator({constant_lane("a", 1.0)}, {{true}, {true}}, settings), std::invalid_argument);
+}
+
 // The gap scheduler's quarantine rule (lanes/gap_scheduler.h): 3 late steps (over 10x the
 // prediction) among the lane's last 16, not 2 in a row. The lane runs on stage 1 only, which replays
 // the second half of its step sequence: 3 calibration steps of 0.1 s, then the spikes given.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "parallel/memory_model.h"
 #include "trainer/cli/command_options.h"
 #include "runtime/backend_registry.h"
@@ -93,11 +95,27 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
                mib(korthikanti_layer_activation_bytes(spec)));
 }
 
+// The same prediction as one JSON object on one line: bytes per category for every stage.
+void print_memory_prediction_json(const TrainOptions& o, int element_bytes, std::FILE* out) {
+  const MemorySpec spec = memory_spec_from(o, element_bytes);
+  const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
+  nlohmann::json stages = nlohmann::json::array();
+  for (const RankMemory& r : predict_memory(spec, *sizing))
+    stages.push_back({{"stage", r.stage}, {"weights", r.weights}, {"master_weights", r.master_weights},
+                      {"gradients", r.gradients}, {"optimizer", r.optimizer}, {"activations", r.activations},
+                      {"messages", r.messages}, {"scratch", r.scratch}, {"total", r.total()}});
+  const nlohmann::json j = {{"unit", "bytes"}, {"element_bytes", element_bytes}, {"tp", spec.tp},
+                            {"pp", spec.schedule.pp}, {"optimizer_shards", spec.optimizer_shards},
+                            {"recompute", describe(spec.recompute)}, {"stages", stages}};
+  std::fprintf(out, "%s\n", j.dump().c_str());
+}
+
 int memory_command(int argc, char** argv) {
   std::string storage = "fp32";
   double device_gb = 0;
+  bool json = false;
   SubcommandOptions options(
-      "memory", "--config FILE [--storage fp32|16bit] [--device-memory-gb N] [--section.key=value ...]",
+      "memory", "--config FILE [--storage fp32|16bit] [--device-memory-gb N] [--json] [--section.key=value ...]",
       "Predicts each rank's training memory by category (weights, master weights, gradients, AdamW\n"
       "state, the activations and p2p buffers of the microbatches in flight, scratch) for the config's\n"
       "model, grid (--parallel.tp, --parallel.pp, and --parallel.dp with [train] distributed_optimizer),\n"
@@ -107,7 +125,9 @@ int memory_command(int argc, char** argv) {
       ("storage", value_with_default(&storage),
        "fp32: pipelane's storage; 16bit: the same layout at 2 bytes an element (a prediction)")
       ("device-memory-gb", value_with_default(&device_gb),
-       "say whether the largest rank fits this many GB (10^9 bytes); 0: do not say");
+       "say whether the largest rank fits this many GB (10^9 bytes); 0: do not say")
+      ("json", boost::program_options::bool_switch(&json),
+       "print the prediction as one JSON object (bytes per category for every stage) instead of the table");
   const auto check = [&] {
     if (storage != "fp32" && storage != "16bit")
       throw OptionError("--storage " + storage + ": expected fp32 or 16bit");
@@ -116,7 +136,8 @@ int memory_command(int argc, char** argv) {
   if (const auto code = options.parse(argc, argv, check)) return *code;
   if (!options.has_train_arguments()) return options.usage_error("give --config FILE (or the model's keys)");
   try {
-    print_memory_prediction(options.train_options(), storage == "fp32" ? 4 : 2, device_gb * 1e9, stdout);
+    if (json) print_memory_prediction_json(options.train_options(), storage == "fp32" ? 4 : 2, stdout);
+    else print_memory_prediction(options.train_options(), storage == "fp32" ? 4 : 2, device_gb * 1e9, stdout);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipelane memory: %s\n", e.what());

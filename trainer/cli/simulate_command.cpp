@@ -28,6 +28,7 @@ struct SimulateOptions {
   int iterations = 0;
   int trace_iterations = 3;
   std::string all_reduce;
+  double lane_gap_delay_ms = -1;  // < 0: not given
   bool json = false, quiet = false;
 };
 
@@ -49,6 +50,10 @@ void describe(SubcommandOptions& options, SimulateOptions& o) {
       ("iterations", po::value(&o.iterations), "iterations to simulate (default: [train] steps)")
       ("trace-iterations", value_with_default(&o.trace_iterations), "iterations written to trace.json")
       ("all-reduce", po::value(&o.all_reduce), "ring, tree or auto (default: the cluster file's, else auto)")
+      ("lane-gap-delay-ms", po::value(&o.lane_gap_delay_ms),
+       "interference on a CPU: training's extra compute after each gap left to the lanes, in ms "
+       "(default: what the profiled run's control gaps measured, summary.json lanes.total.interference; "
+       "else 0); stated values are reported as stated")
       ("json", po::bool_switch(&o.json), "print summary.json to stdout instead of the table")
       ("quiet", po::bool_switch(&o.quiet), "print nothing (files only)");
 }
@@ -133,6 +138,17 @@ void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome
                     "end: %.4g ms in all\n",
                     fmt("%.3g", lane.kernel_block_s * 1e3).c_str(), lane.kernel_block_source.c_str(), delay_s * 1e3);
     }
+    if (setup.lane_settings.lane_gap_delay_s > 0 || !setup.lane_settings.lane_gap_delay_source.empty()) {
+      double delay_s = 0;
+      long gaps = 0;
+      for (std::size_t st = 0; st < out.lanes->lane_gap_delay_s().size(); ++st) {
+        delay_s += out.lanes->lane_gap_delay_s()[st];
+        gaps += out.lanes->lane_gaps()[st];
+      }
+      std::printf("  interference (CPU): %s ms after each gap left to the lanes (%s): %.4g ms in all over %ld gaps\n",
+                  fmt("%.3g", setup.lane_settings.lane_gap_delay_s * 1e3).c_str(),
+                  setup.lane_settings.lane_gap_delay_source.c_str(), delay_s * 1e3, gaps);
+    }
   }
   if (!out_dir.empty()) std::printf("wrote %s/summary.json and %s/trace.json\n", out_dir.c_str(), out_dir.c_str());
 }
@@ -177,6 +193,15 @@ void set_lanes(const SimulateOptions& o, const TrainOptions& options, const std:
   setup.lane_settings.margin = options.lanes.margin;
   setup.lane_settings.profile_iterations = options.lanes.profile_iterations;
   setup.lane_settings.seed = options.train.seed;
+  if (setup.lanes.empty()) return;
+  if (o.lane_gap_delay_ms >= 0) {
+    setup.lane_settings.lane_gap_delay_s = o.lane_gap_delay_ms * 1e-3;
+    setup.lane_settings.lane_gap_delay_source = "stated (--lane-gap-delay-ms)";
+  } else if (run && !run->lane_gap_delay_source.empty() && o.lanes.empty()) {
+    // Only for the lanes that run measured it: another lane's working set is another matter.
+    setup.lane_settings.lane_gap_delay_s = run->lane_gap_delay_s;
+    setup.lane_settings.lane_gap_delay_source = run->lane_gap_delay_source;
+  }
 }
 
 void write_simulation(const std::string& out_dir, const sim::SimulationSetup& setup,
@@ -215,6 +240,8 @@ int simulate_command(int argc, char** argv) {
         if (o.profile.empty() && !options.given("config"))
           throw OptionError("give --config FILE (a training config) or --profile RUN_DIR");
         if (o.trace_iterations < 0) throw OptionError("--trace-iterations must be >= 0");
+        if (options.given("lane-gap-delay-ms") && !(o.lane_gap_delay_ms >= 0))
+          throw OptionError("--lane-gap-delay-ms must be a number of milliseconds >= 0");
       }))
     return *code;
   try {

@@ -377,6 +377,18 @@ int train(const Job& job, TrainSetup& s) {
   const std::optional<Start> started = start_training(job, opts, topo, trainer);
   if (!started) return 1;
   const Start& start = *started;
+  // The command of a finished run, run again: auto resume finds its checkpoint at the last step
+  // and nothing is left to train. Its summary, metrics and samples stay as they are (a summary of
+  // zero steps would replace the real one). Every rank knows the same values, so all return here.
+  const bool auto_resume = opts.run.resume == "auto" || opts.run.resume == "auto-skip-damaged";
+  if (auto_resume && start.resume_dir && start.resumed_at >= opts.train.steps) {
+    if (job.leader())
+      std::printf("pipelane train: %s already finished at step %d ([train] steps = %d): nothing to train; its "
+                  "summary.json, metrics.jsonl and checkpoints are as they were. --train.steps=N (N > %d) trains "
+                  "on from there; --run.resume=none --run.overwrite=archive starts over\n",
+                  opts.run.dir.c_str(), start.resumed_at, opts.train.steps, start.resumed_at);
+    return 0;
+  }
   if (job.leader()) print_run_header(s, peaks, job.world);
   print_memory(job, s, topo, trainer);
   if (job.leader()) {

@@ -38,11 +38,15 @@ json to_json(const SimulatedLaneTotals& t) {
   json quarantined = json::array();
   for (const SimulatedQuarantine& q : t.quarantined)
     quarantined.push_back({{"lane", q.lane}, {"stage", q.stage}, {"reason", q.reason}});
-  return {{"bubble_s", t.bubble_s}, {"harvested_s", t.harvested_s}, {"harvest_fraction", t.harvest_fraction},
-          {"overrun_s", t.overrun_s}, {"bubble_after_profiling_s", t.bubble_after_profiling_s},
-          {"harvested_after_profiling_s", t.harvested_after_profiling_s},
-          {"harvest_fraction_after_profiling", t.harvest_fraction_after_profiling},
-          {"lanes", lanes}, {"quarantined", quarantined}};
+  json j = {{"bubble_s", t.bubble_s}, {"harvested_s", t.harvested_s}, {"harvest_fraction", t.harvest_fraction},
+            {"overrun_s", t.overrun_s}, {"bubble_after_profiling_s", t.bubble_after_profiling_s},
+            {"harvested_after_profiling_s", t.harvested_after_profiling_s},
+            {"harvest_fraction_after_profiling", t.harvest_fraction_after_profiling},
+            {"lanes", lanes}, {"quarantined", quarantined}};
+  if (!t.lane_gap_delay_source.empty())
+    j["interference"] = {{"delay_per_lane_gap_ms", t.lane_gap_delay_ms}, {"source", t.lane_gap_delay_source},
+                         {"lane_gaps", t.lane_gaps}, {"delay_s", t.lane_gap_delay_s}};
+  return j;
 }
 
 json to_json(const SimulatedOverhead& o) {

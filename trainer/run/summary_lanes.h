@@ -59,6 +59,11 @@ struct SimulatedLaneTotals {
   double bubble_after_profiling_s = 0, harvested_after_profiling_s = 0, harvest_fraction_after_profiling = 0;
   std::map<std::string, SimulatedLane> lanes;
   std::vector<SimulatedQuarantine> quarantined;
+  // The CPU interference model's (parallel/sim/lane_sim.h, lane_gap_delay_s), written as
+  // "interference" only when its source is known, so summaries without it read as before.
+  double lane_gap_delay_ms = 0, lane_gap_delay_s = 0;
+  long lane_gaps = 0;
+  std::string lane_gap_delay_source;
 };
 
 struct SimulatedStageLanes {

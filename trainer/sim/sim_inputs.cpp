@@ -1,6 +1,7 @@
 // load_run_profile, load_lane_models, job_from_options (load_cluster: trainer/config/cluster_file.cpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,6 +30,12 @@ json read_json(const std::string& path, const std::string& what) {
   } catch (const json::exception& e) {
     throw SimInputError(path + ": " + what + " is not JSON: " + e.what());
   }
+}
+
+std::string fmt_ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", seconds * 1e3);
+  return buf;
 }
 
 }  // namespace
@@ -85,6 +92,18 @@ RunProfile load_run_profile(const std::string& run_dir) {
   profile.t_f = summary.measured_op_ms.forward * 1e-3;
   profile.t_b = summary.measured_op_ms.backward * 1e-3;
   profile.t_w = summary.measured_op_ms.backward_weight * 1e-3;
+  if (summary.lanes && summary.lanes->total.interference) {
+    const InterferenceEstimate& e = *summary.lanes->total.interference;
+    if (e.estimated && e.lane_gaps > 0) {
+      const double per_gap_s = e.extra_s / static_cast<double>(e.lane_gaps);
+      const double per_gap_stderr_s = e.stderr_s / static_cast<double>(e.lane_gaps);
+      out.lane_gap_delay_s = std::max(0.0, per_gap_s);
+      out.lane_gap_delay_source = "measured in " + run_dir + " by its control gaps: " + fmt_ms(per_gap_s) +
+                                  " +- " + fmt_ms(per_gap_stderr_s) + " ms per lane gap (" +
+                                  std::to_string(e.lane_gaps) + " lane gaps, " + std::to_string(e.control_gaps) +
+                                  " control gaps)" + (per_gap_s < 0 ? ", negative: taken as 0" : "");
+    }
+  }
 
   const std::string trace_path = (fs::path(run_dir) / "trace.json").string();
   if (!fs::exists(trace_path)) return out;

@@ -23,6 +23,12 @@ struct RunProfile {
   TrainOptions options;
   std::vector<sim::LaneModel> lanes;  // step-time distributions of its lanes, from trace.json
   bool had_trace = false;
+  // What its control gaps measured of the lanes' interference (summary.json: lanes.total.interference),
+  // per gap left to the lanes: the simulator's CPU interference parameter. 0 and an empty source
+  // where the run had no estimate; a negative estimate (inside its noise) is taken as 0, and the
+  // source says so.
+  double lane_gap_delay_s = 0;
+  std::string lane_gap_delay_source;
 };
 RunProfile load_run_profile(const std::string& run_dir);
 

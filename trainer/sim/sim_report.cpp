@@ -73,6 +73,14 @@ SimulatedLaneTotals stage_totals(const SimulationSetup& setup, const SimulationO
   }
   t.bubble_after_profiling_s = bubble_after;
   t.harvested_after_profiling_s = harvested_after;
+  if (!setup.lane_settings.lane_gap_delay_source.empty()) {
+    t.lane_gap_delay_ms = setup.lane_settings.lane_gap_delay_s * 1e3;
+    t.lane_gap_delay_source = setup.lane_settings.lane_gap_delay_source;
+    for (int s = first; s <= last; ++s) {
+      t.lane_gap_delay_s += out.lanes->lane_gap_delay_s()[s] * ranks;
+      t.lane_gaps += static_cast<long>(out.lanes->lane_gaps()[s] * ranks);
+    }
+  }
   t.harvest_fraction = t.bubble_s > 0 ? t.harvested_s / t.bubble_s : 0.0;
   t.harvest_fraction_after_profiling = bubble_after > 0 ? harvested_after / bubble_after : 0.0;
   for (int s = first; s <= last; ++s)

@@ -57,6 +57,28 @@ TEST_F(CheckpointTraining, StopAndResumeIsBitIdenticalToAStraightRun) {
   EXPECT_EQ(complete_checkpoints(dir_.file("resumed/checkpoints")).size(), 3u);
 }
 
+// The command of a finished run, run again: nothing left to train, and the run's summary and
+// metrics stay as they were (they used to be replaced by a summary of zero steps). More steps
+// train on from the last checkpoint.
+TEST_F(CheckpointTraining, RerunningAFinishedRunKeepsItsSummaryAndMoreStepsTrainOn) {
+  ASSERT_EQ(train("done", 3, 3).exit_code, 0);
+  const auto text = [&](const std::string& name) {
+    std::ifstream in(dir_.file("done/" + name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string summary = text("summary.json"), metrics = text("metrics.jsonl");
+  ASSERT_FALSE(summary.empty());
+  const JobResult again = train("done", 3, 3);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("already finished at step 3"), std::string::npos) << again.output;
+  EXPECT_EQ(text("summary.json"), summary);
+  EXPECT_EQ(text("metrics.jsonl"), metrics);
+  const JobResult more = train("done", 5, 3);
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("(step 3)"), std::string::npos) << more.output;
+  EXPECT_EQ(loss_texts(dir_.file("done")).size(), 5u);
+}
+
 // Issue row: `resume = none` in a directory holding another run's checkpoints used to skip every
 // save of the new run, leaving run B's metrics next to run A's weights.
 TEST_F(CheckpointTraining, FreshRunRefusesAnotherRunsCheckpointsOrArchivesThem) {
