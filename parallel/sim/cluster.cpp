@@ -103,6 +103,14 @@ double all_reduce_s(double bytes, int ranks, const LinkSpec& link, AllReduceAlgo
   return ring;
 }
 
+double reduce_scatter_s(double bytes, int ranks, const LinkSpec& link) {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double n = ranks;
+  return (n - 1) * (link.latency_s + bytes / n / link.effective_bandwidth());
+}
+
+double all_gather_s(double bytes, int ranks, const LinkSpec& link) { return reduce_scatter_s(bytes, ranks, link); }
+
 AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name) {
   if (name == "ring") return AllReduceAlgorithm::Ring;
   if (name == "tree") return AllReduceAlgorithm::Tree;

@@ -59,6 +59,12 @@ enum class AllReduceAlgorithm { Ring, Tree, Auto };
 //   auto: the faster of the two (NCCL's choice, roughly). 0 for one rank.
 double all_reduce_s(double bytes, int ranks, const LinkSpec& link, AllReduceAlgorithm algorithm);
 
+// Seconds of a ring reduce-scatter (or all-gather) of a `bytes` buffer over `ranks` ranks bound by
+// `link`: (n-1) steps of latency + bytes/n, half a ring all-reduce (which is the two in turn).
+// NCCL runs both as rings. 0 for one rank.
+double reduce_scatter_s(double bytes, int ranks, const LinkSpec& link);
+double all_gather_s(double bytes, int ranks, const LinkSpec& link);
+
 AllReduceAlgorithm parse_all_reduce_algorithm(const std::string& name);  // ring | tree | auto
 const char* all_reduce_algorithm_name(AllReduceAlgorithm algorithm);
 

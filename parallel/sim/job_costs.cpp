@@ -71,13 +71,16 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
     for (int c = 0; c < spec.virtual_stages; ++c) {
       const ChunkShape& ch = shape.chunk(spec, s, c);
       const double fwd = ch.fwd_flops / flops + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_fwd, message, algorithm);
-      const double b = ch.bwd_input_flops / flops + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd, message, algorithm);
-      const double w = ch.bwd_weight_flops / flops;
+      const double b = (ch.bwd_input_flops + ch.rerun_b_flops) / flops +
+                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd + ch.rerun_b_all_reduces, message, algorithm);
+      const double w = (ch.bwd_weight_flops + ch.rerun_w_flops) / flops +
+                       tp_reduce_s(job, cluster, s, ch.rerun_w_all_reduces, message, algorithm);
       t.fwd[s][c] = fwd;
       t.bwd[s][c] = job.split_backward() ? b : b + w;
       t.bwd_weight[s][c] = job.split_backward() ? w : 0.0;
     }
-    const double params = shape.stage_params(spec, s);
+    // The distributed optimizer updates its shard and sums the norm from it.
+    const double params = shape.stage_optimizer_params(spec, s);
     t.optimizer[s] = params * kAdamBytesPerParam / device.memory_bandwidth;
     // The gradient norm: read every gradient, then one number all-reduced over the world (tree).
     t.sync[s] = params * kNormBytesPerParam / device.memory_bandwidth +
@@ -93,7 +96,8 @@ bool profile_matches(const JobSpec& job, const MeasuredProfile& profile) {
          a.vocab_size == b.vocab_size && job.seq_len == p.seq_len && job.micro_batch == p.micro_batch &&
          job.tp == p.tp && job.schedule.pp == p.schedule.pp &&
          job.schedule.virtual_stages == p.schedule.virtual_stages &&
-         job.split_backward() == p.split_backward() && job.layers_per_stage == p.layers_per_stage;
+         job.split_backward() == p.split_backward() && job.layers_per_stage == p.layers_per_stage &&
+         job.recompute == p.recompute && job.optimizer_shards() == p.optimizer_shards();
 }
 
 OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const MeasuredProfile& profile,
@@ -104,30 +108,39 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
   // Seconds per FLOP of each pass kind on the profiled job, and per parameter of its optimizer.
   const JobShape measured = job_shape(profile.job);
   const ScheduleSpec& pspec = profile.job.schedule;
-  double fwd_flops = 0, b_flops = 0, w_flops = 0, params = 0;
+  double fwd_flops = 0, b_flops = 0, w_flops = 0, rerun_b = 0, rerun_w = 0, params = 0;
   for (const ChunkShape& c : measured.virtual_stages) {
     fwd_flops += c.fwd_flops;
     b_flops += c.bwd_input_flops;
     w_flops += c.bwd_weight_flops;
+    rerun_b += c.rerun_b_flops;
+    rerun_w += c.rerun_w_flops;
   }
   const double chunks = static_cast<double>(measured.virtual_stages.size());
   fwd_flops /= chunks;
   b_flops /= chunks;
   w_flops /= chunks;
+  rerun_b /= chunks;
+  rerun_w /= chunks;
   if (!(profile.t_f > 0) || !(profile.t_b > 0))
     throw std::invalid_argument(profile.source + ": the profile has no measured forward/backward time");
   const double per_flop_f = profile.t_f / fwd_flops;
-  // A split profile times B and W apart; an unsplit one only their sum.
+  // A split profile times B and W apart; an unsplit one only their sum. A profile measured with
+  // recomputation has its reruns (forward work, at the forward's rate) inside them.
   const bool split = profile.job.split_backward() && profile.t_w > 0;
-  const double per_flop_b = split ? (profile.t_b - profile.t_w) / b_flops : profile.t_b / (b_flops + w_flops);
-  const double per_flop_w = split ? profile.t_w / w_flops : per_flop_b;
+  const double per_flop_b = split ? (profile.t_b - profile.t_w - rerun_b * per_flop_f) / b_flops
+                                  : (profile.t_b - (rerun_b + rerun_w) * per_flop_f) / (b_flops + w_flops);
+  const double per_flop_w = split ? (profile.t_w - rerun_w * per_flop_f) / w_flops : per_flop_b;
+  if (!(per_flop_b > 0) || !(per_flop_w > 0))
+    throw std::invalid_argument(profile.source + ": the measured backward is shorter than the forward work its "
+                                "recomputation reruns; the profile cannot be scaled");
   double per_param_opt = 0, per_param_sync = 0;
   if (profile.instructions) {
     double opt = 0, sync = 0;
     for (int s = 0; s < pspec.pp; ++s) {
       opt += profile.instructions->optimizer[s];
       sync += profile.instructions->sync[s];
-      params += measured.stage_params(pspec, s);
+      params += measured.stage_optimizer_params(pspec, s);
     }
     per_param_opt = opt / params;
     per_param_sync = sync / params;
@@ -139,14 +152,15 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
   for (int s = 0; s < spec.pp; ++s) {
     for (int c = 0; c < spec.virtual_stages; ++c) {
       const ChunkShape& ch = shape.chunk(spec, s, c);
-      const double b = ch.bwd_input_flops * per_flop_b +
-                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd, message, algorithm);
-      const double w = ch.bwd_weight_flops * per_flop_w;
+      const double b = ch.bwd_input_flops * per_flop_b + ch.rerun_b_flops * per_flop_f +
+                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd + ch.rerun_b_all_reduces, message, algorithm);
+      const double w = ch.bwd_weight_flops * per_flop_w + ch.rerun_w_flops * per_flop_f +
+                       tp_reduce_s(job, cluster, s, ch.rerun_w_all_reduces, message, algorithm);
       t.fwd[s][c] = ch.fwd_flops * per_flop_f + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_fwd, message, algorithm);
       t.bwd[s][c] = job.split_backward() ? b : b + w;
       t.bwd_weight[s][c] = job.split_backward() ? w : 0.0;
     }
-    const double stage_params = shape.stage_params(spec, s);
+    const double stage_params = shape.stage_optimizer_params(spec, s);
     t.optimizer[s] = per_param_opt > 0 ? stage_params * per_param_opt : device.optimizer[s];
     t.sync[s] = per_param_opt > 0 ? stage_params * per_param_sync : device.sync[s];
   }
@@ -188,12 +202,25 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
           cluster.group_link(physical_rank(job, {0, 0, s}), 1, job.tp).name)
         replicas_identical_ = false;
 
-  // Data-parallel gradient all-reduces: each chunk's gradients (fp32) over the dp group of its stage.
+  // Data-parallel gradient all-reduces: each chunk's gradients (fp32) over the dp group of its
+  // stage. The distributed optimizer reduce-scatters them instead (the tails it all-reduces, fewer
+  // than dp x 16 floats a segment, are left out) and all-gathers the updated parameters (fp32,
+  // pipelane's masters) after the optimizer step: charged to OptimizerStep, the gather the next
+  // iteration's first forward waits for. On the first stage it is on the critical path; a stage
+  // that starts by receiving overlaps it with that wait in the executor, which this charges too.
   dp_reduce_s_.assign(pp, std::vector<double>(spec.virtual_stages, 0.0));
+  dp_gather_s_.assign(pp, 0.0);
   for (int s = 0; s < pp && job.dp > 1; ++s) {
     const LinkSpec& link = cluster.group_link(physical_rank(job, {0, 0, s}), dp_stride(job), job.dp);
-    for (int c = 0; c < spec.virtual_stages; ++c)
-      dp_reduce_s_[s][c] = all_reduce_s(shape.chunk(spec, s, c).params * 4, job.dp, link, algorithm_);
+    for (int c = 0; c < spec.virtual_stages; ++c) {
+      const double bytes = shape.chunk(spec, s, c).params * 4;
+      if (job.optimizer_shards() > 1) {
+        dp_reduce_s_[s][c] = reduce_scatter_s(bytes, job.dp, link);
+        dp_gather_s_[s] += all_gather_s(bytes, job.dp, link);
+      } else {
+        dp_reduce_s_[s][c] = all_reduce_s(bytes, job.dp, link, algorithm_);
+      }
+    }
   }
   dp_free_.assign(pp, 0.0);
 
@@ -233,7 +260,7 @@ double JobCostModel::compute_s(int stage, const Instr& instr) const {
     case Op::Fwd: return traced_or(stage, instr, ops_.fwd[stage][instr.chunk]);
     case Op::Bwd: return traced_or(stage, instr, ops_.bwd[stage][instr.chunk]);
     case Op::BwdWeight: return traced_or(stage, instr, ops_.bwd_weight[stage][instr.chunk]);
-    case Op::OptimizerStep: return traced_or(stage, instr, ops_.optimizer[stage]);
+    case Op::OptimizerStep: return traced_or(stage, instr, ops_.optimizer[stage]) + dp_gather_s_[stage];
     case Op::SendFwd:
     case Op::SendBwd: return traced_or(stage, instr, entry(ops_.send));
     case Op::RecvFwd:

@@ -61,15 +61,18 @@ struct MeasuredProfile {
 };
 
 // From a device: FLOPs / (peak x efficiency), plus the tensor-parallel all-reduces over the tp
-// group's link; the optimizer step reads and writes 28 bytes a parameter at the memory bandwidth,
-// the gradient norm reads 4.
+// group's link (recomputation's reruns inside B, and W under the split backward); the optimizer
+// step reads and writes 28 bytes a parameter it updates (the distributed optimizer: its shard) at
+// the memory bandwidth, the gradient norm reads 4.
 OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster& cluster,
                         AllReduceAlgorithm algorithm);
 
 // From a profile: the measured means as they are when `job` is the profiled shape (same model,
-// micro batch, sequence, tp, split and schedule kind); otherwise seconds per FLOP of each pass
-// kind, taken from the profile over its own FLOPs, times the FLOPs of `job`'s instructions (and
-// seconds per parameter for the optimizer step), plus `job`'s tensor-parallel all-reduces.
+// micro batch, sequence, tp, split, schedule kind, recomputation and optimizer shards); otherwise
+// seconds per FLOP of each pass kind, taken from the profile over its own FLOPs, times the FLOPs
+// of `job`'s instructions (and seconds per parameter for the optimizer step), plus `job`'s
+// tensor-parallel all-reduces. Recomputation's reruns are forward work: priced at the forward's
+// rate, and taken out of a profile measured with recomputation before its backward's rate is.
 OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const MeasuredProfile& profile,
                          const Cluster& cluster, AllReduceAlgorithm algorithm);
 // True when profile_op_table uses the profile's means as they are.
@@ -136,7 +139,8 @@ class JobCostModel final : public SimCostModel {
   double traced_or(int stage, const Instr& instr, double mean) const;
   bool replicas_identical_ = true;
   std::map<std::pair<int, int>, LinkSpec> p2p_;  // (from, to) stage -> link
-  std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]
+  std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]: all-reduce, or ZeRO's reduce-scatter
+  std::vector<double> dp_gather_s_;                // [stage]: ZeRO's all-gathers after OptimizerStep
   std::map<std::pair<int, int>, double> link_free_;  // (from, to) -> when its last message is sent
   std::vector<double> dp_free_;                    // [stage] -> when its dp link is free
   double wan_lag_s_ = 0;  // the last pipeline's delay behind the simulated one (temporal sharing)

@@ -4,11 +4,12 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "model/gpt_layout.h"
 #include "model/gpt_model.h"
 #include "parallel/layer_split.h"
-#include "runtime/arena.h"
+#include "parallel/optimizer_shards.h"
 
 namespace pipelane::sim {
 
@@ -27,8 +28,16 @@ class SizingGroup final : public TensorParallelComm {
   int size_;
 };
 
-double aligned(double bytes) {
-  return static_cast<double>(align_up(static_cast<std::size_t>(bytes), Arena::kDefaultAlignment));
+// Layers of a stage range that rerun something before their backward: (attention cores,
+// whole layers), by the recompute plan the stage itself follows.
+std::pair<int, int> rerun_layers(const RecomputeOptions& recompute, int num_layers) {
+  int cores = 0, layers = 0;
+  if (num_layers < 1 || recompute.kind == RecomputeKind::None) return {0, 0};
+  for (const LayerRecompute& l : plan_recompute(recompute, num_layers)) {
+    cores += l.keeps == LayerKeeps::AllButAttentionCore;
+    layers += l.keeps == LayerKeeps::Output;
+  }
+  return {cores, layers};
 }
 
 }  // namespace
@@ -38,6 +47,8 @@ JobShape job_shape(const JobSpec& job) {
   if (const std::string problem = cfg.problem(); !problem.empty()) throw std::invalid_argument("model: " + problem);
   if (job.tp < 1 || job.dp < 1 || job.micro_batch < 1 || job.seq_len < 1)
     throw std::invalid_argument("tp, dp, micro_batch and seq_len must be >= 1");
+  if (job.recompute.layers < 1)
+    throw std::invalid_argument("recompute_layers = " + std::to_string(job.recompute.layers) + ": expected >= 1");
   if (cfg.heads % job.tp != 0)
     throw std::invalid_argument("tp = " + std::to_string(job.tp) + " does not divide the model's " +
                                 std::to_string(cfg.heads) + " heads");
@@ -74,12 +85,22 @@ JobShape job_shape(const JobSpec& job) {
     if (range.has_head) c.fwd_flops += 6 * N * d * vocab / tp;  // head forward + backward, fused
     c.tp_all_reduces_fwd = job.tp > 1 ? 2 * range.num_layers() : 0;
     c.tp_all_reduces_bwd = job.tp > 1 ? 2 * range.num_layers() : 0;
+    // Selective reruns the attention core (its 4 T d of the forward's FLOPs a token), full the
+    // whole layer with its two all-reduces; a split backward reruns full layers for W again.
+    const auto [cores, full_layers] = rerun_layers(job.recompute, range.num_layers());
+    c.rerun_b_flops = N * (cores * 4 * T * d + full_layers * (matmul + 4 * T * d)) / tp;
+    c.rerun_b_all_reduces = job.tp > 1 ? 2 * full_layers : 0;
+    if (job.split_backward()) {
+      c.rerun_w_flops = N * full_layers * (matmul + 4 * T * d) / tp;
+      c.rerun_w_all_reduces = c.rerun_b_all_reduces;
+    }
     const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr);
     c.params = static_cast<double>(stage.layout().total_floats());
+    c.optimizer_params = job.optimizer_shards() > 1
+                             ? static_cast<double>(plan_chunk_shards(stage.layout(), job.optimizer_shards()).shard_floats)
+                             : c.params;
     if (const ParamEntry* wte = stage.layout().tied_embedding(); wte && (range.has_embedding != range.has_head))
       c.tied_embedding_params = static_cast<double>(wte->numel);
-    c.activation_bytes = static_cast<double>(stage.activation_bytes(job.micro_batch, job.seq_len, job.split_backward()));
-    c.scratch_bytes = static_cast<double>(stage.scratch_bytes(job.micro_batch, job.seq_len));
     shape.virtual_stages.push_back(c);
   }
   for (int s = 0; s < spec.pp; ++s)
@@ -93,20 +114,10 @@ double JobShape::stage_params(const ScheduleSpec& spec, int stage) const {
   return params;
 }
 
-std::vector<double> JobShape::stage_memory_bytes(const ScheduleSpec& spec, int element_bytes) const {
-  std::vector<double> out;
-  const double scale = element_bytes / 4.0;
-  const double message = aligned(message_elements * element_bytes);
-  for (int s = 0; s < spec.pp; ++s) {
-    double bytes = 0;
-    for (int c = 0; c < spec.virtual_stages; ++c) {
-      const ChunkShape& ch = chunk(spec, s, c);
-      bytes += 4 * aligned(ch.params * 4) + ch.scratch_bytes * scale +
-               in_flight[s][c] * (ch.activation_bytes * scale + 3 * message);
-    }
-    out.push_back(bytes);
-  }
-  return out;
+double JobShape::stage_optimizer_params(const ScheduleSpec& spec, int stage) const {
+  double params = 0;
+  for (int c = 0; c < spec.virtual_stages; ++c) params += chunk(spec, stage, c).optimizer_params;
+  return params;
 }
 
 double job_flops_per_iteration(const JobSpec& job, const JobShape& shape) {

@@ -1,12 +1,13 @@
 // What one microbatch costs on each virtual stage of a job, from the model's own size tables:
-// FLOPs of the forward, input-gradient and weight-gradient passes, tensor-parallel all-reduces,
-// parameters, stored activations and the training memory of every stage under the schedule's
-// in-flight bound (the arena the executor reserves).
+// FLOPs of the forward, input-gradient and weight-gradient passes (and what recomputation reruns
+// before them), tensor-parallel all-reduces, parameters and the optimizer's share of them. The
+// training memory of a job is the memory model's (sim/job_memory.h).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "model/recompute.h"
 #include "parallel/schedule.h"
 
 namespace pipelane::sim {
@@ -24,9 +25,22 @@ struct JobSpec {
   // site holds whole pipelines, data parallelism spans the sites - the placement that ignores
   // the WAN, simulated as a baseline only).
   bool replicas_across_sites = false;
+  // The memory features ([train] recompute, distributed_optimizer; sequence parallelism). What
+  // recomputation keeps shapes the memory, what it reruns is priced in the backward; the
+  // distributed optimizer (ZeRO-1 over dp, nothing sharded at dp 1) keeps 1/dp of the optimizer
+  // state and turns the gradient all-reduce into a reduce-scatter and an all-gather; sequence
+  // parallelism divides the activations and messages by tp in the memory model only (its
+  // reduce-scatter + all-gather move what the all-reduce moved, so the costs stay as they are).
+  RecomputeOptions recompute;
+  bool distributed_optimizer = false;
+  bool sequence_parallel = false;
 
   int world() const { return tp * dp * schedule.pp; }
   bool split_backward() const { return schedule.kind == ScheduleKind::ZeroBubbleH1; }
+  // dp ranks the optimizer state is cut over (1: replicated).
+  int optimizer_shards() const { return distributed_optimizer ? dp : 1; }
+  // tp ranks the [B, T, C] activations are cut over (1: tensor parallelism alone).
+  int sequence_shards() const { return sequence_parallel ? tp : 1; }
   double tokens_per_iteration() const {
     return static_cast<double>(seq_len) * micro_batch * schedule.microbatches * dp;
   }
@@ -41,10 +55,15 @@ struct ChunkShape {
   double bwd_weight_flops = 0;  // W: the weight gradient (ZB-H1's BwdWeight)
   int tp_all_reduces_fwd = 0;   // all-reduces of one activation (B*T*d) inside Fwd / inside B
   int tp_all_reduces_bwd = 0;
+  // Recomputation (model/recompute.h): forward work rerun right before B (selective: the
+  // attention core of every layer; full: the recomputed layers' whole forward, with their
+  // tensor-parallel all-reduces) and, under the split backward, before W again (full only: B's
+  // rerun is gone by then). Forward FLOPs, priced as the forward's.
+  double rerun_b_flops = 0, rerun_w_flops = 0;
+  int rerun_b_all_reduces = 0, rerun_w_all_reduces = 0;
   double params = 0;            // this rank's parameters
+  double optimizer_params = 0;  // those its optimizer step updates: params, or its ZeRO shard
   double tied_embedding_params = 0;  // wte elements summed with the other end's copy at GradSync
-  double activation_bytes = 0;  // pipelane's fp32 layout, per microbatch in flight
-  double scratch_bytes = 0;
 };
 
 struct JobShape {
@@ -56,12 +75,7 @@ struct JobShape {
     return virtual_stages[virtual_stage(spec, stage, chunk)];
   }
   double stage_params(const ScheduleSpec& spec, int stage) const;
-  // Training memory of each stage: parameters, gradients and both AdamW moments (4 x 4 bytes a
-  // parameter: fp32 in pipelane; bf16 weights and gradients plus fp32 master weights and moments
-  // in mixed precision come to the same 16), scratch, and per microbatch in flight its
-  // activations and three message buffers. Activations and messages at element_bytes per
-  // element (4: pipelane's fp32 layout, exactly the executor's arena; 2: the same in bf16).
-  std::vector<double> stage_memory_bytes(const ScheduleSpec& spec, int element_bytes) const;
+  double stage_optimizer_params(const ScheduleSpec& spec, int stage) const;
 };
 
 // std::invalid_argument (one line) for a spec the model cannot be split into: layers not divisible,
@@ -69,7 +83,8 @@ struct JobShape {
 JobShape job_shape(const JobSpec& job);
 
 // Training FLOPs of one iteration of the whole job (every rank): the sum over virtual stages and
-// microbatches and replicas, tensor parallelism undone.
+// microbatches and replicas, tensor parallelism undone; the model's FLOPs (recomputation's reruns
+// are not counted, as model FLOPs utilisation does not count them).
 double job_flops_per_iteration(const JobSpec& job, const JobShape& shape);
 
 }  // namespace pipelane::sim

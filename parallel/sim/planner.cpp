@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "parallel/sim/job_memory.h"
+
 namespace pipelane::sim {
 
 namespace {
@@ -54,8 +56,37 @@ std::string balanced_layer_split(const GptConfig& model, int seq_len, int pp) {
 
 namespace {
 
+// The values of a switch that differ for a job: "on" is "off" where the feature has nothing to
+// cut (dp 1 for the distributed optimizer, tp 1 for sequence parallelism), so it is tried once.
+std::vector<bool> distinct_switches(const std::vector<bool>& asked, bool can_cut) {
+  std::vector<bool> out;
+  for (bool on : asked)
+    if (std::find(out.begin(), out.end(), on && can_cut) == out.end()) out.push_back(on && can_cut);
+  return out;
+}
+
+// recompute_layers of a block-recompute job whose count try_candidate chooses (the fewest that fit).
+constexpr int kFewestThatFit = 0;
+
+// `job` with each combination of the space's memory features that makes another job.
+void add_memory_variants(const PlanSpace& space, const JobSpec& job, std::vector<JobSpec>& jobs) {
+  std::vector<RecomputeOptions> recomputes;
+  for (RecomputeKind kind : space.recompute) recomputes.push_back({kind, RecomputeMethod::Uniform, 1});
+  if (space.recompute_fewest_block) recomputes.push_back({RecomputeKind::Full, RecomputeMethod::Block, kFewestThatFit});
+  for (const RecomputeOptions& recompute : recomputes)
+    for (bool zero : distinct_switches(space.distributed_optimizer, job.dp > 1))
+      for (bool sp : distinct_switches(space.sequence_parallel, job.tp > 1)) {
+        JobSpec variant = job;
+        variant.recompute = recompute;
+        variant.distributed_optimizer = zero;
+        variant.sequence_parallel = sp;
+        jobs.push_back(variant);
+      }
+}
+
 // The jobs of one (pp, tp, dp, micro batch): each schedule (interleaved at each virtual-stage
-// count), with an even layer split where the layers divide and the balanced one where it differs.
+// count), with an even layer split where the layers divide and the balanced one where it differs,
+// each with its memory features.
 void add_jobs_of_grid(const PlanSpace& space, const JobSpec& grid, std::vector<JobSpec>& jobs) {
   const int pp = grid.schedule.pp;
   for (ScheduleKind kind : space.schedules) {
@@ -70,12 +101,12 @@ void add_jobs_of_grid(const PlanSpace& space, const JobSpec& grid, std::vector<J
         continue;
       }
       if (kind == ScheduleKind::Interleaved && pp < 2) continue;
-      if (space.model.layers % (pp * v) == 0) jobs.push_back(job);
+      if (space.model.layers % (pp * v) == 0) add_memory_variants(space, job, jobs);
       if (space.balanced_split && v == 1) {
         const std::string split = balanced_layer_split(space.model, space.seq_len, pp);
         if (!split.empty()) {
           job.layers_per_stage = split;
-          jobs.push_back(job);
+          add_memory_variants(space, job, jobs);
         }
       }
     }
@@ -115,13 +146,14 @@ std::vector<JobSpec> candidate_jobs(const PlanSpace& space, int devices, int max
 
 // A simulated candidate's figures: throughput with and without lanes, and what the lanes' work
 // is worth per hour of training.
-PlanCandidate candidate_of(const JobSpec& job, const Cluster& cluster, const SimulationOutcome& out, double most_memory) {
+PlanCandidate candidate_of(const JobSpec& job, const Cluster& cluster, const SimulationOutcome& out) {
   PlanCandidate c;
   c.job = job;
   c.tokens_per_s_off = out.tokens_per_s;
   c.tokens_per_s = out.on ? out.tokens_per_s_lanes : out.tokens_per_s;
   c.bubble_fraction = out.off.bubble_fraction;
-  c.max_stage_memory = most_memory;
+  c.stage_memory = out.stage_memory_bytes;
+  c.max_stage_memory = *std::max_element(c.stage_memory.begin(), c.stage_memory.end());
   c.training_per_hour = job.world() * cluster.device.price_per_hour;
   if (out.placement.multi_site()) c.sites = out.placement.describe(cluster.site_map());
   if (!out.on) return c;
@@ -140,12 +172,38 @@ PlanCandidate candidate_of(const JobSpec& job, const Cluster& cluster, const Sim
   return c;
 }
 
-// Places and sizes `job`, simulates it when it fits, and adds it to `result` as a candidate or as
-// a rejection.
-void try_candidate(const JobSpec& job, const SimulationSetup& base, PlanResult& result) {
+// The fewest layers a block recompute of every stage must rerun for `job` (its recompute aside)
+// to fit the device: 0 when it fits without recomputation; more layers than a stage has when it
+// does not fit at all. Memory falls as the count grows (each more layer keeps only its output),
+// so a bisection.
+int fewest_block_layers(const JobSpec& job, const Cluster& cluster) {
+  const auto fits = [&](int layers) {
+    JobSpec j = job;
+    j.recompute = layers == 0 ? RecomputeOptions{} : RecomputeOptions{RecomputeKind::Full, RecomputeMethod::Block, layers};
+    const std::vector<double> memory = job_memory_bytes(j, cluster.device.element_bytes());
+    return *std::max_element(memory.begin(), memory.end()) <= cluster.device.memory_bytes;
+  };
+  JobSpec plain = job;
+  plain.recompute = {};
+  int most = 0;  // layers of the largest chunk
+  for (const ChunkShape& c : job_shape(plain).virtual_stages) most = std::max(most, c.range.num_layers());
+  if (fits(0)) return 0;
+  if (!fits(most)) return most + 1;
+  int lo = 0, hi = most;  // !fits(lo), fits(hi)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+// Places and sizes `asked` (choosing its block recompute's layer count when it asks for the
+// fewest that fit), simulates it when it fits, and adds it to `result` as a candidate or as a
+// rejection.
+void try_candidate(const JobSpec& asked, const SimulationSetup& base, PlanResult& result) {
   const Cluster& cluster = base.cluster;
+  JobSpec job = asked;
   SimulationSetup setup;
-  setup.job = job;
   setup.cluster = cluster;
   setup.profile = base.profile;
   setup.lanes = base.lanes;
@@ -161,15 +219,22 @@ void try_candidate(const JobSpec& job, const SimulationSetup& base, PlanResult& 
       ++result.rejected_sites;
       return;
     }
-    const JobShape shape = job_shape(job);
-    const std::vector<double> memory = shape.stage_memory_bytes(job.schedule, cluster.device.element_bytes());
+    if (job.recompute.method == RecomputeMethod::Block && job.recompute.layers == kFewestThatFit) {
+      const int layers = fewest_block_layers(job, cluster);
+      if (layers == 0) return;  // it fits without: the recompute-none job, not this one
+      // Past the largest stage: the memory of recomputing every layer is rejected below.
+      job.recompute.layers = layers;
+    }
+    job_shape(job);  // a split the model does not allow is a shape rejection, before its memory
+    setup.job = job;
+    const std::vector<double> memory = job_memory_bytes(job, cluster.device.element_bytes());
     const double most = *std::max_element(memory.begin(), memory.end());
     if (result.smallest_memory_needed < 0 || most < result.smallest_memory_needed) result.smallest_memory_needed = most;
     if (most > cluster.device.memory_bytes) {
       ++result.rejected_memory;
       return;
     }
-    result.candidates.push_back(candidate_of(job, cluster, run_simulation(setup), most));
+    result.candidates.push_back(candidate_of(job, cluster, run_simulation(setup)));
   } catch (const DoesNotFit&) {
     ++result.rejected_memory;
   } catch (const std::invalid_argument&) {
@@ -177,12 +242,29 @@ void try_candidate(const JobSpec& job, const SimulationSetup& base, PlanResult& 
   }
 }
 
-DoesNotFit fits_no_device(const Cluster& cluster, const PlanResult& result, std::size_t tried, int devices) {
+// "recompute none/selective/full, distributed optimizer off/on": the memory features searched.
+std::string searched_features(const PlanSpace& space) {
+  std::string out = "recompute ";
+  for (std::size_t k = 0; k < space.recompute.size(); ++k)
+    out += (k ? "/" : "") + std::string(recompute_kind_name(space.recompute[k]));
+  if (space.recompute_fewest_block) out += std::string(space.recompute.empty() ? "" : "/") + "block";
+  const auto switches = [](const std::vector<bool>& values) {
+    std::string s;
+    for (std::size_t k = 0; k < values.size(); ++k) s += (k ? "/" : "") + std::string(values[k] ? "on" : "off");
+    return s;
+  };
+  out += ", distributed optimizer " + switches(space.distributed_optimizer);
+  out += ", sequence parallel " + switches(space.sequence_parallel);
+  return out;
+}
+
+DoesNotFit fits_no_device(const PlanSpace& space, const Cluster& cluster, const PlanResult& result, std::size_t tried,
+                          int devices) {
   char need[64];
   std::snprintf(need, sizeof need, "%.2f GiB", result.smallest_memory_needed / (1024.0 * 1024.0 * 1024.0));
   return DoesNotFit("the model fits no " + cluster.device.name + " of cluster " + cluster.name + ": " +
                     std::to_string(tried) + " ways to split it over " + std::to_string(devices) +
-                    " devices tried, the smallest needs " +
+                    " devices tried (" + searched_features(space) + "), the smallest needs " +
                     (result.smallest_memory_needed > 0 ? std::string(need) : std::string("?")) +
                     " on one device, which has " +
                     std::to_string(static_cast<int>(cluster.device.memory_bytes / (1024.0 * 1024.0 * 1024.0))) +
@@ -206,7 +288,7 @@ PlanResult plan_jobs(const PlanSpace& space, const SimulationSetup& base,
     try_candidate(job, base, result);
   }
   if (progress) progress(done, static_cast<int>(jobs.size()));
-  if (result.candidates.empty()) throw fits_no_device(cluster, result, jobs.size(), devices);
+  if (result.candidates.empty()) throw fits_no_device(space, cluster, result, jobs.size(), devices);
   std::sort(result.candidates.begin(), result.candidates.end(),
             [](const PlanCandidate& a, const PlanCandidate& b) { return a.tokens_per_s > b.tokens_per_s; });
   mark_frontier(result.candidates);

@@ -1,7 +1,9 @@
 // `pipelane plan`'s search: every way to run a model on a cluster's devices - pipeline, tensor and
-// data parallel degrees, micro batch (hence microbatches), schedule, virtual stages, layer split -
-// that fits each device's memory, simulated with and without lanes, and the frontier of training
-// throughput against what the lanes' work is worth.
+// data parallel degrees, micro batch (hence microbatches), schedule, virtual stages, layer split,
+// and the memory features (recomputation, the distributed optimizer, sequence parallelism) - that
+// fits each device's memory by the memory model, simulated with and without lanes (what
+// recomputation reruns and what ZeRO's collectives cost priced, and so the bubbles they change),
+// and the frontier of training throughput against what the lanes' work is worth.
 #pragma once
 #include <functional>
 #include <string>
@@ -22,6 +24,16 @@ struct PlanSpace {
   std::vector<int> micro_batches;          // empty: powers of two up to the global batch
   int max_tp = 0;                          // 0: the devices of a node
   bool balanced_split = true;              // also try the split that evens the stages' FLOPs
+  // The memory features, each one more dimension: every combination with the grid above. Full
+  // recomputation is tried as Megatron-LM's default (uniform, every layer its own group).
+  std::vector<RecomputeKind> recompute{RecomputeKind::None, RecomputeKind::Selective, RecomputeKind::Full};
+  // Also full recomputation of only the first k layers of every stage (method block), k the
+  // fewest that make the job fit (memory falls as k grows); not tried where it fits without.
+  bool recompute_fewest_block = false;
+  // On where dp > 1 (at dp 1 it shards nothing: that job is tried once, as off).
+  std::vector<bool> distributed_optimizer{false, true};
+  // On where tp > 1 (likewise); memory only (job_shape.h).
+  std::vector<bool> sequence_parallel{false};
 };
 
 struct PlanCandidate {
@@ -34,14 +46,15 @@ struct PlanCandidate {
   std::vector<double> lane_units_per_hour;  // per lane: its work units per hour of training
   double training_per_hour = 0;   // $ per hour of the training devices
   double net_saving = 0, gross_saving = 0, overhead = 0;
-  double max_stage_memory = 0;    // bytes
+  double max_stage_memory = 0;    // bytes: the largest rank's, by the memory model
+  std::vector<double> stage_memory;  // bytes per rank of each pipeline stage
   bool on_frontier = false;
   std::string sites;              // where its stages go when the cluster has sites ("" otherwise)
 };
 
 struct PlanResult {
   std::vector<PlanCandidate> candidates;  // every candidate that fits, fastest first
-  int rejected_memory = 0;                // candidates over a device's memory
+  int rejected_memory = 0;                // candidates over a device's memory (memory features included)
   int rejected_shape = 0;                 // splits the model does not allow
   int rejected_sites = 0;                 // a tensor-parallel group across sites (parallel/sites.h)
   double smallest_memory_needed = 0;      // over all candidates (bytes): "fits no device" says it

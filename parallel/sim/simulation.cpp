@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "parallel/sim/job_memory.h"
+
 namespace pipelane::sim {
 
 namespace {
@@ -15,14 +17,22 @@ std::string gib(double bytes) {
 
 }  // namespace
 
-std::vector<double> check_memory(const JobSpec& job, const JobShape& shape, const Cluster& cluster) {
-  const std::vector<double> memory = shape.stage_memory_bytes(job.schedule, cluster.device.element_bytes());
+std::string describe_memory_features(const JobSpec& job) {
+  std::string out = "recompute " + describe(job.recompute);
+  if (job.optimizer_shards() > 1) out += ", distributed optimizer over dp " + std::to_string(job.dp);
+  if (job.sequence_shards() > 1) out += ", sequence parallel";
+  return out;
+}
+
+std::vector<double> check_memory(const JobSpec& job, const Cluster& cluster) {
+  const std::vector<double> memory = job_memory_bytes(job, cluster.device.element_bytes());
   for (std::size_t s = 0; s < memory.size(); ++s)
     if (memory[s] > cluster.device.memory_bytes)
       throw DoesNotFit("stage " + std::to_string(s) + " needs " + gib(memory[s]) + " of training memory (tp " +
                        std::to_string(job.tp) + ", pp " + std::to_string(job.schedule.pp) + ", " +
                        schedule_kind_name(job.schedule.kind) + ", micro batch " + std::to_string(job.micro_batch) +
-                       "), more than the " + gib(cluster.device.memory_bytes) + " of a " + cluster.device.name);
+                       ", " + describe_memory_features(job) + "), more than the " +
+                       gib(cluster.device.memory_bytes) + " of a " + cluster.device.name);
   return memory;
 }
 
@@ -57,7 +67,7 @@ SimulationOutcome run_simulation(const SimulationSetup& setup) {
   const std::string refusal = placement_refusal(out.placement, setup.force_sites);
   if (!refusal.empty()) throw std::invalid_argument(refusal);
   out.shape = job_shape(job);
-  out.stage_memory_bytes = check_memory(job, out.shape, cluster);
+  out.stage_memory_bytes = check_memory(job, cluster);
   out.ops = setup.profile ? profile_op_table(job, out.shape, *setup.profile, cluster, setup.all_reduce)
                           : device_op_table(job, out.shape, cluster, setup.all_reduce);
   out.profile_as_measured = setup.profile && profile_matches(job, *setup.profile);

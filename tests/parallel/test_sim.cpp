@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "parallel/pipeline_executor.h"
+#include "parallel/sim/job_memory.h"
 #include "parallel/sim/planner.h"
 #include "parallel/sim/simulation.h"
 #include "parallel/topology.h"
@@ -249,22 +250,25 @@ TEST(SimCosts, DeviceComputeIsFlopsOverAchievedPeakAndTheJobCountsTheModelsFlops
 
 TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
   Topology topo = Topology::single_process();
-  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1}) {
-    JobSpec job;
-    job.model = small_model();
-    job.seq_len = 32;
-    job.micro_batch = 2;
-    job.schedule = {kind, 1, 1, 3};
-    ExecutorOptions e;
-    e.model = job.model;
-    e.schedule = job.schedule;
-    e.micro_batch = job.micro_batch;
-    e.seq_len = job.seq_len;
-    const PipelineExecutor executor(e, topo, testing::cpu_backend());
-    const JobShape shape = job_shape(job);
-    EXPECT_DOUBLE_EQ(shape.stage_memory_bytes(job.schedule, 4)[0], static_cast<double>(executor.arena_bytes()))
-        << schedule_kind_name(kind);
-  }
+  for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1})
+    for (RecomputeKind recompute : {RecomputeKind::None, RecomputeKind::Selective, RecomputeKind::Full}) {
+      JobSpec job;
+      job.model = small_model();
+      job.seq_len = 32;
+      job.micro_batch = 2;
+      job.schedule = {kind, 1, 1, 3};
+      job.recompute.kind = recompute;
+      ExecutorOptions e;
+      e.model = job.model;
+      e.schedule = job.schedule;
+      e.micro_batch = job.micro_batch;
+      e.seq_len = job.seq_len;
+      e.recompute = job.recompute;
+      const PipelineExecutor executor(e, topo, testing::cpu_backend());
+      // The simulator's memory is the memory model's, which sizes the arena.
+      EXPECT_DOUBLE_EQ(job_memory_bytes(job, 4)[0], static_cast<double>(executor.arena_bytes()))
+          << schedule_kind_name(kind) << ", recompute " << recompute_kind_name(recompute);
+    }
 }
 
 TEST(SimMemory, AJobOverTheDevicesMemoryDoesNotFit) {

@@ -23,6 +23,7 @@ namespace po = boost::program_options;
 
 struct PlanOptions {
   std::string cluster, lanes, profile, schedules = "gpipe,1f1b,interleaved,zb-h1";
+  std::string recompute = "none,selective,full", distributed_optimizer = "off,on", sequence_parallel = "off";
   int devices = 0, iterations = 0, top = 10, max_tp = 0;
   bool json = false, all = false;
 };
@@ -37,6 +38,17 @@ void describe(SubcommandOptions& options, PlanOptions& o) {
        "a run directory whose measured costs (scaled by FLOPs) replace the device table's")
       ("devices", po::value(&o.devices), "devices to use (default: the whole cluster)")
       ("schedules", value_with_default(&o.schedules), "schedules to try, comma-separated")
+      ("recompute", value_with_default(&o.recompute),
+       "activation recomputation to try, comma-separated: none, selective (the attention core rerun "
+       "before its backward), full (every layer's forward rerun: uniform, one layer a group), block "
+       "(full recomputation of only the first k layers of each stage, k the fewest that fit; tried "
+       "where nothing fits without)")
+      ("distributed-optimizer", value_with_default(&o.distributed_optimizer),
+       "the distributed optimizer (ZeRO-1 over dp) to try: off, on or off,on (at dp 1 on is off: "
+       "nothing to shard)")
+      ("sequence-parallel", value_with_default(&o.sequence_parallel),
+       "sequence parallelism to try: off, on or off,on (at tp 1 on is off), priced as memory only "
+       "(activations and messages / tp; its collectives move what tp's all-reduces move)")
       ("max-tp", po::value(&o.max_tp), "largest tensor-parallel degree (default: devices per node)")
       ("iterations", po::value(&o.iterations),
        "iterations simulated per candidate (default: [lanes] profile_iterations + 3)")
@@ -53,6 +65,52 @@ std::vector<ScheduleKind> parse_schedules(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> comma_list(const std::string& flag, const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(item);
+  if (out.empty()) throw SimInputError("--" + flag + ": give at least one value");
+  return out;
+}
+
+// none, selective, full into space.recompute; block into space.recompute_fewest_block.
+void parse_recompute_kinds(const std::string& text, sim::PlanSpace& space) {
+  space.recompute.clear();
+  space.recompute_fewest_block = false;
+  for (const std::string& item : comma_list("recompute", text)) {
+    if (item == "block") {
+      space.recompute_fewest_block = true;
+      continue;
+    }
+    if (item != "none" && item != "selective" && item != "full")
+      throw SimInputError("--recompute: '" + item + "': expected none, selective, full or block (comma-separated)");
+    space.recompute.push_back(parse_recompute_kind(item));
+  }
+}
+
+std::vector<bool> parse_switches(const std::string& flag, const std::string& text) {
+  std::vector<bool> out;
+  for (const std::string& item : comma_list(flag, text)) {
+    if (item != "off" && item != "on")
+      throw SimInputError("--" + flag + ": '" + item + "': expected off, on or off,on");
+    out.push_back(item == "on");
+  }
+  return out;
+}
+
+// "selective + zero + sp", "-" for none: the memory features a candidate uses.
+std::string describe_features(const sim::JobSpec& j) {
+  std::string s;
+  const auto add = [&](const std::string& what) { s += (s.empty() ? "" : " + ") + what; };
+  if (j.recompute.kind == RecomputeKind::Full && j.recompute.method == RecomputeMethod::Block)
+    add("full block " + std::to_string(j.recompute.layers));
+  else if (j.recompute.kind != RecomputeKind::None)
+    add(recompute_kind_name(j.recompute.kind));
+  if (j.optimizer_shards() > 1) add("zero");
+  if (j.sequence_shards() > 1) add("sp");
+  return s.empty() ? "-" : s;
+}
+
 std::string describe_job(const sim::JobSpec& j) {
   std::string s = "pp " + std::to_string(j.schedule.pp) + " x tp " + std::to_string(j.tp) + " x dp " +
                   std::to_string(j.dp) + ", " + schedule_kind_name(j.schedule.kind);
@@ -64,13 +122,14 @@ std::string describe_job(const sim::JobSpec& j) {
 
 // One row per plan; with lanes, the work units each lane does per hour of training and their worth.
 void print_rows(const std::vector<const sim::PlanCandidate*>& rows, const std::vector<sim::LaneModel>& lanes) {
-  std::printf("  %-58s %12s %8s %8s %9s %9s", "plan", "tokens/s", "bubble", "harvest", "mem_GiB", "train_$/h");
+  std::printf("  %-58s %-22s %12s %8s %8s %9s %9s", "plan", "memory features", "tokens/s", "bubble", "harvest",
+              "mem_GiB", "train_$/h");
   for (const sim::LaneModel& lane : lanes) std::printf(" %14s", (lane.name + "/h").substr(0, 14).c_str());
   if (!lanes.empty()) std::printf(" %10s %9s", "lanes_$/h", "net_save");
   std::printf("\n");
   for (const sim::PlanCandidate* c : rows) {
-    std::printf("  %-58s %12.5g %8.4f %8.3f %9.2f %9.4g", describe_job(c->job).c_str(), c->tokens_per_s,
-                c->bubble_fraction, c->harvest_fraction, c->max_stage_memory / (1024.0 * 1024 * 1024),
+    std::printf("  %-58s %-22s %12.5g %8.4f %8.3f %9.2f %9.4g", describe_job(c->job).c_str(),
+                describe_features(c->job).c_str(), c->tokens_per_s, c->bubble_fraction, c->harvest_fraction, c->max_stage_memory / (1024.0 * 1024 * 1024),
                 c->training_per_hour);
     for (double units : c->lane_units_per_hour) std::printf(" %14.4g", units);
     if (!lanes.empty()) std::printf(" %10.4g %8.2f%%", c->lane_value_per_hour, 100 * c->net_saving);
@@ -88,6 +147,9 @@ sim::PlanSpace plan_space(const PlanOptions& o, const TrainOptions& train, const
   space.devices = o.devices;
   space.schedules = parse_schedules(o.schedules);
   space.max_tp = o.max_tp;
+  parse_recompute_kinds(o.recompute, space);
+  space.distributed_optimizer = parse_switches("distributed-optimizer", o.distributed_optimizer);
+  space.sequence_parallel = parse_switches("sequence-parallel", o.sequence_parallel);
   if (o.devices < 0 || o.devices > cluster.cluster.devices())
     throw SimInputError("--devices " + std::to_string(o.devices) + ": the cluster has " +
                         std::to_string(cluster.cluster.devices()));
@@ -120,6 +182,12 @@ void print_json(const sim::PlanResult& result) {
                    {"schedule", schedule_kind_name(c.job.schedule.kind)},
                    {"virtual_stages", c.job.schedule.virtual_stages}, {"micro_batch", c.job.micro_batch},
                    {"microbatches", c.job.schedule.microbatches}, {"layers_per_stage", c.job.layers_per_stage},
+                   {"recompute", recompute_kind_name(c.job.recompute.kind)},
+                   {"recompute_method", recompute_method_name(c.job.recompute.method)},
+                   {"recompute_layers", c.job.recompute.layers},
+                   {"distributed_optimizer", c.job.optimizer_shards() > 1},
+                   {"sequence_parallel", c.job.sequence_shards() > 1},
+                   {"stage_memory_bytes", c.stage_memory},
                    {"tokens_per_s", c.tokens_per_s}, {"tokens_per_s_lanes_off", c.tokens_per_s_off},
                    {"bubble_fraction", c.bubble_fraction}, {"harvest_fraction", c.harvest_fraction},
                    {"lane_value_per_hour", c.lane_value_per_hour}, {"training_per_hour", c.training_per_hour},
@@ -147,6 +215,9 @@ void print_tables(const PlanOptions& o, const sim::PlanSpace& space, const Clust
                                .c_str()
                          : "as the cluster file's links ([wan] sharing = off)",
                 result.rejected_sites);
+  std::printf("  memory features searched: recompute %s, distributed optimizer %s, sequence parallel %s; memory "
+              "per rank from the memory model (mem_GiB: the largest rank)\n",
+              o.recompute.c_str(), o.distributed_optimizer.c_str(), o.sequence_parallel.c_str());
   std::printf("  %zu candidates fit, %d over a device's memory; simulated in %.2f s (%s)\n",
               result.candidates.size(), result.rejected_memory, wall_s,
               base.profile ? ("costs from profile " + o.profile).c_str() : "costs from the device table");
@@ -174,10 +245,14 @@ int plan_command(int argc, char** argv) {
       "iteration, seq_len) on the cluster's devices: pipeline stages pp, tensor parallelism tp (within a\n"
       "node), data parallelism dp (the rest), micro batch (hence microbatches m), schedule (gpipe, 1f1b,\n"
       "interleaved with 2 or 4 virtual stages, zb-h1) and layer split (even, and one that gives the\n"
-      "head's stage fewer layers). Each candidate's memory per stage comes from the model's size tables\n"
-      "and the schedule's in-flight bound; those that fit a device are simulated with and without the\n"
-      "lanes, and the frontier of training throughput vs the lanes' value ($ of side work per hour) is\n"
-      "printed: once bubbles are worth something, the schedule is a priced decision.\n"
+      "head's stage fewer layers), with the memory features: activation recomputation (--recompute),\n"
+      "the distributed optimizer (--distributed-optimizer) and sequence parallelism (--sequence-parallel).\n"
+      "Each candidate's memory per rank comes from the memory model the trainer sizes its arena with\n"
+      "(`pipelane memory`); those that fit a device are simulated with and without the lanes - what\n"
+      "recomputation reruns in the backward and the distributed optimizer's reduce-scatter and\n"
+      "all-gather priced, and so the bubbles they change - and the frontier of training throughput vs\n"
+      "the lanes' value ($ of side work per hour) is printed: once bubbles are worth something, the\n"
+      "schedule is a priced decision. [train] recompute and distributed_optimizer are searched, not read.\n"
       "With sites (the cluster's [site.NAME] or [cluster] sites), stages go across the sites in order\n"
       "and each candidate says which site holds which stages; one that would put a tensor-parallel group\n"
       "across sites is refused ([wan] force = true keeps it); [wan] sharing and connections price the\n"

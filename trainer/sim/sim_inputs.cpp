@@ -58,6 +58,8 @@ sim::JobSpec job_from_options(const TrainOptions& o, int cluster_devices) {
                         ") x a whole number of microbatches");
   job.schedule.microbatches = per_replica / job.dp;
   job.layers_per_stage = o.parallel.layers_per_stage;
+  job.recompute = recompute_options_from(o.train);
+  job.distributed_optimizer = o.train.distributed_optimizer;
   return job;
 }
 

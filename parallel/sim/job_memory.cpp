@@ -1,0 +1,37 @@
+#include "parallel/sim/job_memory.h"
+
+#include <memory>
+
+#include "runtime/backend_registry.h"
+
+namespace pipelane::sim {
+
+MemorySpec memory_spec_of(const JobSpec& job, int element_bytes) {
+  MemorySpec m;
+  m.model = job.model;
+  m.schedule = job.schedule;
+  m.tp = job.tp;
+  m.micro_batch = job.micro_batch;
+  m.seq_len = job.seq_len;
+  m.layers_per_stage = job.layers_per_stage;
+  m.recompute = job.recompute;
+  m.element_bytes = element_bytes;
+  m.optimizer_shards = job.optimizer_shards();
+  m.sequence_shards = job.sequence_shards();
+  return m;
+}
+
+std::vector<RankMemory> job_memory(const JobSpec& job, int element_bytes) {
+  // Sizes only: the CPU backend's rules (its attention keeps the probabilities [B, heads, T, T]),
+  // as `pipelane memory` sizes them.
+  const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
+  return predict_memory(memory_spec_of(job, element_bytes), *sizing);
+}
+
+std::vector<double> job_memory_bytes(const JobSpec& job, int element_bytes) {
+  std::vector<double> out;
+  for (const RankMemory& r : job_memory(job, element_bytes)) out.push_back(r.total());
+  return out;
+}
+
+}  // namespace pipelane::sim
