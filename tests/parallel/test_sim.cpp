@@ -9,6 +9,7 @@
 #include "parallel/sim/planner.h"
 #include "parallel/sim/simulation.h"
 #include "parallel/topology.h"
+#include "tests/parallel/sim_test_shapes.h"
 #include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane::sim {
@@ -33,25 +34,9 @@ std::vector<std::vector<Instr>> lists_of(const ScheduleSpec& spec) {
   return lists;
 }
 
-GptConfig small_model() {
-  GptConfig c;
-  c.layers = 8;
-  c.d_model = 128;
-  c.heads = 4;
-  c.max_seq_len = 64;
-  c.vocab_size = 256;
-  return c;
-}
+using test_shapes::small_gpt;
 
-Cluster one_node(int devices, const LinkSpec& link) {
-  Cluster c;
-  c.name = "test";
-  c.device = *builtin_device("h100");
-  c.devices_per_node = devices;
-  c.sites = {{"site", 1}};
-  c.intra_node = link;
-  return c;
-}
+Cluster one_node(int devices, const LinkSpec& link) { return test_shapes::one_node(devices, "h100", link); }
 
 LaneModel constant_lane(const std::string& name, double step_s) {
   LaneModel lane;
@@ -187,7 +172,7 @@ TEST(SimLanes, QuarantineTakesThreeLateStepsAmongTheLastSixteen) {
 
 TEST(SimCosts, TransfersPayLatencyAndBandwidthOnTheLinkBetweenStages) {
   JobSpec job;
-  job.model = small_model();
+  job.model = small_gpt();
   job.seq_len = 64;
   job.micro_batch = 2;
   job.schedule = kTwoStages;
@@ -231,7 +216,7 @@ TEST(SimCosts, AllReduceFormulas) {
 
 TEST(SimCosts, DeviceComputeIsFlopsOverAchievedPeakAndTheJobCountsTheModelsFlops) {
   JobSpec job;
-  job.model = small_model();
+  job.model = small_gpt();
   job.seq_len = 64;
   job.micro_batch = 2;
   job.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
@@ -253,7 +238,7 @@ TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::ZeroBubbleH1})
     for (RecomputeKind recompute : {RecomputeKind::None, RecomputeKind::Selective, RecomputeKind::Full}) {
       JobSpec job;
-      job.model = small_model();
+      job.model = small_gpt();
       job.seq_len = 32;
       job.micro_batch = 2;
       job.schedule = {kind, 1, 1, 3};
@@ -273,7 +258,7 @@ TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
 
 TEST(SimMemory, AJobOverTheDevicesMemoryDoesNotFit) {
   SimulationSetup setup;
-  setup.job.model = small_model();
+  setup.job.model = small_gpt();
   setup.job.model.layers = 4;
   setup.job.model.d_model = 4096;
   setup.job.model.heads = 32;
@@ -288,7 +273,7 @@ TEST(SimMemory, AJobOverTheDevicesMemoryDoesNotFit) {
 
 TEST(SimReplicas, IdenticalWhenEveryReplicaSitsAlikeElseTheSlowestLinkCounts) {
   JobSpec job;
-  job.model = small_model();
+  job.model = small_gpt();
   job.seq_len = 64;
   job.micro_batch = 1;
   job.dp = 4;
@@ -315,7 +300,7 @@ TEST(SimWan, RendezvousAddsARoundTripAndWaitsForTheReceive) {
   // of its request and answer, and cannot start one before its receive is posted; below the
   // threshold nothing changes.
   SimulationSetup setup;
-  setup.job.model = small_model();
+  setup.job.model = small_gpt();
   setup.job.seq_len = 32;
   setup.job.micro_batch = 2;
   setup.job.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
@@ -367,7 +352,7 @@ TEST(SimScale, TenThousandGpusSimulateOneReplica) {
 
 TEST(Planner, FindsFittingPlansAndMarksAFrontier) {
   PlanSpace space;
-  space.model = small_model();
+  space.model = small_gpt();
   space.seq_len = 64;
   space.global_batch = 16;
   SimulationSetup base;
@@ -391,7 +376,7 @@ TEST(Planner, FindsFittingPlansAndMarksAFrontier) {
 }
 
 TEST(Planner, BalancedSplitGivesTheHeadsStageFewerLayers) {
-  GptConfig c = small_model();
+  GptConfig c = small_gpt();
   c.layers = 24;
   c.d_model = 2048;
   c.heads = 16;

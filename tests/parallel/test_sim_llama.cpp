@@ -10,6 +10,7 @@
 #include "parallel/sim/job_costs.h"
 #include "parallel/sim/job_shape.h"
 #include "parallel/topology.h"
+#include "tests/parallel/sim_test_shapes.h"
 #include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane::sim {
@@ -17,12 +18,7 @@ namespace {
 
 // 8 layers of d 128: 4 query heads on 2 kv heads (hs 32), SwiGLU of width 352, untied head.
 GptConfig small_llama() {
-  GptConfig c;
-  c.layers = 8;
-  c.d_model = 128;
-  c.heads = 4;
-  c.max_seq_len = 64;
-  c.vocab_size = 256;
+  GptConfig c = test_shapes::small_gpt();
   c.arch = ModelArch::Llama;
   c.apply_arch_defaults(ModelArch::Llama);
   c.kv_heads = 2;
@@ -30,15 +26,7 @@ GptConfig small_llama() {
   return c;
 }
 
-Cluster one_h100_node(int devices) {
-  Cluster c;
-  c.name = "test";
-  c.device = *builtin_device("h100");
-  c.devices_per_node = devices;
-  c.sites = {{"site", 1}};
-  c.intra_node = *builtin_link("nvlink4");
-  return c;
-}
+Cluster one_h100_node(int devices) { return test_shapes::one_node(devices, "h100", *builtin_link("nvlink4")); }
 
 TEST(SimLlama, LayerFlopsAreTheFamilysMatricesAndTheJobMatchesTheMfuFormula) {
   const GptConfig model = small_llama();

@@ -8,33 +8,20 @@
 #include "parallel/sim/job_memory.h"
 #include "parallel/sim/planner.h"
 #include "parallel/sim/simulation.h"
+#include "tests/parallel/sim_test_shapes.h"
 
 namespace pipelane::sim {
 namespace {
 
-GptConfig small_model() {
-  GptConfig c;
-  c.layers = 8;
-  c.d_model = 128;
-  c.heads = 4;
-  c.max_seq_len = 64;
-  c.vocab_size = 256;
-  return c;
-}
+using test_shapes::small_gpt;
 
 Cluster one_node(int devices, const std::string& device) {
-  Cluster c;
-  c.name = "test";
-  c.device = *builtin_device(device);
-  c.devices_per_node = devices;
-  c.sites = {Site{"site", 1, {}}};
-  c.intra_node = *builtin_link("nvlink4");
-  return c;
+  return test_shapes::one_node(devices, device, *builtin_link("nvlink4"));
 }
 
 JobSpec two_stage_job(ScheduleKind kind, RecomputeKind recompute) {
   JobSpec job;
-  job.model = small_model();
+  job.model = small_gpt();
   job.seq_len = 64;
   job.micro_batch = 2;
   job.schedule = {kind, 2, 1, 4};
@@ -201,7 +188,7 @@ PlanSpace one_device_space() {
   // One device: pp, tp and dp 1, GPipe over four microbatches of one sequence; only the memory
   // features differ between the candidates (the distributed optimizer needs dp > 1: not tried).
   PlanSpace space;
-  space.model = small_model();
+  space.model = small_gpt();
   space.seq_len = 64;
   space.global_batch = 4;
   space.micro_batches = {1};
@@ -212,7 +199,7 @@ PlanSpace one_device_space() {
 
 JobSpec one_device_job(RecomputeKind recompute) {
   JobSpec job;
-  job.model = small_model();
+  job.model = small_gpt();
   job.seq_len = 64;
   job.schedule = {ScheduleKind::GPipe, 1, 1, 4};
   job.recompute.kind = recompute;
