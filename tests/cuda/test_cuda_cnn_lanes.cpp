@@ -1,0 +1,122 @@
+// The CNN lanes' training step on the emulated CUDA backend (the CUDA backend's own source with
+// its kernels run by the emulator and its GEMMs by the interpreter) against PyTorch: resnet18,
+// resnet50 and vgg19 at width_divisor 8, batch 2, 32x32 (tests/golden/cnn_*_small.bin, written by
+// make_cnn_golden.py in float64). Every buffer is device memory of the fake runtime, and the
+// backend checks that every op is handed device pointers, so this also shows that the lane's host
+// code never touches its arena: images and initial values go in, results come out, by copies.
+//
+// Tolerance: the kernels compute in fp32 as the CPU ops do and the interpreted GEMMs in double,
+// rounded once to fp32, so the error is at most the CPU backend's: the golden test's bound,
+//     10 * L * sqrt(K_max) * u   relative to the tensor's largest value
+// (u = 2^-24, L weight layers 21, 54, 19; K_max the longest dot product, 576 in the resnets and
+// 3136 in vgg19's first classifier layer; tests/golden/test_cnn_golden.cpp derives it). The
+// shapes change the image count and size, not L or K_max.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "lanes/builtin/cnn/cnn_models.h"
+#include "lanes/builtin/cnn/cnn_trainer.h"
+#include "lanes/builtin/cnn/image_source.h"
+#include "runtime/cuda/emu/emulated_backend.h"
+#include "tests/golden/golden_file.h"
+
+namespace pipelane::cuda_test {
+namespace {
+
+using namespace cnn;
+
+constexpr double kUnitRoundoff = 0x1p-24;
+
+struct Case {
+  const char* arch;
+  int weight_layers;
+  int longest_dot;
+};
+
+double tolerance(const Case& c) { return 10.0 * c.weight_layers * std::sqrt(double(c.longest_dot)) * kUnitRoundoff; }
+
+std::vector<float> download(Backend& b, Stream& s, const float* device, std::size_t n) {
+  std::vector<float> host(n);
+  b.copy(host.data(), device, n * sizeof(float), s);
+  s.synchronize();
+  return host;
+}
+
+// A parameter's floats (ours: channels last) in torch's layout.
+std::vector<float> torch_layout(const CnnParam& p, const std::vector<float>& ours) {
+  std::vector<float> out(p.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = ours[p.index_of_torch(i)];
+  return out;
+}
+
+class CnnOnEmulatedCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
+  const Case c = GetParam();
+  const double tol = tolerance(c);
+  const auto g = golden::GoldenFile::load(std::string("tests/golden/cnn_") + c.arch + "_small.bin");
+  const std::vector<std::int32_t>& cfg = g.at("config").i32;
+  CnnModelConfig config;
+  config.arch = c.arch;
+  config.batch = cfg[1];
+  config.image_size = cfg[2];
+  config.classes = cfg[3];
+  config.width_divisor = cfg[4];
+  config.dropout = 0;  // PyTorch draws its own masks
+  config.zero_init_residual = cfg[7] != 0;
+  ASSERT_EQ(config.batch, 2);
+  ASSERT_EQ(config.image_size, 32);
+  const auto seed = static_cast<std::uint64_t>(cfg[5]);
+  const std::vector<float>& h = g.at("hparams").f32;
+
+  const std::unique_ptr<Backend> backend = cuda_emu::make_emulated_cuda_backend();
+  const std::unique_ptr<Stream> stream = backend->create_stream(StreamPriority::Low);
+  const std::unique_ptr<CnnNetwork> net = build_cnn(config);
+  const std::unique_ptr<ImageSource> source = make_synthetic_source(config.image_size, config.classes, 1 << 20, seed);
+  // A budget that cuts the step into blocks (batch norm's phases, convolutions, SGD over several).
+  CnnTrainer trainer(
+      *net, *backend, *stream, SgdSettings{h[0], h[1], h[2]}, 2e6, synthetic_cost_per_image(config.image_size),
+      [&](std::int64_t p, float* pixels, std::int32_t* label) { source->load(p, pixels, label); }, seed);
+  BufferPlan plan;
+  net->plan_buffers(plan);
+  trainer.plan_buffers(plan);
+  const std::unique_ptr<Arena> arena = backend->create_arena("cnn", plan.bytes(256), MemoryKind::Device);
+  plan.allocate(*arena);
+  net->initialise(seed, *backend, *stream);
+  ASSERT_GT(trainer.program().ops.size(), 3 * net->layers().size()) << "the step is not cut into blocks";
+
+  do trainer.run(0);
+  while (trainer.cursor() != trainer.program().first_update);
+  const golden::Record& logits = g.at("logits");
+  const std::vector<float> ours_logits = download(*backend, *stream, net->logits->value, net->logits->size());
+  ASSERT_EQ(static_cast<std::size_t>(logits.numel()), ours_logits.size());
+  EXPECT_LT(golden::relative_error(ours_logits.data(), logits.f32.data(), ours_logits.size()), tol) << "logits";
+  int grads = 0;
+  for (const golden::Record& r : g.records()) {
+    if (r.name.rfind("grad/", 0) != 0) continue;
+    const CnnParam* p = net->find_param(r.name.substr(5));
+    ASSERT_NE(p, nullptr) << r.name;
+    ASSERT_EQ(static_cast<std::size_t>(r.numel()), p->size()) << r.name;
+    const std::vector<float> ours = torch_layout(*p, download(*backend, *stream, p->grad, p->size()));
+    EXPECT_LT(golden::relative_error(ours.data(), r.f32.data(), ours.size()), tol) << r.name;
+    ++grads;
+  }
+  EXPECT_GE(grads, 8);
+
+  do trainer.run(0);
+  while (!trainer.at_step_start());
+  ASSERT_EQ(trainer.steps_done(), 1);
+  const float want = g.at("losses").f32[0];
+  EXPECT_NEAR(trainer.losses()[0], want, tol * std::fabs(want)) << "loss of step 1";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CnnOnEmulatedCuda,
+                         ::testing::Values(Case{"resnet18", 21, 576}, Case{"resnet50", 54, 576},
+                                           Case{"vgg19", 19, 3136}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.arch); });
+
+}  // namespace
+}  // namespace pipelane::cuda_test
