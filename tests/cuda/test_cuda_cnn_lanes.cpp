@@ -1,7 +1,9 @@
 // The CNN lanes' training step on the emulated CUDA backend (the CUDA backend's own source with
 // its kernels run by the emulator and its GEMMs by the interpreter) against PyTorch: resnet18,
-// resnet50 and vgg19 at width_divisor 8, batch 2, 32x32 (tests/golden/cnn_*_small.bin, written by
-// make_cnn_golden.py in float64). Every buffer is device memory of the fake runtime, and the
+// resnet50 and vgg19 at width_divisor 8, batch 2, 48x48 (vgg19 32x32) (tests/golden/cnn_*_small.bin,
+// written by make_cnn_golden.py in float64; not 32x32 for the resnets: their last stage would be 1x1,
+// its batch norms would normalise two values per channel, and PyTorch's own float32 is then 1e-3 to
+// 5e-3 from float64, beyond any float32 tolerance). The CPU backend runs the same as a baseline. Every buffer is device memory of the fake runtime, and the
 // backend checks that every op is handed device pointers, so this also shows that the lane's host
 // code never touches its arena: images and initial values go in, results come out, by copies.
 //
@@ -13,13 +15,17 @@
 // shapes change the image count and size, not L or K_max.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "lanes/builtin/cnn/cnn_models.h"
 #include "lanes/builtin/cnn/cnn_trainer.h"
 #include "lanes/builtin/cnn/image_source.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "runtime/cuda/emu/emulated_backend.h"
 #include "tests/golden/golden_file.h"
 
@@ -52,10 +58,11 @@ std::vector<float> torch_layout(const CnnParam& p, const std::vector<float>& our
   return out;
 }
 
-class CnnOnEmulatedCuda : public ::testing::TestWithParam<Case> {};
+class CnnOnEmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, const char*>> {};
 
 TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
-  const Case c = GetParam();
+  const Case c = std::get<0>(GetParam());
+  const bool on_cpu = std::string(std::get<1>(GetParam())) == "cpu";
   const double tol = tolerance(c);
   const auto g = golden::GoldenFile::load(std::string("tests/golden/cnn_") + c.arch + "_small.bin");
   const std::vector<std::int32_t>& cfg = g.at("config").i32;
@@ -68,11 +75,12 @@ TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
   config.dropout = 0;  // PyTorch draws its own masks
   config.zero_init_residual = cfg[7] != 0;
   ASSERT_EQ(config.batch, 2);
-  ASSERT_EQ(config.image_size, 32);
+  ASSERT_LE(config.image_size, 48);
   const auto seed = static_cast<std::uint64_t>(cfg[5]);
   const std::vector<float>& h = g.at("hparams").f32;
 
-  const std::unique_ptr<Backend> backend = cuda_emu::make_emulated_cuda_backend();
+  const std::unique_ptr<Backend> backend =
+      on_cpu ? make_cpu_backend(1) : std::unique_ptr<Backend>(cuda_emu::make_emulated_cuda_backend());
   const std::unique_ptr<Stream> stream = backend->create_stream(StreamPriority::Low);
   const std::unique_ptr<CnnNetwork> net = build_cnn(config);
   const std::unique_ptr<ImageSource> source = make_synthetic_source(config.image_size, config.classes, 1 << 20, seed);
@@ -83,7 +91,8 @@ TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
   BufferPlan plan;
   net->plan_buffers(plan);
   trainer.plan_buffers(plan);
-  const std::unique_ptr<Arena> arena = backend->create_arena("cnn", plan.bytes(256), MemoryKind::Device);
+  const std::unique_ptr<Arena> arena =
+      backend->create_arena("cnn", plan.bytes(256), on_cpu ? MemoryKind::Host : MemoryKind::Device);
   plan.allocate(*arena);
   net->initialise(seed, *backend, *stream);
   ASSERT_GT(trainer.program().ops.size(), 3 * net->layers().size()) << "the step is not cut into blocks";
@@ -93,7 +102,8 @@ TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
   const golden::Record& logits = g.at("logits");
   const std::vector<float> ours_logits = download(*backend, *stream, net->logits->value, net->logits->size());
   ASSERT_EQ(static_cast<std::size_t>(logits.numel()), ours_logits.size());
-  EXPECT_LT(golden::relative_error(ours_logits.data(), logits.f32.data(), ours_logits.size()), tol) << "logits";
+  double worst = golden::relative_error(ours_logits.data(), logits.f32.data(), ours_logits.size());
+  EXPECT_LT(worst, tol) << "logits";
   int grads = 0;
   for (const golden::Record& r : g.records()) {
     if (r.name.rfind("grad/", 0) != 0) continue;
@@ -101,10 +111,13 @@ TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
     ASSERT_NE(p, nullptr) << r.name;
     ASSERT_EQ(static_cast<std::size_t>(r.numel()), p->size()) << r.name;
     const std::vector<float> ours = torch_layout(*p, download(*backend, *stream, p->grad, p->size()));
-    EXPECT_LT(golden::relative_error(ours.data(), r.f32.data(), ours.size()), tol) << r.name;
+    const double error = golden::relative_error(ours.data(), r.f32.data(), ours.size());
+    EXPECT_LT(error, tol) << r.name;
+    worst = std::max(worst, error);
     ++grads;
   }
   EXPECT_GE(grads, 8);
+  std::cout << "[   INFO   ] logits and gradients within " << worst << " of PyTorch (tolerance " << tol << ")\n";
 
   do trainer.run(0);
   while (!trainer.at_step_start());
@@ -114,9 +127,14 @@ TEST_P(CnnOnEmulatedCuda, OneTrainingStepMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CnnOnEmulatedCuda,
-                         ::testing::Values(Case{"resnet18", 21, 576}, Case{"resnet50", 54, 576},
-                                           Case{"vgg19", 19, 3136}),
-                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.arch); });
+                         ::testing::Combine(::testing::Values(Case{"resnet18", 21, 576}, Case{"resnet50", 54, 576},
+                                                              Case{"vgg19", 19, 3136}),
+                                            ::testing::Values("cpu", "cuda-emulated")),
+                         [](const auto& info) {
+                           std::string backend = std::get<1>(info.param);
+                           std::replace(backend.begin(), backend.end(), '-', '_');
+                           return std::string(std::get<0>(info.param).arch) + "_" + backend;
+                         });
 
 }  // namespace
 }  // namespace pipelane::cuda_test
