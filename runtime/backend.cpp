@@ -54,6 +54,20 @@ const char* op_kind_name(OpKind op) {
     case OpKind::AttentionBackwardGqa: return "attention_backward_gqa";
     case OpKind::AttentionForwardKvGqa: return "attention_forward_kv_gqa";
     case OpKind::EmbeddingBackwardTokens: return "embedding_backward_tokens";
+    case OpKind::CnnIm2col: return "cnn_im2col";
+    case OpKind::CnnCol2im: return "cnn_col2im";
+    case OpKind::BatchNormForward: return "batch_norm_forward";
+    case OpKind::BatchNormBackward: return "batch_norm_backward";
+    case OpKind::BatchNormStatistics: return "batch_norm_update_statistics";
+    case OpKind::MaxPoolForward: return "max_pool_forward";
+    case OpKind::MaxPoolBackward: return "max_pool_backward";
+    case OpKind::AvgPoolForward: return "adaptive_avg_pool_forward";
+    case OpKind::AvgPoolBackward: return "adaptive_avg_pool_backward";
+    case OpKind::ReluForward: return "relu_forward";
+    case OpKind::ReluBackward: return "relu_backward";
+    case OpKind::Dropout: return "dropout";
+    case OpKind::ClassifierCrossEntropy: return "classifier_cross_entropy";
+    case OpKind::SgdMomentum: return "sgd_momentum_update";
     case OpKind::Count: break;
   }
   return "?";

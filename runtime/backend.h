@@ -74,6 +74,11 @@ enum class OpKind : std::uint8_t {
   RmsNormForward, RmsNormBackward, RmsNormBackwardInput, RmsNormBackwardParams, RopeForward, RopeBackward,
   SwigluForward, SwigluBackward, AttentionForwardGqa, AttentionBackwardGqa, AttentionForwardKvGqa,
   EmbeddingBackwardTokens,
+  // The CNN lanes' ops (issue 24): convolution's im2col/col2im (the GEMM is matmul_*), batch norm
+  // in training mode, pooling, ReLU, dropout, the classifier's loss, SGD with momentum. Throwing
+  // defaults as the Llama family's; CPU and CUDA have them all.
+  CnnIm2col, CnnCol2im, BatchNormForward, BatchNormBackward, BatchNormStatistics, MaxPoolForward, MaxPoolBackward,
+  AvgPoolForward, AvgPoolBackward, ReluForward, ReluBackward, Dropout, ClassifierCrossEntropy, SgdMomentum,
   Count  // not an op
 };
 const char* op_kind_name(OpKind op);
@@ -135,6 +140,51 @@ struct PagerankStep {
   double tolerance;
   std::int64_t max_iterations;
   std::uint32_t v_begin, v_end;       // the slice: a caller bounds a step's edges by it
+};
+
+// ---- The CNN lanes' ops (lanes/builtin/cnn/) ----
+// Features are NHWC: row r = (n*H + h)*W + w of an [N, H, W, C] tensor, its C channels contiguous.
+// The window ops run over one block [r0, r1) of *output* rows: a lane cuts each phase into blocks
+// that fit its step's budget, and blocks run in ascending order compute what the uncut phase does.
+// Input gradients accumulate (+=: a feature's gradient gathers from several layers), parameter
+// gradients too. Every sum has the CPU loop's order: rows ascending, and per input element its
+// contributions in ascending output row (the CUDA kernels gather instead of scattering: no float
+// atomics, and the same bits as the CPU's sequential adds).
+
+// The window of a convolution or a pooling over an [n, h, w, c] input producing [n, out_h, out_w,
+// c or OC]: a square kernel, a stride and zero padding (padded cells are zeros for im2col and are
+// skipped by pooling; adaptive average pooling ignores kernel, stride and pad).
+struct CnnWindow {
+  int n = 0, h = 0, w = 0, c = 0;
+  int out_h = 0, out_w = 0;
+  int kernel = 1, stride = 1, pad = 0;
+};
+
+// nn.BatchNorm2d in training mode over the M = rows values of each of C channels. A phase of
+// batch_norm_forward/backward is a set of blocks over [0, rows); the block starting at row 0 does
+// the phase's per-channel start (below), so the phases must run in order, each over all rows.
+struct BatchNormTensors {
+  const float* x = nullptr;       // [rows, C] input
+  float* y = nullptr;             // forward output
+  const float* dy = nullptr;      // backward: the output's gradient
+  float* dx = nullptr;            // backward: the input's (+=)
+  const float* weight = nullptr;  // gamma, beta [C]
+  const float* bias = nullptr;
+  float* dweight = nullptr;       // (+=)
+  float* dbias = nullptr;
+  double* sum_a = nullptr;        // [C] each: sums carried from block to block
+  double* sum_b = nullptr;
+  float* mean = nullptr;          // [C] each: the batch statistics, saved for backward
+  float* rstd = nullptr;
+  float* var_unbiased = nullptr;  // for the running variance
+  std::int64_t rows = 0;          // M
+  int C = 0;
+  float eps = 1e-5f;
+};
+
+// torch.optim.SGD (dampening 0, no Nesterov).
+struct SgdMomentumParams {
+  float lr, momentum, weight_decay;
 };
 
 class Backend {
@@ -391,6 +441,107 @@ class Backend {
                                          int v0, int vcount, Stream& s) {
     (void)dwte, (void)dout, (void)tokens, (void)N, (void)C, (void)v0, (void)vcount, (void)s;
     unsupported("embedding_backward_tokens");
+  }
+
+  // ---- The CNN lanes' ops (above the Backend class: NHWC rows, blocks of output rows). Their
+  // defaults throw std::logic_error (supports() says no). fp32 whatever the compute precision.
+
+  // cols[(r - r0) * K + (kh * kernel + kw) * c + ic] = the input at (n, oh*stride - pad + kh,
+  // ow*stride - pad + kw, ic) of output row r = (n*out_h + oh)*out_w + ow, 0 in the padding;
+  // K = kernel^2 * c (a convolution's weight stored [OC][KH][KW][IC] is then nn.Linear's).
+  virtual void cnn_im2col(float* cols, const float* in, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                          Stream& s) {
+    (void)cols, (void)in, (void)g, (void)r0, (void)r1, (void)s;
+    unsupported("cnn_im2col");
+  }
+  // Its transpose: din (+=) gets every dcols element back where im2col took it from.
+  virtual void cnn_col2im(float* din, const float* dcols, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                          Stream& s) {
+    (void)din, (void)dcols, (void)g, (void)r0, (void)r1, (void)s;
+    unsupported("cnn_col2im");
+  }
+  // Three phases over rows [r0, r1), sums in double, rows ascending: 0 sum_a += x (the block at
+  // row 0 first zeroes sum_a); 1 (at row 0: mean = float(sum_a / M), sum_a = 0) sum_a += (x -
+  // mean)^2; 2 (at row 0: rstd = float(1 / sqrt(sum_a / M + eps)), var_unbiased = float(sum_a /
+  // (M - 1)), 0 when M = 1) y = (x - mean) * rstd * weight + bias.
+  virtual void batch_norm_forward(int phase, const BatchNormTensors& t, std::int64_t r0, std::int64_t r1,
+                                  Stream& s) {
+    (void)phase, (void)t, (void)r0, (void)r1, (void)s;
+    unsupported("batch_norm_forward");
+  }
+  // Two phases, xhat = (x - mean) * rstd in fp32: 0 sum_a += dy, sum_b += dy * xhat (zeroed at row
+  // 0); 1 (at row 0: dweight += float(sum_b), dbias += float(sum_a)) dx += weight * rstd * (dy -
+  // float(sum_a / M) - xhat * float(sum_b / M)).
+  virtual void batch_norm_backward(int phase, const BatchNormTensors& t, std::int64_t r0, std::int64_t r1,
+                                   Stream& s) {
+    (void)phase, (void)t, (void)r0, (void)r1, (void)s;
+    unsupported("batch_norm_backward");
+  }
+  // running = (1 - momentum) * running + momentum * batch, for the mean and the unbiased variance.
+  virtual void batch_norm_update_statistics(float* running_mean, float* running_var, const float* mean,
+                                            const float* var_unbiased, int C, float momentum, Stream& s) {
+    (void)running_mean, (void)running_var, (void)mean, (void)var_unbiased, (void)C, (void)momentum, (void)s;
+    unsupported("batch_norm_update_statistics");
+  }
+  // nn.MaxPool2d over output rows [r0, r1): out and argmax[r * c + ch] = the index (in [n,h,w,c])
+  // of the first maximum in row-major window order, padding skipped (a NaN first cell stays).
+  virtual void max_pool_forward(float* out, std::int64_t* argmax, const float* in, const CnnWindow& g,
+                                std::int64_t r0, std::int64_t r1, Stream& s) {
+    (void)out, (void)argmax, (void)in, (void)g, (void)r0, (void)r1, (void)s;
+    unsupported("max_pool_forward");
+  }
+  // din[argmax[i]] += dout[i] for the outputs i of rows [r0, r1).
+  virtual void max_pool_backward(float* din, const float* dout, const std::int64_t* argmax, const CnnWindow& g,
+                                 std::int64_t r0, std::int64_t r1, Stream& s) {
+    (void)din, (void)dout, (void)argmax, (void)g, (void)r0, (void)r1, (void)s;
+    unsupported("max_pool_backward");
+  }
+  // nn.AdaptiveAvgPool2d: output (oh, ow) averages input rows [floor(oh*h/out_h), ceil((oh+1)*h/out_h))
+  // and the same for columns (fp32 sum in row-major order, then one division).
+  virtual void adaptive_avg_pool_forward(float* out, const float* in, const CnnWindow& g, std::int64_t r0,
+                                         std::int64_t r1, Stream& s) {
+    (void)out, (void)in, (void)g, (void)r0, (void)r1, (void)s;
+    unsupported("adaptive_avg_pool_forward");
+  }
+  // din (+=) gets dout / (the window's cell count) in every cell of each output's window.
+  virtual void adaptive_avg_pool_backward(float* din, const float* dout, const CnnWindow& g, std::int64_t r0,
+                                          std::int64_t r1, Stream& s) {
+    (void)din, (void)dout, (void)g, (void)r0, (void)r1, (void)s;
+    unsupported("adaptive_avg_pool_backward");
+  }
+  // In place: x = x > 0 ? x : 0 (NaN -> 0, as the select does).
+  virtual void relu_forward(float* x, std::size_t n, Stream& s) {
+    (void)x, (void)n, (void)s;
+    unsupported("relu_forward");
+  }
+  // In place, given the forward's output y: dx = y > 0 ? dx : 0.
+  virtual void relu_backward(float* dx, const float* y, std::size_t n, Stream& s) {
+    (void)dx, (void)y, (void)n, (void)s;
+    unsupported("relu_backward");
+  }
+  // Inverted dropout in place: x[i] = 0 when u(first + i) < p, else x[i] * (1 / (1 - p)), with
+  // u(k) = (splitmix64(stream + k) >> 40) * 2^-24 compared in double (splitmix64: z += 0x9E37...,
+  // the finaliser of lanes/builtin/cnn/cnn_random.h's mix64). The mask is a function of (stream,
+  // index) alone, so backward applies the same one to the gradient.
+  virtual void dropout(float* x, std::size_t n, std::uint64_t stream, std::uint64_t first, float p, Stream& s) {
+    (void)x, (void)n, (void)stream, (void)first, (void)p, (void)s;
+    unsupported("dropout");
+  }
+  // nn.CrossEntropyLoss (mean over n rows) of logits [n, classes]: returns the loss, and writes
+  // dlogits (=) = (softmax - onehot) / n; log-sum-exp in double within a row, rows summed in order.
+  // labels in this backend's memory or host memory. Waits for the stream (returns a value).
+  virtual double classifier_cross_entropy(float* dlogits, const float* logits, const std::int32_t* labels, int n,
+                                          int classes, Stream& s) {
+    (void)dlogits, (void)logits, (void)labels, (void)n, (void)classes, (void)s;
+    unsupported("classifier_cross_entropy");
+  }
+  // torch.optim.SGD's step on the buffer `momentum`: d = grad + weight_decay * param; momentum =
+  // h.momentum * momentum + d; param -= lr * momentum; then grad = 0 (ready for the next step's
+  // accumulation). A first step from a zero buffer is torch's buf = d.
+  virtual void sgd_momentum_update(float* param, float* grad, float* momentum, std::size_t n,
+                                   const SgdMomentumParams& h, Stream& s) {
+    (void)param, (void)grad, (void)momentum, (void)n, (void)h, (void)s;
+    unsupported("sgd_momentum_update");
   }
 
  protected:

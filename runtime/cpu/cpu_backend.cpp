@@ -11,6 +11,7 @@
 
 #include "runtime/cpu/bf16_gemm_choice.h"
 #include "runtime/cpu/cpu_ops.h"
+#include "runtime/cpu/cpu_ops_cnn.h"
 #include "runtime/cpu/onednn_bf16_gemm.h"
 
 namespace pipelane {
@@ -363,6 +364,55 @@ class CpuBackend final : public Backend {
                                  int vcount, Stream&) override {
     ThreadScope t(threads_);
     cpu::embedding_backward_tokens(dwte, dout, tokens, N, C, v0, vcount);
+  }
+
+  // The CNN lanes' ops (cpu_ops_cnn.h): one thread, the loops the lanes ran before.
+  void cnn_im2col(float* cols, const float* in, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                  Stream&) override {
+    cpu::cnn_im2col(cols, in, g, r0, r1);
+  }
+  void cnn_col2im(float* din, const float* dcols, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                  Stream&) override {
+    cpu::cnn_col2im(din, dcols, g, r0, r1);
+  }
+  void batch_norm_forward(int phase, const BatchNormTensors& t, std::int64_t r0, std::int64_t r1, Stream&) override {
+    cpu::batch_norm_forward(phase, t, r0, r1);
+  }
+  void batch_norm_backward(int phase, const BatchNormTensors& t, std::int64_t r0, std::int64_t r1, Stream&) override {
+    cpu::batch_norm_backward(phase, t, r0, r1);
+  }
+  void batch_norm_update_statistics(float* running_mean, float* running_var, const float* mean,
+                                    const float* var_unbiased, int C, float momentum, Stream&) override {
+    cpu::batch_norm_update_statistics(running_mean, running_var, mean, var_unbiased, C, momentum);
+  }
+  void max_pool_forward(float* out, std::int64_t* argmax, const float* in, const CnnWindow& g, std::int64_t r0,
+                        std::int64_t r1, Stream&) override {
+    cpu::max_pool_forward(out, argmax, in, g, r0, r1);
+  }
+  void max_pool_backward(float* din, const float* dout, const std::int64_t* argmax, const CnnWindow& g,
+                         std::int64_t r0, std::int64_t r1, Stream&) override {
+    cpu::max_pool_backward(din, dout, argmax, g, r0, r1);
+  }
+  void adaptive_avg_pool_forward(float* out, const float* in, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                                 Stream&) override {
+    cpu::adaptive_avg_pool_forward(out, in, g, r0, r1);
+  }
+  void adaptive_avg_pool_backward(float* din, const float* dout, const CnnWindow& g, std::int64_t r0,
+                                  std::int64_t r1, Stream&) override {
+    cpu::adaptive_avg_pool_backward(din, dout, g, r0, r1);
+  }
+  void relu_forward(float* x, std::size_t n, Stream&) override { cpu::relu_forward(x, n); }
+  void relu_backward(float* dx, const float* y, std::size_t n, Stream&) override { cpu::relu_backward(dx, y, n); }
+  void dropout(float* x, std::size_t n, std::uint64_t stream, std::uint64_t first, float p, Stream&) override {
+    cpu::dropout(x, n, stream, first, p);
+  }
+  double classifier_cross_entropy(float* dlogits, const float* logits, const std::int32_t* labels, int n, int classes,
+                                  Stream&) override {
+    return cpu::classifier_cross_entropy(dlogits, logits, labels, n, classes);
+  }
+  void sgd_momentum_update(float* param, float* grad, float* momentum, std::size_t n, const SgdMomentumParams& h,
+                           Stream&) override {
+    cpu::sgd_momentum_update(param, grad, momentum, n, h);
   }
 
  private:

@@ -64,6 +64,10 @@ std::vector<OpCase> all_cases(std::uint32_t seed);
 void add_pagerank_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // The Llama family's cases (backend_op_cases_llama.cpp), appended by all_cases.
 void add_llama_cases(std::vector<OpCase>& cases, std::mt19937& rng);
+// The CNN lanes' ops' cases, appended by all_cases: the window ops (backend_op_cases_cnn.cpp),
+// which append the training ops' (backend_op_cases_cnn_training.cpp).
+void add_cnn_cases(std::vector<OpCase>& cases, std::mt19937& rng);
+void add_cnn_training_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // v with a NaN in its first element when `poison` (the NaN/Inf check's input).
 std::vector<float> poisoned_first(std::vector<float> v, bool poison);
 

@@ -1,8 +1,6 @@
 #include "lanes/builtin/cnn/batch_norm_layer.h"
 
-#include <cmath>
 #include <stdexcept>
-#include <vector>
 
 #include "lanes/builtin/cnn/cnn_cost.h"
 
@@ -35,81 +33,38 @@ std::vector<LayerPhase> BatchNormLayer::backward_phases() const {
   return {{in_->rows(), 2 * row}, {in_->rows(), 2 * row}};
 }
 
-void BatchNormLayer::forward(int phase, std::int64_t r0, std::int64_t r1, CnnCompute&) {
-  const int C = in_->c;
-  const double M = static_cast<double>(in_->rows());
-  const float* x = in_->value;
-  if (phase == 0) {
-    if (r0 == 0)
-      for (int c = 0; c < C; ++c) sum_a_[c] = 0;
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (int c = 0; c < C; ++c) sum_a_[c] += x[r * C + c];
-  } else if (phase == 1) {
-    if (r0 == 0)
-      for (int c = 0; c < C; ++c) {
-        mean_[c] = static_cast<float>(sum_a_[c] / M);
-        sum_a_[c] = 0;
-      }
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (int c = 0; c < C; ++c) {
-        const double d = static_cast<double>(x[r * C + c]) - mean_[c];
-        sum_a_[c] += d * d;
-      }
-  } else {
-    if (r0 == 0)
-      for (int c = 0; c < C; ++c) {
-        rstd_[c] = static_cast<float>(1.0 / std::sqrt(sum_a_[c] / M + kBatchNormEps));
-        var_unbiased_[c] = static_cast<float>(M > 1 ? sum_a_[c] / (M - 1) : 0.0);
-      }
-    const float *gamma = weight_->value, *beta = bias_->value;
-    float* y = out_->value;
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (int c = 0; c < C; ++c) y[r * C + c] = (x[r * C + c] - mean_[c]) * rstd_[c] * gamma[c] + beta[c];
-  }
+BatchNormTensors BatchNormLayer::tensors() const {
+  BatchNormTensors t;
+  t.x = in_->value;
+  t.y = out_->value;
+  t.dy = out_->grad;
+  t.dx = in_->grad;
+  t.weight = weight_->value;
+  t.bias = bias_->value;
+  t.dweight = weight_->grad;
+  t.dbias = bias_->grad;
+  t.sum_a = sum_a_;
+  t.sum_b = sum_b_;
+  t.mean = mean_;
+  t.rstd = rstd_;
+  t.var_unbiased = var_unbiased_;
+  t.rows = in_->rows();
+  t.C = in_->c;
+  t.eps = kBatchNormEps;
+  return t;
 }
 
-void BatchNormLayer::backward(int phase, std::int64_t r0, std::int64_t r1, CnnCompute&) {
-  const int C = in_->c;
-  const float *x = in_->value, *dy = out_->grad;
-  if (phase == 0) {
-    if (r0 == 0)
-      for (int c = 0; c < C; ++c) sum_a_[c] = sum_b_[c] = 0;
-    for (std::int64_t r = r0; r < r1; ++r)
-      for (int c = 0; c < C; ++c) {
-        const double g = dy[r * C + c], xhat = (x[r * C + c] - mean_[c]) * rstd_[c];
-        sum_a_[c] += g;
-        sum_b_[c] += g * xhat;
-      }
-    return;
-  }
-  const double M = static_cast<double>(in_->rows());
-  if (r0 == 0)
-    for (int c = 0; c < C; ++c) {
-      weight_->grad[c] += static_cast<float>(sum_b_[c]);
-      bias_->grad[c] += static_cast<float>(sum_a_[c]);
-    }
-  // dx = gamma * rstd * (dy - mean(dy) - xhat * mean(dy * xhat)), per-channel factors first.
-  std::vector<float> scale(C), mean_dy(C), mean_dy_xhat(C);
-  for (int c = 0; c < C; ++c) {
-    scale[c] = weight_->value[c] * rstd_[c];
-    mean_dy[c] = static_cast<float>(sum_a_[c] / M);
-    mean_dy_xhat[c] = static_cast<float>(sum_b_[c] / M);
-  }
-  float* dx = in_->grad;
-  for (std::int64_t r = r0; r < r1; ++r)
-    for (int c = 0; c < C; ++c) {
-      const float xhat = (x[r * C + c] - mean_[c]) * rstd_[c];
-      dx[r * C + c] += scale[c] * (dy[r * C + c] - mean_dy[c] - xhat * mean_dy_xhat[c]);
-    }
+void BatchNormLayer::forward(int phase, std::int64_t r0, std::int64_t r1, CnnCompute& c) {
+  c.backend.batch_norm_forward(phase, tensors(), r0, r1, c.stream);
 }
 
-void BatchNormLayer::update_statistics() {
-  // PyTorch: running = (1 - momentum) * running + momentum * batch.
-  for (int c = 0; c < in_->c; ++c) {
-    running_mean_->value[c] = (1 - kBatchNormMomentum) * running_mean_->value[c] + kBatchNormMomentum * mean_[c];
-    running_var_->value[c] =
-        (1 - kBatchNormMomentum) * running_var_->value[c] + kBatchNormMomentum * var_unbiased_[c];
-  }
+void BatchNormLayer::backward(int phase, std::int64_t r0, std::int64_t r1, CnnCompute& c) {
+  c.backend.batch_norm_backward(phase, tensors(), r0, r1, c.stream);
+}
+
+void BatchNormLayer::update_statistics(CnnCompute& c) {
+  c.backend.batch_norm_update_statistics(running_mean_->value, running_var_->value, mean_, var_unbiased_, in_->c,
+                                         kBatchNormMomentum, c.stream);
 }
 
 std::vector<std::pair<float*, std::size_t>> BatchNormLayer::statistics_state() {

@@ -4,7 +4,8 @@
 //
 // Forward is three phases over the rows, so a block never needs rows it has not seen: 0 sums x,
 // 1 sums (x - mean)^2 (two passes: no cancellation), 2 normalises. Backward is two: 0 sums dy and
-// dy * xhat, 1 writes dx. The sums are doubles in block order, fixed by the program.
+// dy * xhat, 1 writes dx. The sums are doubles in block order, fixed by the program. The math is
+// Backend::batch_norm_forward / batch_norm_backward / batch_norm_update_statistics.
 #pragma once
 #include "lanes/builtin/cnn/cnn_layer.h"
 
@@ -24,7 +25,7 @@ class BatchNormLayer final : public CnnLayer {
   void backward(int phase, std::int64_t r0, std::int64_t r1, CnnCompute& c) override;
   std::vector<Feature*> grad_inputs() const override { return {in_}; }
   void plan_buffers(BufferPlan& plan) override;
-  void update_statistics() override;
+  void update_statistics(CnnCompute& c) override;
   std::vector<std::pair<float*, std::size_t>> statistics_state() override;
 
  private:
@@ -35,6 +36,7 @@ class BatchNormLayer final : public CnnLayer {
   CnnParam* bias_;
   CnnBuffer* running_mean_;
   CnnBuffer* running_var_;
+  BatchNormTensors tensors() const;
   // Per channel, in the arena.
   double* sum_a_ = nullptr;  // forward: sum x, then sum (x - mean)^2; backward: sum dy
   double* sum_b_ = nullptr;  // backward: sum dy * xhat

@@ -35,27 +35,38 @@ class CnnLane final : public Lane {
   explicit CnnLane(std::string arch) : arch_(std::move(arch)) {}
   std::string name() const override { return arch_; }
   std::string work_unit() const override { return "images"; }
+  // Every op through the backend, the arena touched only by its copies (cnn_trainer.h).
+  bool runs_on_device() const override { return true; }
 
   void setup(LaneContext& ctx) override {
     s_ = read_settings(ctx);
     output_dir_ = ctx.output_dir;
-    if (ctx.arena.kind() != MemoryKind::Host && ctx.arena.kind() != MemoryKind::PinnedHost)
-      throw LaneError(arch_ + ": needs a host arena (its loops read it), got " + memory_kind_name(ctx.arena.kind()));
-    // GEMMs in fp32 on host memory: the rank's backend when it is that, else a CPU backend of our own.
+    // Every op goes through a backend, on buffers in its memory. The rank's backend when it can run
+    // them: a device backend (the arena is then device memory), or the CPU's in fp32. A CPU
+    // backend in bf16 compute would round the convolutions' GEMMs: the lane makes a one-thread fp32
+    // CPU backend of its own for its host arena instead, as it always did.
     Backend* backend = &ctx.backend;
     Stream* stream = &ctx.stream;
-    if (ctx.backend.kind() != DeviceKind::Cpu || ctx.backend.compute_precision() != DType::F32) {
+    const bool host_arena = ctx.arena.kind() == MemoryKind::Host || ctx.arena.kind() == MemoryKind::PinnedHost;
+    if (ctx.backend.kind() == DeviceKind::Cpu && ctx.backend.compute_precision() != DType::F32) {
       own_backend_ = BackendRegistry::with_builtins().create("cpu", BackendOptions{1});
       own_stream_ = own_backend_->create_stream(StreamPriority::Low);
       backend = own_backend_.get();
       stream = own_stream_.get();
     }
+    using BackendOp = ::pipelane::OpKind;
+    for (BackendOp op : {BackendOp::CnnIm2col, BackendOp::BatchNormForward, BackendOp::MaxPoolForward, BackendOp::SgdMomentum})
+      if (!backend->supports(op, DType::F32))
+        throw LaneError(arch_ + ": backend " + backend->name() + " has no " + op_kind_name(op));
     try {
       net_ = build_cnn(s_.model);
     } catch (const std::invalid_argument& e) {
       throw LaneError(ctx.options.source() + ": [lane." + arch_ + "] " + e.what());
     }
+    // Decoding reads and writes its block on the host: from the arena when that is host memory,
+    // else a host block of its own beside the device arena.
     const std::size_t decode_bytes = static_cast<std::size_t>(s_.decode_mb) << 20;
+    const bool decode_in_arena = !s_.input_dir.empty() && host_arena;
     BufferPlan plan;
     net_->plan_buffers(plan);
     const double load_cost = s_.input_dir.empty() ? synthetic_cost_per_image(s_.model.image_size)
@@ -65,7 +76,7 @@ class CnnLane final : public Lane {
         [this](std::int64_t position, float* pixels, std::int32_t* label) { source_->load(position, pixels, label); },
         s_.seed);
     trainer_->plan_buffers(plan);
-    arena_bytes_ = plan.bytes(ctx.arena.alignment()) + (s_.input_dir.empty() ? 0 : decode_bytes);
+    arena_bytes_ = plan.bytes(ctx.arena.alignment()) + (decode_in_arena ? decode_bytes : 0);
     const std::size_t free_bytes = ctx.arena.capacity() - ctx.arena.used();
     if (arena_bytes_ > free_bytes)
       throw LaneError(arch_ + ": the model needs " + std::to_string(arena_bytes_ >> 20) + " MiB of arena (" +
@@ -75,11 +86,14 @@ class CnnLane final : public Lane {
                       ctx.arena.name() + "' has " + std::to_string(free_bytes >> 20) +
                       " MiB free: raise [lanes] memory_mb or lower batch, image_size or raise width_divisor");
     plan.allocate(ctx.arena);
-    net_->initialise(s_.seed);
+    net_->initialise(s_.seed, *backend, *stream);
+    if (!s_.input_dir.empty() && !decode_in_arena) decode_arena_ = std::make_unique<Arena>("image decoding", decode_bytes);
     if (s_.input_dir.empty())
       source_ = make_synthetic_source(s_.model.image_size, s_.model.classes, s_.images, s_.seed);
     else
-      source_ = make_folder_source(s_.input_dir, s_.model.image_size, s_.model.classes, s_.seed, ctx.arena, decode_bytes);
+      source_ = make_folder_source(s_.input_dir, s_.model.image_size, s_.model.classes, s_.seed,
+                                   decode_in_arena ? ctx.arena : *decode_arena_, decode_bytes);
+    device_ = backend->kind() == DeviceKind::Cpu ? "cpu" : backend->name();
   }
 
   double step(LaneContext&) override {
@@ -135,7 +149,7 @@ class CnnLane final : public Lane {
     j["width_divisor"] = s_.model.width_divisor;
     j["classes"] = s_.model.classes;
     j["target_steps"] = s_.steps;
-    j["device"] = "cpu: im2col + the backend's fp32 GEMM, host loops for the rest";
+    j["device"] = device_ + ": every op through the backend (im2col + its GEMM for convolutions)";
     if (!trainer_) return j;
     const std::vector<double>& losses = trainer_->losses();
     j["steps"] = trainer_->steps_done();
@@ -209,6 +223,8 @@ class CnnLane final : public Lane {
   std::string output_dir_;
   std::unique_ptr<Backend> own_backend_;
   std::unique_ptr<Stream> own_stream_;
+  std::unique_ptr<Arena> decode_arena_;  // a folder's decoding on a device backend (host memory)
+  std::string device_;
   std::unique_ptr<CnnNetwork> net_;
   std::unique_ptr<ImageSource> source_;
   std::unique_ptr<CnnTrainer> trainer_;

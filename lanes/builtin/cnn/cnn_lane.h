@@ -1,6 +1,7 @@
 // The CNN training lanes: resnet18, resnet50 and vgg19 (FreeRide's CNN side tasks), each training
-// torchvision's model on the CPU inside the bubbles: forward, cross-entropy, backward, SGD with
-// momentum, batch norm in training mode. README.md in this folder has the options, the design and
+// torchvision's model inside the bubbles through the Backend (the CPU's, or a GPU's: the lane
+// runs_on_device): forward, cross-entropy, backward, SGD with momentum, batch norm in training
+// mode. README.md in this folder has the options, the design and
 // how it is checked.
 #pragma once
 #include <memory>

@@ -22,7 +22,7 @@ struct LayerPhase {
 
 // What a phase block computes with.
 struct CnnCompute {
-  Backend& backend;  // the GEMMs (fp32; host memory)
+  Backend& backend;  // every op: the buffers below and the layers' are in its memory
   Stream& stream;
   float* cols = nullptr;   // im2col scratch: max_rows_per_block x K floats of the widest layer
   float* dcols = nullptr;  // and its gradient
@@ -47,7 +47,7 @@ class CnnLayer {
   virtual void plan_buffers(BufferPlan&) {}
   // After backward, before the optimizer: batch norm moves its running statistics (kept apart
   // until then, so a step restarted from its beginning does not move them twice).
-  virtual void update_statistics() {}
+  virtual void update_statistics(CnnCompute&) {}
   // The floats update_statistics() reads, saved by a checkpoint taken between backward and the end
   // of the step (cnn_trainer.cpp).
   virtual std::vector<std::pair<float*, std::size_t>> statistics_state() { return {}; }

@@ -2,6 +2,8 @@
 
 #include "lanes/builtin/cnn/cnn_init.h"
 
+#include <vector>
+
 namespace pipelane::cnn {
 
 Feature* CnnNetwork::add_feature(std::string name, int n, int h, int w, int c, bool needs_grad) {
@@ -47,10 +49,28 @@ void CnnNetwork::plan_buffers(BufferPlan& plan) {
 }
 
 void CnnNetwork::initialise(std::uint64_t seed) {
-  // The arena is host memory here (the lanes run on the CPU), so values are written in place.
+  // Host memory: written in place.
   for (CnnParam& p : params_) initial_values(p, seed, p.value);
   for (CnnBuffer& b : buffers_)
     for (std::size_t i = 0; i < b.size; ++i) b.value[i] = b.initial;
+}
+
+void CnnNetwork::initialise(std::uint64_t seed, Backend& backend, Stream& stream) {
+  std::vector<float> host;
+  for (CnnParam& p : params_) {
+    host.resize(p.size());
+    initial_values(p, seed, host.data());
+    backend.copy(p.value, host.data(), host.size() * sizeof(float), stream);
+    stream.synchronize();  // before the staging is reused
+    // Gradients accumulate from zero and momenta start at zero: an arena's memory need not be.
+    backend.memset_zero(p.grad, p.size() * sizeof(float), stream);
+    backend.memset_zero(p.momentum, p.size() * sizeof(float), stream);
+  }
+  for (CnnBuffer& b : buffers_) {
+    host.assign(b.size, b.initial);
+    backend.copy(b.value, host.data(), host.size() * sizeof(float), stream);
+    stream.synchronize();
+  }
 }
 
 const CnnParam* CnnNetwork::find_param(const std::string& name) const {

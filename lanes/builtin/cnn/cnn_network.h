@@ -30,7 +30,10 @@ class CnnNetwork {
 
   // Every buffer the network needs besides im2col scratch: values, gradients, momenta, statistics.
   void plan_buffers(BufferPlan& plan);
-  // Initial values (cnn_init.h) and running statistics (mean 0, variance 1), through host staging.
+  // Initial values (cnn_init.h) and running statistics (mean 0, variance 1), made on the host and
+  // copied in through the backend (the buffers may be device memory).
+  void initialise(std::uint64_t seed, Backend& backend, Stream& stream);
+  // The same, written in place: only for buffers in host memory.
   void initialise(std::uint64_t seed);
 
   std::vector<std::unique_ptr<CnnLayer>>& layers() { return layers_; }

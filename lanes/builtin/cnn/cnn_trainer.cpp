@@ -1,9 +1,8 @@
 #include "lanes/builtin/cnn/cnn_trainer.h"
 
 #include <cmath>
-#include <cstring>
+#include <vector>
 
-#include "lanes/builtin/cnn/cross_entropy.h"
 
 namespace pipelane::cnn {
 
@@ -18,39 +17,41 @@ void CnnTrainer::plan_buffers(BufferPlan& plan) {
 }
 
 void CnnTrainer::sgd(CnnParam& p, std::int64_t e0, std::int64_t e1) const {
-  const float lr = sgd_.lr, mu = sgd_.momentum, wd = sgd_.weight_decay;
-  for (std::int64_t i = e0; i < e1; ++i) {
-    const float d = p.grad[i] + wd * p.value[i];
-    p.momentum[i] = mu * p.momentum[i] + d;
-    p.value[i] -= lr * p.momentum[i];
-    p.grad[i] = 0;  // ready for the next step's accumulation
-  }
+  backend_.sgd_momentum_update(p.value + e0, p.grad + e0, p.momentum + e0, static_cast<std::size_t>(e1 - e0),
+                               SgdMomentumParams{sgd_.lr, sgd_.momentum, sgd_.weight_decay}, stream_);
+}
+
+void CnnTrainer::load_images(std::int64_t i0, std::int64_t i1) {
+  // Images are made on the host (decoded or synthetic) and copied in: the arena may be device memory.
+  const Feature& in = *net_.input;
+  const std::size_t image = static_cast<std::size_t>(in.h) * in.w * in.c, count = static_cast<std::size_t>(i1 - i0);
+  staged_pixels_.resize(count * image);
+  staged_labels_.resize(count);
+  for (std::int64_t i = i0; i < i1; ++i)
+    loader_(step_ * in.n + i, staged_pixels_.data() + (i - i0) * image, staged_labels_.data() + (i - i0));
+  backend_.copy(in.value + i0 * image, staged_pixels_.data(), count * image * sizeof(float), stream_);
+  backend_.copy(net_.labels + i0, staged_labels_.data(), count * sizeof(std::int32_t), stream_);
+  stream_.synchronize();  // the staging is reused by the next load
 }
 
 void CnnTrainer::run_op(const ProgramOp& op) {
   CnnCompute c{backend_, stream_, cols_, dcols_, step_, seed_};
   switch (op.kind) {
-    case OpKind::Load: {
-      const Feature& in = *net_.input;
-      const std::size_t image = static_cast<std::size_t>(in.h) * in.w * in.c;
-      for (std::int64_t i = op.r0; i < op.r1; ++i)
-        loader_(step_ * in.n + i, in.value + i * image, net_.labels + i);
-      break;
-    }
+    case OpKind::Load: load_images(op.r0, op.r1); break;
     case OpKind::Forward: op.layer->forward(op.phase, op.r0, op.r1, c); break;
     case OpKind::Loss: {
       const Feature& l = *net_.logits;
-      step_loss_ = cross_entropy(l.value, net_.labels, l.n, l.c, l.grad);
+      step_loss_ = backend_.classifier_cross_entropy(l.grad, l.value, net_.labels, l.n, l.c, stream_);
       if (!std::isfinite(step_loss_))
         throw LaneError("the loss is not finite at step " + std::to_string(step_ + 1));
       break;
     }
     case OpKind::ZeroGrad:
-      std::memset(op.feature->grad + op.r0 * op.feature->c, 0,
-                  static_cast<std::size_t>(op.r1 - op.r0) * op.feature->c * sizeof(float));
+      backend_.memset_zero(op.feature->grad + op.r0 * op.feature->c,
+                           static_cast<std::size_t>(op.r1 - op.r0) * op.feature->c * sizeof(float), stream_);
       break;
     case OpKind::Backward: op.layer->backward(op.phase, op.r0, op.r1, c); break;
-    case OpKind::Statistics: op.layer->update_statistics(); break;
+    case OpKind::Statistics: op.layer->update_statistics(c); break;
     case OpKind::Sgd: sgd(*op.param, op.r0, op.r1); break;
   }
 }
@@ -86,14 +87,28 @@ void CnnTrainer::save(StateWriter& w) const {
   w.put<std::uint64_t>(losses_.size());
   w.bytes(losses_.data(), losses_.size() * sizeof(double));
   for (const CnnParam& p : net_.params()) {
-    w.bytes(p.value, p.size() * sizeof(float));
-    w.bytes(p.momentum, p.size() * sizeof(float));
-    if (updating) w.bytes(p.grad, p.size() * sizeof(float));
+    save_floats(w, p.value, p.size());
+    save_floats(w, p.momentum, p.size());
+    if (updating) save_floats(w, p.grad, p.size());
   }
-  for (const CnnBuffer& b : net_.buffers()) w.bytes(b.value, b.size * sizeof(float));
+  for (const CnnBuffer& b : net_.buffers()) save_floats(w, b.value, b.size);
   if (updating)
     for (auto& layer : net_.layers())
-      for (const auto& [data, n] : layer->statistics_state()) w.bytes(data, n * sizeof(float));
+      for (const auto& [data, n] : layer->statistics_state()) save_floats(w, data, n);
+}
+
+void CnnTrainer::save_floats(StateWriter& w, const float* arena_floats, std::size_t n) const {
+  std::vector<float> host(n);
+  backend_.copy(host.data(), arena_floats, n * sizeof(float), stream_);
+  stream_.synchronize();
+  w.bytes(host.data(), n * sizeof(float));
+}
+
+void CnnTrainer::load_floats(StateReader& r, float* arena_floats, std::size_t n) {
+  std::vector<float> host(n);
+  r.bytes(host.data(), n * sizeof(float));
+  backend_.copy(arena_floats, host.data(), n * sizeof(float), stream_);
+  stream_.synchronize();
 }
 
 void CnnTrainer::load(StateReader& r) {
@@ -110,15 +125,16 @@ void CnnTrainer::load(StateReader& r) {
   std::vector<double> losses(n_losses);
   r.bytes(losses.data(), n_losses * sizeof(double));
   for (CnnParam& p : net_.params()) {
-    r.bytes(p.value, p.size() * sizeof(float));
-    r.bytes(p.momentum, p.size() * sizeof(float));
-    if (updating) r.bytes(p.grad, p.size() * sizeof(float));
-    else std::memset(p.grad, 0, p.size() * sizeof(float));  // the step restarts from its beginning
+    load_floats(r, p.value, p.size());
+    load_floats(r, p.momentum, p.size());
+    if (updating) load_floats(r, p.grad, p.size());
+    else backend_.memset_zero(p.grad, p.size() * sizeof(float), stream_);  // the step restarts from its beginning
   }
-  for (CnnBuffer& b : net_.buffers()) r.bytes(b.value, b.size * sizeof(float));
+  for (CnnBuffer& b : net_.buffers()) load_floats(r, b.value, b.size);
   if (updating)
     for (auto& layer : net_.layers())
-      for (const auto& [data, n] : layer->statistics_state()) r.bytes(data, n * sizeof(float));
+      for (const auto& [data, n] : layer->statistics_state()) load_floats(r, data, n);
+  stream_.synchronize();
   step_ = step;
   cursor_ = cursor;
   losses_ = std::move(losses);

@@ -1,7 +1,9 @@
 // Runs a CNN's training steps (cnn_program.h) a budget at a time: forward, cross-entropy,
 // backward, then SGD with momentum as torch.optim.SGD (dampening 0, no Nesterov, weight decay
 // added to the gradient: buf = momentum * buf + (g + wd * p); p -= lr * buf; the first step's
-// buf is g, which is what momentum * 0 + g is).
+// buf is g, which is what momentum * 0 + g is). Every op goes through the Backend on the lane's
+// stream, and the host touches the network's buffers only through its copies: they may be
+// device memory. Images are made on the host and copied in.
 //
 // Progress that survives a restart (save/load): parameters, momenta, running statistics, the step
 // count and losses. A checkpoint taken part-way through a step's forward or backward restarts that
@@ -26,7 +28,8 @@ struct SgdSettings {
   float weight_decay = 1e-4f;
 };
 
-// Writes image `position` of the stream (NHWC floats, size x size x 3) and its label.
+// Writes image `position` of the stream (NHWC floats, size x size x 3) and its label, into host
+// memory (the trainer copies them into the arena through the backend).
 using ImageLoader = std::function<void(std::int64_t position, float* pixels, std::int32_t* label)>;
 
 class CnnTrainer {
@@ -54,7 +57,11 @@ class CnnTrainer {
 
  private:
   void run_op(const ProgramOp& op);
+  void load_images(std::int64_t i0, std::int64_t i1);
   void sgd(CnnParam& p, std::int64_t e0, std::int64_t e1) const;
+  // Arena floats to and from a state, through host copies (the arena may be device memory).
+  void save_floats(StateWriter& w, const float* arena_floats, std::size_t n) const;
+  void load_floats(StateReader& r, float* arena_floats, std::size_t n);
 
   CnnNetwork& net_;
   Backend& backend_;
@@ -65,6 +72,8 @@ class CnnTrainer {
   CnnProgram program_;
   float* cols_ = nullptr;
   float* dcols_ = nullptr;
+  std::vector<float> staged_pixels_;  // host staging of one load op's images
+  std::vector<std::int32_t> staged_labels_;
 
   std::int64_t step_ = 0;
   std::size_t cursor_ = 0;

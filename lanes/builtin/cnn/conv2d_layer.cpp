@@ -1,6 +1,5 @@
 #include "lanes/builtin/cnn/conv2d_layer.h"
 
-#include <cstring>
 #include <stdexcept>
 
 #include "lanes/builtin/cnn/cnn_cost.h"
@@ -10,6 +9,7 @@ namespace pipelane::cnn {
 Conv2dLayer::Conv2dLayer(std::string name, Feature* in, Feature* out, ConvShape shape, CnnParam* weight,
                          CnnParam* bias)
     : name_(std::move(name)), in_(in), out_(out), s_(shape), weight_(weight), bias_(bias),
+      window_{in->n, in->h, in->w, in->c, out->h, out->w, shape.kernel, shape.stride, shape.pad},
       patch_(static_cast<std::size_t>(shape.kernel) * shape.kernel * in->c),
       pointwise_(shape.kernel == 1 && shape.stride == 1 && shape.pad == 0) {
   if (out->n != in->n || out->h != output_size(in->h, shape) || out->w != output_size(in->w, shape) ||
@@ -38,62 +38,21 @@ std::vector<Feature*> Conv2dLayer::grad_inputs() const {
   return {in_};
 }
 
-void Conv2dLayer::im2col(std::int64_t r0, std::int64_t r1, float* cols) const {
-  const int H = in_->h, W = in_->w, IC = in_->c, OH = out_->h, OW = out_->w, K = s_.kernel;
-  const std::size_t ic_bytes = static_cast<std::size_t>(IC) * sizeof(float);
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const std::int64_t n = r / (static_cast<std::int64_t>(OH) * OW);
-    const int oh = static_cast<int>(r / OW % OH), ow = static_cast<int>(r % OW);
-    float* col = cols + static_cast<std::size_t>(r - r0) * patch_;
-    for (int kh = 0; kh < K; ++kh) {
-      const int ih = oh * s_.stride - s_.pad + kh;
-      for (int kw = 0; kw < K; ++kw) {
-        const int iw = ow * s_.stride - s_.pad + kw;
-        float* dst = col + static_cast<std::size_t>(kh * K + kw) * IC;
-        if (ih < 0 || ih >= H || iw < 0 || iw >= W) std::memset(dst, 0, ic_bytes);
-        else std::memcpy(dst, in_->value + ((n * H + ih) * W + iw) * IC, ic_bytes);
-      }
-    }
-  }
-}
-
-void Conv2dLayer::col2im(std::int64_t r0, std::int64_t r1, const float* dcols) const {
-  const int H = in_->h, W = in_->w, IC = in_->c, OH = out_->h, OW = out_->w, K = s_.kernel;
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const std::int64_t n = r / (static_cast<std::int64_t>(OH) * OW);
-    const int oh = static_cast<int>(r / OW % OH), ow = static_cast<int>(r % OW);
-    const float* col = dcols + static_cast<std::size_t>(r - r0) * patch_;
-    for (int kh = 0; kh < K; ++kh) {
-      const int ih = oh * s_.stride - s_.pad + kh;
-      if (ih < 0 || ih >= H) continue;
-      for (int kw = 0; kw < K; ++kw) {
-        const int iw = ow * s_.stride - s_.pad + kw;
-        if (iw < 0 || iw >= W) continue;
-        const float* src = col + static_cast<std::size_t>(kh * K + kw) * IC;
-        float* dst = in_->grad + ((n * H + ih) * W + iw) * IC;
-        for (int ic = 0; ic < IC; ++ic) dst[ic] += src[ic];
-      }
-    }
-  }
+const float* Conv2dLayer::patches(std::int64_t r0, std::int64_t r1, CnnCompute& c) const {
+  if (pointwise_) return in_->value + static_cast<std::size_t>(r0) * in_->c;
+  c.backend.cnn_im2col(c.cols, in_->value, window_, r0, r1, c.stream);
+  return c.cols;
 }
 
 void Conv2dLayer::forward(int, std::int64_t r0, std::int64_t r1, CnnCompute& c) {
-  const float* cols = in_->value + static_cast<std::size_t>(r0) * in_->c;
-  if (!pointwise_) {
-    im2col(r0, r1, c.cols);
-    cols = c.cols;
-  }
+  const float* cols = patches(r0, r1, c);
   c.backend.matmul_forward(out_->value + static_cast<std::size_t>(r0) * out_->c, cols, weight_->value,
                            bias_ ? bias_->value : nullptr, static_cast<int>(r1 - r0), static_cast<int>(patch_),
                            out_->c, c.stream);
 }
 
 void Conv2dLayer::backward(int, std::int64_t r0, std::int64_t r1, CnnCompute& c) {
-  const float* cols = in_->value + static_cast<std::size_t>(r0) * in_->c;
-  if (!pointwise_) {
-    im2col(r0, r1, c.cols);
-    cols = c.cols;
-  }
+  const float* cols = patches(r0, r1, c);
   const bool dx = in_->needs_grad;
   const int rows = static_cast<int>(r1 - r0);
   c.backend.matmul_backward(dx ? c.dcols : nullptr, weight_->grad, bias_ ? bias_->grad : nullptr,
@@ -101,12 +60,11 @@ void Conv2dLayer::backward(int, std::int64_t r0, std::int64_t r1, CnnCompute& c)
                             static_cast<int>(patch_), out_->c, c.stream);
   if (!dx) return;
   if (!pointwise_) {
-    col2im(r0, r1, c.dcols);
+    c.backend.cnn_col2im(in_->grad, c.dcols, window_, r0, r1, c.stream);
     return;
   }
-  float* dst = in_->grad + static_cast<std::size_t>(r0) * in_->c;
-  const std::size_t n = static_cast<std::size_t>(rows) * in_->c;
-  for (std::size_t i = 0; i < n; ++i) dst[i] += c.dcols[i];
+  c.backend.add_inplace(in_->grad + static_cast<std::size_t>(r0) * in_->c, c.dcols,
+                        static_cast<std::size_t>(rows) * in_->c, c.stream);
 }
 
 }  // namespace pipelane::cnn

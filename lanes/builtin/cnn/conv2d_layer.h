@@ -1,9 +1,10 @@
 // 2-D convolution (nn.Conv2d, groups 1, dilation 1) on NHWC features as im2col + one GEMM per
-// block of output pixels: the block's patches become rows of K = KH*KW*IC columns (ordered
-// kh, kw, ic: the weight is stored [OC][KH][KW][IC]) and Backend::matmul_forward computes
-// out[rows, OC] = cols @ W^T + bias. Backward recomputes the block's patches, gets dcols and
-// dW (+=) from matmul_backward and scatters dcols back (col2im, +=). A 1x1 stride-1 convolution
-// without padding uses the input rows as they are.
+// block of output pixels, all through the Backend: Backend::cnn_im2col makes the block's patches
+// rows of K = KH*KW*IC columns (ordered kh, kw, ic: the weight is stored [OC][KH][KW][IC]) and
+// Backend::matmul_forward computes out[rows, OC] = cols @ W^T + bias. Backward recomputes the
+// block's patches, gets dcols and dW (+=) from matmul_backward and gives dcols back with
+// Backend::cnn_col2im (+=). A 1x1 stride-1 convolution without padding uses the input rows as
+// they are (its input gradient is one add_inplace).
 #pragma once
 #include "lanes/builtin/cnn/cnn_layer.h"
 
@@ -29,8 +30,8 @@ class Conv2dLayer final : public CnnLayer {
   static int output_size(int input, ConvShape s) { return (input + 2 * s.pad - s.kernel) / s.stride + 1; }
 
  private:
-  void im2col(std::int64_t r0, std::int64_t r1, float* cols) const;
-  void col2im(std::int64_t r0, std::int64_t r1, const float* dcols) const;
+  // The block's patches: the input rows themselves (pointwise) or im2col into c.cols.
+  const float* patches(std::int64_t r0, std::int64_t r1, CnnCompute& c) const;
 
   std::string name_;
   Feature* in_;
@@ -38,6 +39,7 @@ class Conv2dLayer final : public CnnLayer {
   ConvShape s_;
   CnnParam* weight_;
   CnnParam* bias_;
+  CnnWindow window_;
   std::size_t patch_;  // K
   bool pointwise_;     // 1x1, stride 1, no padding: the input rows are the patches
 };

@@ -33,9 +33,8 @@ void LinearLayer::backward(int, std::int64_t r0, std::int64_t r1, CnnCompute& c)
   c.backend.matmul_backward(c.dcols, weight_->grad, bias_->grad, out_->grad + r0 * out_->c,
                             in_->value + r0 * in_features_, weight_->value, static_cast<int>(r1 - r0),
                             static_cast<int>(in_features_), out_->c, c.stream);
-  float* dx = in_->grad + r0 * in_features_;
-  const std::size_t n = static_cast<std::size_t>(r1 - r0) * in_features_;
-  for (std::size_t i = 0; i < n; ++i) dx[i] += c.dcols[i];
+  c.backend.add_inplace(in_->grad + r0 * in_features_, c.dcols, static_cast<std::size_t>(r1 - r0) * in_features_,
+                        c.stream);
 }
 
 }  // namespace pipelane::cnn

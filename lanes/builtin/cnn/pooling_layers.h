@@ -1,7 +1,7 @@
 // nn.MaxPool2d (padding never wins: padded cells are skipped; ties go to the first maximum in
 // row-major window order, as PyTorch's CPU kernel) and nn.AdaptiveAvgPool2d (output cell i covers
-// input [floor(i*In/Out), ceil((i+1)*In/Out))). Both run over output pixels; backward scatters
-// (+=) into the input's gradient.
+// input [floor(i*In/Out), ceil((i+1)*In/Out))). Both run over output pixels; backward adds (+=)
+// into the input's gradient. The math is the Backend's max_pool_* and adaptive_avg_pool_*.
 #pragma once
 #include "lanes/builtin/cnn/cnn_layer.h"
 
@@ -24,6 +24,7 @@ class MaxPoolLayer final : public CnnLayer {
   Feature* in_;
   Feature* out_;
   int kernel_, stride_, pad_;
+  CnnWindow window_;
   std::int64_t* argmax_ = nullptr;  // per output element: the input element it came from
 };
 
@@ -38,14 +39,10 @@ class AdaptiveAvgPoolLayer final : public CnnLayer {
   std::vector<Feature*> grad_inputs() const override { return {in_}; }
 
  private:
-  struct Window {
-    int h0, h1, w0, w1;
-  };
-  Window window(std::int64_t out_row) const;
-
   std::string name_;
   Feature* in_;
   Feature* out_;
+  CnnWindow window_;
 };
 
 }  // namespace pipelane::cnn

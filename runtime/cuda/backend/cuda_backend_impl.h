@@ -193,6 +193,31 @@ class CudaBackendImpl final : public CudaBackend {
   void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
                                  int vcount, Stream& s) override;
 
+  // The CNN lanes' ops (cuda_backend_cnn.cpp).
+  void cnn_im2col(float* cols, const float* in, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                  Stream& s) override;
+  void cnn_col2im(float* din, const float* dcols, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                  Stream& s) override;
+  void batch_norm_forward(int phase, const BatchNormTensors& t, std::int64_t r0, std::int64_t r1, Stream& s) override;
+  void batch_norm_backward(int phase, const BatchNormTensors& t, std::int64_t r0, std::int64_t r1, Stream& s) override;
+  void batch_norm_update_statistics(float* running_mean, float* running_var, const float* mean,
+                                    const float* var_unbiased, int C, float momentum, Stream& s) override;
+  void max_pool_forward(float* out, std::int64_t* argmax, const float* in, const CnnWindow& g, std::int64_t r0,
+                        std::int64_t r1, Stream& s) override;
+  void max_pool_backward(float* din, const float* dout, const std::int64_t* argmax, const CnnWindow& g,
+                         std::int64_t r0, std::int64_t r1, Stream& s) override;
+  void adaptive_avg_pool_forward(float* out, const float* in, const CnnWindow& g, std::int64_t r0, std::int64_t r1,
+                                 Stream& s) override;
+  void adaptive_avg_pool_backward(float* din, const float* dout, const CnnWindow& g, std::int64_t r0,
+                                  std::int64_t r1, Stream& s) override;
+  void relu_forward(float* x, std::size_t n, Stream& s) override;
+  void relu_backward(float* dx, const float* y, std::size_t n, Stream& s) override;
+  void dropout(float* x, std::size_t n, std::uint64_t stream, std::uint64_t first, float p, Stream& s) override;
+  double classifier_cross_entropy(float* dlogits, const float* logits, const std::int32_t* labels, int n,
+                                  int classes, Stream& s) override;
+  void sgd_momentum_update(float* param, float* grad, float* momentum, std::size_t n, const SgdMomentumParams& h,
+                           Stream& s) override;
+
  private:
   bool bf16_compute() const { return config_.compute == DType::BF16; }
   // The matmul family in bf16 compute on fp32 storage (cuda_backend_autocast.cpp).
