@@ -65,7 +65,7 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
   const ScheduleSpec& spec = job.schedule;
   const DeviceSpec& device = cluster.device;
   const double flops = device.achieved_flops();
-  const double message = shape.message_elements * device.element_bytes();
+  const double message = shape.tp_collective_elements * device.element_bytes();
   OpTable t = empty_table(spec);
   for (int s = 0; s < spec.pp; ++s) {
     for (int c = 0; c < spec.virtual_stages; ++c) {
@@ -133,7 +133,7 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
     per_param_sync = sync / params;
   }
 
-  const double message = shape.message_elements * cluster.device.element_bytes();
+  const double message = shape.tp_collective_elements * cluster.device.element_bytes();
   OpTable t = empty_table(spec);
   const OpTable device = device_op_table(job, shape, cluster, algorithm);
   for (int s = 0; s < spec.pp; ++s) {

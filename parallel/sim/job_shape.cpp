@@ -22,6 +22,8 @@ class SizingGroup final : public TensorParallelComm {
   int size() const override { return size_; }
   void all_reduce_sum(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
   void all_reduce_max(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
+  void all_gather(const float*, float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
+  void reduce_scatter_sum(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
 
  private:
   int size_;
@@ -57,7 +59,10 @@ JobShape job_shape(const JobSpec& job) {
   const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
   const std::unique_ptr<Stream> stream = sizing->create_stream(StreamPriority::Low);
   JobShape shape;
-  shape.message_elements = N * d;
+  if (job.sequence_parallel && (job.tp < 2 || static_cast<long long>(N) % job.tp != 0))
+    throw std::invalid_argument("sequence parallelism needs tp > 1 dividing micro_batch * seq_len");
+  shape.tp_collective_elements = N * d;
+  shape.message_elements = job.sequence_parallel ? N * d / tp : N * d;
   for (const StageRange& range : ranges) {
     ChunkShape c;
     c.range = range;
@@ -74,7 +79,7 @@ JobShape job_shape(const JobSpec& job) {
     if (range.has_head) c.fwd_flops += 6 * N * d * vocab / tp;  // head forward + backward, fused
     c.tp_all_reduces_fwd = job.tp > 1 ? 2 * range.num_layers() : 0;
     c.tp_all_reduces_bwd = job.tp > 1 ? 2 * range.num_layers() : 0;
-    const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr);
+    const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr, {}, job.sequence_parallel);
     c.params = static_cast<double>(stage.layout().total_floats());
     if (const ParamEntry* wte = stage.layout().tied_embedding(); wte && (range.has_embedding != range.has_head))
       c.tied_embedding_params = static_cast<double>(wte->numel);

@@ -24,6 +24,10 @@ struct JobSpec {
   // site holds whole pipelines, data parallelism spans the sites - the placement that ignores
   // the WAN, simulated as a baseline only).
   bool replicas_across_sites = false;
+  // Sequence parallelism beside tp (GptStage): the residual stream's activations and the p2p
+  // messages hold a tp rank's rows only; the tp collectives move the same bytes as the all-reduces
+  // they replace (a reduce-scatter and an all-gather are the two halves of a ring all-reduce).
+  bool sequence_parallel = false;
 
   int world() const { return tp * dp * schedule.pp; }
   bool split_backward() const { return schedule.kind == ScheduleKind::ZeroBubbleH1; }
@@ -49,7 +53,8 @@ struct ChunkShape {
 
 struct JobShape {
   std::vector<ChunkShape> virtual_stages;  // pp * v of them, in pipeline order
-  double message_elements = 0;             // B*T*d: one p2p activation or gradient
+  double message_elements = 0;             // B*T*d (/tp with sequence parallelism): one p2p activation or gradient
+  double tp_collective_elements = 0;       // B*T*d: one tensor-parallel all-reduce (or reduce-scatter + all-gather)
   std::vector<std::vector<int>> in_flight; // [stage][chunk]: most microbatches held at once
 
   const ChunkShape& chunk(const ScheduleSpec& spec, int stage, int chunk) const {

@@ -104,6 +104,7 @@ std::vector<JobSpec> candidate_jobs(const PlanSpace& space, int devices, int max
         grid.tp = tp;
         grid.dp = dp;
         grid.replicas_across_sites = replicas_across_sites;
+        grid.sequence_parallel = space.sequence_parallel && tp > 1 && (mb * space.seq_len) % tp == 0;
         grid.schedule.pp = pp;
         grid.schedule.microbatches = space.global_batch / dp / mb;
         add_jobs_of_grid(space, grid, jobs);

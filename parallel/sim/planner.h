@@ -22,6 +22,7 @@ struct PlanSpace {
   std::vector<int> micro_batches;          // empty: powers of two up to the global batch
   int max_tp = 0;                          // 0: the devices of a node
   bool balanced_split = true;              // also try the split that evens the stages' FLOPs
+  bool sequence_parallel = false;          // candidates with tp > 1 use it (where tp divides their rows)
 };
 
 struct PlanCandidate {

@@ -88,6 +88,7 @@ sim::PlanSpace plan_space(const PlanOptions& o, const TrainOptions& train, const
   space.devices = o.devices;
   space.schedules = parse_schedules(o.schedules);
   space.max_tp = o.max_tp;
+  space.sequence_parallel = base_job.sequence_parallel;
   if (o.devices < 0 || o.devices > cluster.cluster.devices())
     throw SimInputError("--devices " + std::to_string(o.devices) + ": the cluster has " +
                         std::to_string(cluster.cluster.devices()));
@@ -120,6 +121,7 @@ void print_json(const sim::PlanResult& result) {
                    {"schedule", schedule_kind_name(c.job.schedule.kind)},
                    {"virtual_stages", c.job.schedule.virtual_stages}, {"micro_batch", c.job.micro_batch},
                    {"microbatches", c.job.schedule.microbatches}, {"layers_per_stage", c.job.layers_per_stage},
+                   {"sequence_parallel", c.job.sequence_parallel},
                    {"tokens_per_s", c.tokens_per_s}, {"tokens_per_s_lanes_off", c.tokens_per_s_off},
                    {"bubble_fraction", c.bubble_fraction}, {"harvest_fraction", c.harvest_fraction},
                    {"lane_value_per_hour", c.lane_value_per_hour}, {"training_per_hour", c.training_per_hour},

@@ -51,6 +51,7 @@ sim::JobSpec job_from_options(const TrainOptions& o, int cluster_devices) {
                         ") x a whole number of microbatches");
   job.schedule.microbatches = per_replica / job.dp;
   job.layers_per_stage = o.parallel.layers_per_stage;
+  job.sequence_parallel = o.parallel.sequence_parallel;
   return job;
 }
 
