@@ -72,7 +72,8 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
       const ChunkShape& ch = shape.chunk(spec, s, c);
       const double fwd = ch.fwd_flops / flops + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_fwd, message, algorithm);
       const double b = ch.bwd_input_flops / flops + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd, message, algorithm);
-      const double w = ch.bwd_weight_flops / flops;
+      const double w = ch.bwd_weight_flops / flops +
+                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd_weight, message, algorithm);
       t.fwd[s][c] = fwd;
       t.bwd[s][c] = job.split_backward() ? b : b + w;
       t.bwd_weight[s][c] = job.split_backward() ? w : 0.0;
@@ -141,7 +142,8 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
       const ChunkShape& ch = shape.chunk(spec, s, c);
       const double b = ch.bwd_input_flops * per_flop_b +
                        tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd, message, algorithm);
-      const double w = ch.bwd_weight_flops * per_flop_w;
+      const double w = ch.bwd_weight_flops * per_flop_w +
+                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd_weight, message, algorithm);
       t.fwd[s][c] = ch.fwd_flops * per_flop_f + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_fwd, message, algorithm);
       t.bwd[s][c] = job.split_backward() ? b : b + w;
       t.bwd_weight[s][c] = job.split_backward() ? w : 0.0;

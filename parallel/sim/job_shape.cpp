@@ -79,6 +79,12 @@ JobShape job_shape(const JobSpec& job) {
     if (range.has_head) c.fwd_flops += 6 * N * d * vocab / tp;  // head forward + backward, fused
     c.tp_all_reduces_fwd = job.tp > 1 ? 2 * range.num_layers() : 0;
     c.tp_all_reduces_bwd = job.tp > 1 ? 2 * range.num_layers() : 0;
+    // Sequence parallelism, per layer (GptStage): forward 2 all-gathers + 2 reduce-scatters (2
+    // all-reduces' bytes); backward also all-gathers the residual gradient before each sublayer
+    // and the norm output again for the weight gradients: 4 all-gathers + 2 reduce-scatters (3).
+    // Split, B gathers the residual gradients (2) and W gathers both again (2).
+    if (job.sequence_parallel && !job.split_backward()) c.tp_all_reduces_bwd = 3 * range.num_layers();
+    if (job.sequence_parallel && job.split_backward()) c.tp_all_reduces_bwd_weight = 2 * range.num_layers();
     const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr, {}, job.sequence_parallel);
     c.params = static_cast<double>(stage.layout().total_floats());
     if (const ParamEntry* wte = stage.layout().tied_embedding(); wte && (range.has_embedding != range.has_head))

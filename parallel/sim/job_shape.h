@@ -44,7 +44,8 @@ struct ChunkShape {
   double bwd_input_flops = 0;   // B: the input gradient (ZB-H1's Bwd)
   double bwd_weight_flops = 0;  // W: the weight gradient (ZB-H1's BwdWeight)
   int tp_all_reduces_fwd = 0;   // all-reduces of one activation (B*T*d) inside Fwd / inside B
-  int tp_all_reduces_bwd = 0;
+  int tp_all_reduces_bwd = 0;   // (a reduce-scatter + an all-gather, or two all-gathers, count as one)
+  int tp_all_reduces_bwd_weight = 0;  // inside W (sequence parallelism's re-gathers only)
   double params = 0;            // this rank's parameters
   double tied_embedding_params = 0;  // wte elements summed with the other end's copy at GradSync
   double activation_bytes = 0;  // pipelane's fp32 layout, per microbatch in flight
