@@ -153,7 +153,7 @@ MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T,
     if (layernorm) a.lnf_mean = alloc(n, "activations.lnf_mean");
     a.lnf_rstd = alloc(n, "activations.lnf_rstd");
     a.losses = alloc(N, "activations.losses");
-    a.dlnf = alloc(N * C, "activations.dlnf");
+    a.dlnf = alloc(n * C, "activations.dlnf");  // this rank's rows (sequence parallelism)
   }
   a.split_backward = split_backward;
   if (split_backward && range().has_embedding) a.d_input = alloc(n * C, "activations.d_input");

@@ -49,13 +49,14 @@ struct LayerActivations {
 // parallelism the residual stream is not: input, ln*, ln*_mean/rstd, res_attn, res_out (and the
 // split backward's d_res_out, d_ln2, d_res_attn, d_ln1, d_input) hold only this rank's rows,
 // [n,C] with n = N/tp, rows [rank*n, (rank+1)*n) of the flattened [B*T, C] (GptStage::
-// sequence_rows); lnf, dlnf and losses stay [N,...] (the head runs on every row).
+// sequence_rows), dlnf too (the head's gradient is reduce-scattered); lnf and losses stay
+// [N,...] (the head runs on every row).
 struct MicrobatchActivations {
   int B = 0, T = 0;
   float* input = nullptr;  // [B,T,C] (or this rank's rows): the embedding's output, or what upstream sent
   std::vector<LayerActivations> layers;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
-  float* dlnf = nullptr;            // [B,T,C] head gradient, computed during forward (see below)
+  float* dlnf = nullptr;            // [B,T,C] (or this rank's rows) head gradient, computed during forward (see below)
   bool head_grad_ready = false;
   // Split backward (zero-bubble B/W): set by allocate_activations(..., split_backward = true).
   bool split_backward = false;

@@ -2,6 +2,7 @@
 // backward, and the zero-bubble halves backward_input (B) / backward_weight (W). The sublayers
 // are gpt_block.cpp's; this file walks the layers and the residual stream.
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 #include "model/gpt_model.h"
@@ -85,11 +86,27 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
   a.head_grad_ready = grads != nullptr;
   if (tp_) {
     TensorParallelComm* comm = tp_;
-    const GroupReduce reduce{[comm](float* p, std::size_t n) { comm->all_reduce_sum(p, n); },
+    // Sequence parallelism: the head's input gradient (every row, into s.dres_full) is left
+    // partial - a backend sums it over the group through reduce.sum in chunks of rows of dx,
+    // which skips them - and reduce-scattered once after the head, so each rank receives only its
+    // rows (Megatron's reduce-scatter: half the bytes of the all-reduce; the same rank-order sums).
+    float* dx = grads ? (sequence_parallel_ ? s.dres_full : a.dlnf) : nullptr;
+    const std::uintptr_t partial_begin = sequence_parallel_ && dx ? reinterpret_cast<std::uintptr_t>(dx) : 0;
+    const std::uintptr_t partial_end = partial_begin ? partial_begin + d.NC * sizeof(float) : 0;
+    const GroupReduce reduce{[comm, partial_begin, partial_end](float* p, std::size_t n) {
+                               const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p);
+                               if (at >= partial_begin && at < partial_end) return;  // dx: after the head
+                               comm->all_reduce_sum(p, n);
+                             },
                              [comm](float* p, std::size_t n) { comm->all_reduce_max(p, n); }};
-    return backend_.lm_head_cross_entropy_vocab_parallel(
-        a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr, a.lnf, params + L.head, targets,
-        d.N, d.C, cfg.vocab_size, L.vocab_begin(), L.vocab_local(), loss_scale, s.logits, reduce, stream_);
+    const double loss = backend_.lm_head_cross_entropy_vocab_parallel(
+        a.losses, dx, grads ? grads + L.head : nullptr, a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
+        L.vocab_begin(), L.vocab_local(), loss_scale, s.logits, reduce, stream_);
+    if (partial_begin) {
+      tp_->reduce_scatter_sum(dx, d.nC);
+      backend_.copy(a.dlnf, dx, d.nC * sizeof(float), stream_);
+    }
+    return loss;
   }
   return backend_.lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr,
                                         a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
@@ -111,8 +128,7 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     if (!a.head_grad_ready) throw std::logic_error("GptStage::backward: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
     backend_.memset_zero(s.dres, d.nC * sizeof(float), stream_);
-    norm_backward(s.dres, grads, a.dlnf + d.row0 * static_cast<std::size_t>(d.C), a.output(), params, L.lnfw, L.lnfb,
-                  a.lnf_mean, a.lnf_rstd, d.n);
+    norm_backward(s.dres, grads, a.dlnf, a.output(), params, L.lnfw, L.lnfb, a.lnf_mean, a.lnf_rstd, d.n);
   } else {
     backend_.copy(s.dres, grad_output, d.nC * sizeof(float), stream_);
   }
@@ -163,8 +179,7 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
       throw std::logic_error("GptStage::backward_input: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
     backend_.memset_zero(dtop, d.nC * sizeof(float), stream_);
-    norm_backward_input(dtop, a.dlnf + d.row0 * static_cast<std::size_t>(d.C), a.output(), params, L.lnfw,
-                        a.lnf_mean, a.lnf_rstd, d.n);
+    norm_backward_input(dtop, a.dlnf, a.output(), params, L.lnfw, a.lnf_mean, a.lnf_rstd, d.n);
   } else if (dtop != grad_output) {
     backend_.copy(dtop, grad_output, d.nC * sizeof(float), stream_);
   }
@@ -194,8 +209,7 @@ void GptStage::backward_weight(const float* params, float* grads, MicrobatchActi
   const ParamLayout& L = layout_;
   const Dims d = dims(a.B, a.T);
   if (range().has_head)
-    norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf + d.row0 * static_cast<std::size_t>(d.C), a.output(), a.lnf_mean,
-                         a.lnf_rstd, d.n);
+    norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf, a.output(), a.lnf_mean, a.lnf_rstd, d.n);
   for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     before_layer_backward(params, a, s, l, d, true);
