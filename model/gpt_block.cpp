@@ -28,6 +28,9 @@ GptStage::Dims GptStage::dims(int B, int T) const {
   d.KV = L.local_kv_width();
   d.CM = L.local_mlp_width();
   d.NC = static_cast<std::size_t>(d.N) * d.C;
+  d.n = sequence_rows(B, T);
+  d.row0 = sequence_parallel_ ? tp_->rank() * d.n : 0;
+  d.nC = static_cast<std::size_t>(d.n) * d.C;
   return d;
 }
 
@@ -72,32 +75,33 @@ void GptStage::rope(float* x, const float* table, int heads, int ld, const Dims&
   else backend_.rope_forward(x, table, d.B, d.T, 0, heads, d.hs, ld, stream_);
 }
 
-// A row-parallel projection into the residual stream: partial products all-reduced, then the
-// (replicated) bias added once. With tp == 1 the bias stays fused into the matmul.
+// A row-parallel projection into the residual stream: partial products summed over tp (all rows,
+// or under sequence parallelism this rank's rows, at the start of `out`), then the (replicated)
+// bias added once. With tp == 1 the bias stays fused into the matmul.
 void GptStage::out_projection(float* out, const float* params, const float* inp, std::size_t w, std::size_t b,
                               int in, const Dims& d) const {
   backend_.matmul_forward(out, inp, params + w, tp_ ? nullptr : at(params, b), d.N, in, d.C, stream_);
   if (tp_) {
-    reduce_sum(out, d.NC);
-    if (b != ParamLayout::npos) backend_.add_bias(out, params + b, d.N, d.C, stream_);
+    sum_partials(out, d);
+    if (b != ParamLayout::npos) backend_.add_bias(out, params + b, d.n, d.C, stream_);
   }
 }
 
 void GptStage::attention_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                                 const Dims& d) const {
+                                 const float* ln, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
   if (!config().split_projections()) {
     // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
-    backend_.matmul_forward(h.qkv, h.ln1, params + o.qkvw, at(params, o.qkvb), d.N, d.C, 3 * d.CA, stream_);
+    backend_.matmul_forward(h.qkv, ln, params + o.qkvw, at(params, o.qkvb), d.N, d.C, 3 * d.CA, stream_);
     if (rope_on) {
       rope(h.qkv, s.rope, d.NH, 3 * d.CA, d, false);
       rope(h.qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, false);
     }
     backend_.attention_forward(h.atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
   } else {
-    backend_.matmul_forward(h.q, h.ln1, params + o.qkvw, at(params, o.qkvb), d.N, d.C, d.CA, stream_);
-    backend_.matmul_forward(h.k, h.ln1, params + o.kw, at(params, o.kb), d.N, d.C, d.KV, stream_);
-    backend_.matmul_forward(h.v, h.ln1, params + o.vw, at(params, o.vb), d.N, d.C, d.KV, stream_);
+    backend_.matmul_forward(h.q, ln, params + o.qkvw, at(params, o.qkvb), d.N, d.C, d.CA, stream_);
+    backend_.matmul_forward(h.k, ln, params + o.kw, at(params, o.kb), d.N, d.C, d.KV, stream_);
+    backend_.matmul_forward(h.v, ln, params + o.vw, at(params, o.vb), d.N, d.C, d.KV, stream_);
     if (rope_on) {
       rope(h.q, s.rope, d.NH, d.CA, d, false);
       rope(h.k, s.rope, d.KVH, d.KV, d, false);
@@ -108,13 +112,13 @@ void GptStage::attention_forward(const float* params, LayerActivations& h, const
 }
 
 void GptStage::mlp_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                           const Dims& d) const {
+                           const float* ln, const Dims& d) const {
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, h.ln2, params + o.fcw, at(params, o.fcb), d.N, d.C, d.CM,
+    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, ln, params + o.fcw, at(params, o.fcb), d.N, d.C, d.CM,
                                  stream_);
   } else {
-    backend_.matmul_forward(h.fch, h.ln2, params + o.gatew, at(params, o.gateb), d.N, d.C, d.CM, stream_);
-    backend_.matmul_forward(h.up, h.ln2, params + o.fcw, at(params, o.fcb), d.N, d.C, d.CM, stream_);
+    backend_.matmul_forward(h.fch, ln, params + o.gatew, at(params, o.gateb), d.N, d.C, d.CM, stream_);
+    backend_.matmul_forward(h.up, ln, params + o.fcw, at(params, o.fcb), d.N, d.C, d.CM, stream_);
     backend_.swiglu_forward(h.fch_gelu, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
   }
   out_projection(s.proj, params, h.fch_gelu, o.fcprojw, o.fcprojb, d.CM, d);

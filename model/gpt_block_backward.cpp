@@ -19,33 +19,40 @@ SplitQkv split_qkv(float* base, int N, int CA, int KV) {
 }
 }  // namespace
 
-// MLP: s.dres (of its output) -> s.dtmp (of ln2, reduced); every MLP weight's gradient.
-void GptStage::mlp_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                            StageScratch& s, const Dims& d) const {
+// MLP: s.dres (of its output) -> s.dtmp (of ln2, summed over tp); every MLP weight's gradient.
+// Under sequence parallelism s.dres and h.ln2 are this rank's rows: gathered first.
+const float* GptStage::mlp_backward(const float* params, float* grads, const LayerActivations& h,
+                                    const LayerOffsets& o, StageScratch& s, const Dims& d) const {
+  const float* dout = gather_rows(s.dres, s.dres_full, d);
+  const float* ln2 = gather_rows(h.ln2, s.gathered, d);
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), s.dres, h.fch_gelu,
+    backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu,
                              params + o.fcprojw, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward_input_dgelu(s.d4c, s.dres, params + o.fcprojw, h.fch, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, h.ln2, params + o.fcw, d.N, d.C,
+    backend_.matmul_backward_input_dgelu(s.d4c, dout, params + o.fcprojw, h.fch, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, ln2, params + o.fcw, d.N, d.C,
                              d.CM, stream_);
   } else {
-    backend_.matmul_backward(s.d4c, grads + o.fcprojw, at(grads, o.fcprojb), s.dres, h.fch_gelu,
+    backend_.matmul_backward(s.d4c, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu,
                              params + o.fcprojw, d.N, d.CM, d.C, stream_);
     backend_.swiglu_backward(s.dgate, s.dup, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
-    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, h.ln2, params + o.gatew, d.N,
+    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, ln2, params + o.gatew, d.N,
                              d.C, d.CM, stream_);
-    backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, h.ln2, params + o.fcw, d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, ln2, params + o.fcw, d.N, d.C,
                              d.CM, stream_);
     input_gradient_sum(s.dtmp, s.dtmp2, params, {o.gatew, o.fcw}, {s.dgate, s.dup}, {d.CM, d.CM}, d);
   }
-  reduce_sum(s.dtmp, d.NC);  // backward of the column-parallel input projection(s) ("f")
+  sum_partials(s.dtmp, d);  // backward of the column-parallel input projection(s) ("f")
+  return s.dtmp;
 }
 
-// Attention: s.dres (of its output) -> s.dtmp (of ln1, reduced); every attention weight's gradient.
-void GptStage::attention_backward(const float* params, float* grads, const LayerActivations& h,
-                                  const LayerOffsets& o, StageScratch& s, const Dims& d) const {
+// Attention: s.dres (of its output) -> s.dtmp (of ln1, summed over tp); every attention weight's
+// gradient.
+const float* GptStage::attention_backward(const float* params, float* grads, const LayerActivations& h,
+                                          const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
-  backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), s.dres, h.atty, params + o.attprojw,
+  const float* dout = gather_rows(s.dres, s.dres_full, d);
+  const float* ln1 = gather_rows(h.ln1, s.gathered, d);
+  backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params + o.attprojw,
                            d.N, d.CA, d.C, stream_);  // s.dtmp holds [N, CA] here
   if (!config().split_projections()) {
     backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.atty, h.att, d.B, d.T, d.CA, d.NH, stream_);
@@ -53,7 +60,7 @@ void GptStage::attention_backward(const float* params, float* grads, const Layer
       rope(s.dqkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(s.dqkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
     }
-    backend_.matmul_backward(s.dtmp, grads + o.qkvw, at(grads, o.qkvb), s.dqkv, h.ln1, params + o.qkvw, d.N, d.C,
+    backend_.matmul_backward(s.dtmp, grads + o.qkvw, at(grads, o.qkvb), s.dqkv, ln1, params + o.qkvw, d.N, d.C,
                              3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(s.dqkv, d.N, d.CA, d.KV);
@@ -63,43 +70,53 @@ void GptStage::attention_backward(const float* params, float* grads, const Layer
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);
     }
-    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, h.ln1, params + o.qkvw, d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params + o.qkvw, d.N, d.C,
                              d.CA, stream_);
-    backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, h.ln1, params + o.kw, d.N, d.C, d.KV,
+    backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params + o.kw, d.N, d.C, d.KV,
                              stream_);
-    backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, h.ln1, params + o.vw, d.N, d.C, d.KV,
+    backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params + o.vw, d.N, d.C, d.KV,
                              stream_);
     input_gradient_sum(s.dtmp, s.dtmp2, params, {o.qkvw, o.kw, o.vw}, {g.q, g.k, g.v}, {d.CA, d.KV, d.KV}, d);
   }
-  reduce_sum(s.dtmp, d.NC);  // backward of the column-parallel q/k/v projection(s) ("f")
+  sum_partials(s.dtmp, d);  // backward of the column-parallel q/k/v projection(s) ("f")
+  return s.dtmp;
 }
 
-// B of the MLP: h.d_res_out -> h.d_ln2 (reduced), keeping h.d_fch (and h.d_up) for W.
+// B of the MLP: h.d_res_out -> h.d_ln2 (summed over tp), keeping h.d_fch (and h.d_up) for W.
+// Under sequence parallelism the partial [N,C] gradient goes through s.dtmp (h.d_ln2 holds only
+// this rank's rows): reduce-scattered there, then copied.
 void GptStage::mlp_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                                   const Dims& d) const {
+  const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
+  float* partial = sequence_parallel_ ? s.dtmp : h.d_ln2;
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_backward_input_dgelu(h.d_fch, h.d_res_out, params + o.fcprojw, h.fch, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward_input(h.d_ln2, h.d_fch, params + o.fcw, d.N, d.C, d.CM, stream_);
+    backend_.matmul_backward_input_dgelu(h.d_fch, dout, params + o.fcprojw, h.fch, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input(partial, h.d_fch, params + o.fcw, d.N, d.C, d.CM, stream_);
   } else {
-    backend_.matmul_backward_input(s.d4c, h.d_res_out, params + o.fcprojw, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input(s.d4c, dout, params + o.fcprojw, d.N, d.CM, d.C, stream_);
     backend_.swiglu_backward(h.d_fch, h.d_up, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
-    input_gradient_sum(h.d_ln2, s.dtmp2, params, {o.gatew, o.fcw}, {h.d_fch, h.d_up}, {d.CM, d.CM}, d);
+    input_gradient_sum(partial, s.dtmp2, params, {o.gatew, o.fcw}, {h.d_fch, h.d_up}, {d.CM, d.CM}, d);
   }
-  reduce_sum(h.d_ln2, d.NC);
+  sum_partials(partial, d);
+  if (partial != h.d_ln2) backend_.copy(h.d_ln2, partial, d.nC * sizeof(float), stream_);
 }
 
-// B of the attention: h.d_res_attn -> h.d_ln1 (reduced), keeping h.d_qkv for W.
+// B of the attention: h.d_res_attn -> h.d_ln1 (summed over tp), keeping h.d_qkv for W.
 void GptStage::attention_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o,
                                         StageScratch& s, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
-  backend_.matmul_backward_input(s.dtmp, h.d_res_attn, params + o.attprojw, d.N, d.CA, d.C, stream_);  // [N, CA]
+  const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
+  // s.dtmp holds the attention output's gradient until attention_backward has read it, then
+  // (sequence parallelism) the partial input gradient.
+  float* partial = sequence_parallel_ ? s.dtmp : h.d_ln1;
+  backend_.matmul_backward_input(s.dtmp, dout, params + o.attprojw, d.N, d.CA, d.C, stream_);  // [N, CA]
   if (!config().split_projections()) {
     backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.atty, h.att, d.B, d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(h.d_qkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(h.d_qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
     }
-    backend_.matmul_backward_input(h.d_ln1, h.d_qkv, params + o.qkvw, d.N, d.C, 3 * d.CA, stream_);
+    backend_.matmul_backward_input(partial, h.d_qkv, params + o.qkvw, d.N, d.C, 3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
     backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, h.atty, h.att, d.B, d.T, d.NH, d.KVH,
@@ -108,35 +125,42 @@ void GptStage::attention_backward_input(const float* params, LayerActivations& h
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);
     }
-    input_gradient_sum(h.d_ln1, s.dtmp2, params, {o.qkvw, o.kw, o.vw}, {g.q, g.k, g.v}, {d.CA, d.KV, d.KV}, d);
+    input_gradient_sum(partial, s.dtmp2, params, {o.qkvw, o.kw, o.vw}, {g.q, g.k, g.v}, {d.CA, d.KV, d.KV}, d);
   }
-  reduce_sum(h.d_ln1, d.NC);
+  sum_partials(partial, d);
+  if (partial != h.d_ln1) backend_.copy(h.d_ln1, partial, d.nC * sizeof(float), stream_);
 }
 
+// The W halves. Under sequence parallelism the residual gradient and the norm's output kept for
+// them are this rank's rows: W gathers them again (its only communication).
 void GptStage::mlp_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                   const Dims& d) const {
-  backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), h.d_res_out, h.fch_gelu, params + o.fcprojw, d.N,
+                                   StageScratch& s, const Dims& d) const {
+  const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
+  const float* ln2 = gather_rows(h.ln2, s.gathered, d);
+  backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params + o.fcprojw, d.N,
                            d.CM, d.C, stream_);
   if (config().mlp == MlpKind::SwiGlu)
-    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), h.d_fch, h.ln2, params + o.gatew, d.N, d.C, d.CM,
+    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), h.d_fch, ln2, params + o.gatew, d.N, d.C, d.CM,
                              stream_);
   backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), config().mlp == MlpKind::SwiGlu ? h.d_up : h.d_fch,
-                           h.ln2, params + o.fcw, d.N, d.C, d.CM, stream_);
+                           ln2, params + o.fcw, d.N, d.C, d.CM, stream_);
 }
 
 void GptStage::attention_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                         const Dims& d) const {
-  backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), h.d_res_attn, h.atty, params + o.attprojw, d.N,
+                                         StageScratch& s, const Dims& d) const {
+  const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
+  const float* ln1 = gather_rows(h.ln1, s.gathered, d);
+  backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params + o.attprojw, d.N,
                            d.CA, d.C, stream_);
   if (!config().split_projections()) {
-    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), h.d_qkv, h.ln1, params + o.qkvw, d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), h.d_qkv, ln1, params + o.qkvw, d.N, d.C,
                              3 * d.CA, stream_);
     return;
   }
   const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
-  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, h.ln1, params + o.qkvw, d.N, d.C, d.CA, stream_);
-  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, h.ln1, params + o.kw, d.N, d.C, d.KV, stream_);
-  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, h.ln1, params + o.vw, d.N, d.C, d.KV, stream_);
+  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params + o.qkvw, d.N, d.C, d.CA, stream_);
+  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params + o.kw, d.N, d.C, d.KV, stream_);
+  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params + o.vw, d.N, d.C, d.KV, stream_);
 }
 
 }  // namespace pipelane

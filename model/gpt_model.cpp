@@ -20,11 +20,36 @@ TensorParallelShard shard_of(const TensorParallelComm* tp) {
 }  // namespace
 
 GptStage::GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
-                   TensorParallelComm* tp, RecomputeOptions recompute)
+                   TensorParallelComm* tp, RecomputeOptions recompute, bool sequence_parallel)
     : layout_(cfg, range, shard_of(tp)), backend_(backend), stream_(stream),
-      tp_(tp && tp->size() > 1 ? tp : nullptr), recompute_(recompute),
+      tp_(tp && tp->size() > 1 ? tp : nullptr), sequence_parallel_(sequence_parallel), recompute_(recompute),
       recompute_plan_(plan_recompute(recompute, range.num_layers())) {
+  if (sequence_parallel && !tp_)
+    throw std::invalid_argument("sequence parallelism splits the sequence over tensor-parallel ranks: it needs tp > 1");
   check_backend_supports_config();
+}
+
+int GptStage::sequence_rows(int B, int T) const {
+  const long long N = static_cast<long long>(B) * T;
+  if (!sequence_parallel_) return static_cast<int>(N);
+  if (N % tp_->size() != 0)
+    throw std::invalid_argument("sequence parallelism: tp = " + std::to_string(tp_->size()) +
+                                " does not divide the microbatch's " + std::to_string(N) + " positions (B*T)");
+  return static_cast<int>(N / tp_->size());
+}
+
+// Each rank's norm gradients summed over its rows only; their sum over the group is the
+// gradient over every row. Megatron-LM all-reduces these (sequence_parallel parameters) likewise.
+void GptStage::reduce_sequence_parallel_gradients(float* grads) const {
+  if (!sequence_parallel_) return;
+  const int C = config().d_model;
+  const auto reduce = [&](std::size_t offset) {
+    if (offset != ParamLayout::npos) tp_->all_reduce_sum(grads + offset, C);
+  };
+  for (const LayerOffsets& o : layout_.layers)
+    for (std::size_t offset : {o.ln1w, o.ln1b, o.ln2w, o.ln2b}) reduce(offset);
+  if (range().has_head)
+    for (std::size_t offset : {layout_.lnfw, layout_.lnfb}) reduce(offset);
 }
 
 // The ops a config needs beyond GPT-2's, so a backend without them (the CUDA backend for now) is
@@ -54,12 +79,25 @@ void GptStage::reduce_sum(float* data, std::size_t n) const {
   if (tp_) tp_->all_reduce_sum(data, n);
 }
 
+const float* GptStage::gather_rows(const float* part, float* full, const Dims& d) const {
+  if (!sequence_parallel_) return part;
+  tp_->all_gather(part, full, d.nC);
+  return full;
+}
+
+void GptStage::sum_partials(float* partial, const Dims& d) const {
+  if (sequence_parallel_) tp_->reduce_scatter_sum(partial, d.nC);
+  else reduce_sum(partial, d.NC);
+}
+
 // One layer's buffers: what `keeps` says it keeps (model/recompute.h), plus the split backward's
 // gradients, which live from B to W whatever forward kept.
 template <typename Alloc>
 LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
                                       bool split_backward) const {
-  const std::size_t N = static_cast<std::size_t>(d.N), C = d.C, CA = d.CA, CM = d.CM, KV = d.KV;
+  // n: the residual stream's rows on this rank (all N without sequence parallelism).
+  const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n), C = d.C, CA = d.CA,
+                    CM = d.CM, KV = d.KV;
   const bool layernorm = config().norm == NormKind::LayerNorm, split = config().split_projections();
   const bool swiglu = config().mlp == MlpKind::SwiGlu;
   // q, k and v: one [N, 3CA] (c_attn) or [N, CA + 2KV] (q_proj, k_proj, v_proj) allocation.
@@ -68,30 +106,30 @@ LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps k
                                   : backend_.attention_saved_floats(d.B, d.T, d.CA, d.NH);
   LayerActivations x{};
   if (keeps != LayerKeeps::Output) {
-    x.ln1 = alloc(N * C, "activations.ln1");
-    if (layernorm) x.ln1_mean = alloc(N, "activations.ln1_mean");
-    x.ln1_rstd = alloc(N, "activations.ln1_rstd");
+    x.ln1 = alloc(n * C, "activations.ln1");
+    if (layernorm) x.ln1_mean = alloc(n, "activations.ln1_mean");
+    x.ln1_rstd = alloc(n, "activations.ln1_rstd");
     x.qkv = alloc(qkv, "activations.qkv");
     if (split) x.q = x.qkv, x.k = x.qkv + N * CA, x.v = x.k + N * KV;
     if (keeps == LayerKeeps::Everything) x.att = alloc(saved, "activations.att");
     x.atty = alloc(N * CA, "activations.atty");
-    x.res_attn = alloc(N * C, "activations.res_attn");
-    x.ln2 = alloc(N * C, "activations.ln2");
-    if (layernorm) x.ln2_mean = alloc(N, "activations.ln2_mean");
-    x.ln2_rstd = alloc(N, "activations.ln2_rstd");
+    x.res_attn = alloc(n * C, "activations.res_attn");
+    x.ln2 = alloc(n * C, "activations.ln2");
+    if (layernorm) x.ln2_mean = alloc(n, "activations.ln2_mean");
+    x.ln2_rstd = alloc(n, "activations.ln2_rstd");
     x.fch = alloc(N * CM, "activations.fch");
     if (swiglu) x.up = alloc(N * CM, "activations.up");
     x.fch_gelu = alloc(N * CM, "activations.fch_gelu");
   }
-  if (keeps != LayerKeeps::Output || ends_group) x.res_out = alloc(N * C, "activations.res_out");
+  if (keeps != LayerKeeps::Output || ends_group) x.res_out = alloc(n * C, "activations.res_out");
   if (split_backward) {
-    x.d_res_out = alloc(N * C, "activations.d_res_out");
+    x.d_res_out = alloc(n * C, "activations.d_res_out");
     x.d_fch = alloc(N * CM, "activations.d_fch");
     if (swiglu) x.d_up = alloc(N * CM, "activations.d_up");
-    x.d_ln2 = alloc(N * C, "activations.d_ln2");
-    x.d_res_attn = alloc(N * C, "activations.d_res_attn");
+    x.d_ln2 = alloc(n * C, "activations.d_ln2");
+    x.d_res_attn = alloc(n * C, "activations.d_res_attn");
     x.d_qkv = alloc(qkv, "activations.d_qkv");
-    x.d_ln1 = alloc(N * C, "activations.d_ln1");
+    x.d_ln1 = alloc(n * C, "activations.d_ln1");
   }
   return x;
 }
@@ -100,25 +138,25 @@ template <typename Alloc>
 MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T,
                                                  bool split_backward) const {
   const Dims d = dims(B, T);
-  const std::size_t N = static_cast<std::size_t>(d.N), C = d.C;
+  const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n), C = d.C;
   const bool layernorm = config().norm == NormKind::LayerNorm;
   MicrobatchActivations a;
   a.B = B;
   a.T = T;
-  a.input = alloc(N * C, "activations.input");
+  a.input = alloc(n * C, "activations.input");
   for (int l = 0; l < range().num_layers(); ++l) {
     const LayerRecompute& r = recompute_plan_[l];
     a.layers.push_back(plan_layer(alloc, d, r.keeps, r.ends_group(l), split_backward));
   }
   if (range().has_head) {
-    a.lnf = alloc(N * C, "activations.lnf");
-    if (layernorm) a.lnf_mean = alloc(N, "activations.lnf_mean");
-    a.lnf_rstd = alloc(N, "activations.lnf_rstd");
+    a.lnf = alloc(N * C, "activations.lnf");  // all rows: the head reads every row
+    if (layernorm) a.lnf_mean = alloc(n, "activations.lnf_mean");
+    a.lnf_rstd = alloc(n, "activations.lnf_rstd");
     a.losses = alloc(N, "activations.losses");
-    a.dlnf = alloc(N * C, "activations.dlnf");
+    a.dlnf = alloc(n * C, "activations.dlnf");  // this rank's rows (sequence parallelism)
   }
   a.split_backward = split_backward;
-  if (split_backward && range().has_embedding) a.d_input = alloc(N * C, "activations.d_input");
+  if (split_backward && range().has_embedding) a.d_input = alloc(n * C, "activations.d_input");
   return a;
 }
 
@@ -158,6 +196,10 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   }
   for (int k = 0; k < recompute_workspace_layers(recompute_plan_); ++k)
     s.recompute_layers.push_back(plan_layer(alloc, d, LayerKeeps::Everything, true, false));
+  if (sequence_parallel_) {
+    s.gathered = alloc(N * C, "scratch.gathered");
+    s.dres_full = alloc(N * C, "scratch.dres_full");
+  }
   return s;
 }
 

@@ -45,13 +45,18 @@ struct LayerActivations {
 
 // Everything forward keeps for backward, for one microbatch of B x T tokens. Under tensor
 // parallelism qkv/att/atty hold this rank's heads only ([N,3C/tp], [B,NH/tp,T,T], [N,C/tp]) and
-// fch/fch_gelu its hidden units ([N,4C/tp]); everything [N,C] is replicated.
+// fch/fch_gelu its hidden units ([N,4C/tp]); everything [N,C] is replicated. With sequence
+// parallelism the residual stream is not: input, ln*, ln*_mean/rstd, res_attn, res_out (and the
+// split backward's d_res_out, d_ln2, d_res_attn, d_ln1, d_input) hold only this rank's rows,
+// [n,C] with n = N/tp, rows [rank*n, (rank+1)*n) of the flattened [B*T, C] (GptStage::
+// sequence_rows), dlnf too (the head's gradient is reduce-scattered); lnf and losses stay
+// [N,...] (the head runs on every row).
 struct MicrobatchActivations {
   int B = 0, T = 0;
-  float* input = nullptr;  // [B,T,C]: embedding output, or the activation received from upstream
+  float* input = nullptr;  // [B,T,C] (or this rank's rows): the embedding's output, or what upstream sent
   std::vector<LayerActivations> layers;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
-  float* dlnf = nullptr;            // [B,T,C] head gradient, computed during forward (see below)
+  float* dlnf = nullptr;            // [B,T,C] (or this rank's rows) head gradient, computed during forward (see below)
   bool head_grad_ready = false;
   // Split backward (zero-bubble B/W): set by allocate_activations(..., split_backward = true).
   bool split_backward = false;
@@ -77,6 +82,9 @@ struct StageScratch {
   // full: the forward activations of the largest group of layers recomputed together.
   float *recompute_att = nullptr, *recompute_atty = nullptr;
   std::vector<LayerActivations> recompute_layers;
+  // Sequence parallelism only: the all-gathered norm output [N,C] a column-parallel layer reads
+  // (forward, and again for its weight gradient), and the all-gathered residual gradient [N,C].
+  float *gathered = nullptr, *dres_full = nullptr;
 };
 
 class GptStage {
@@ -88,8 +96,15 @@ class GptStage {
   // the comm must outlive the stage.
   // `recompute` says what each layer keeps for backward (model/recompute.h): activations and
   // scratch are sized and used accordingly, with bit-identical results for every choice.
+  // `sequence_parallel` (Korthikanti et al. 2022; needs tp > 1, std::invalid_argument otherwise)
+  // splits the residual stream, the norms and the residual adds by rows over the tp ranks: each
+  // rank keeps and computes only its rows, the all-reduce after each row-parallel layer becomes a
+  // reduce-scatter and each column-parallel layer first all-gathers its input. Stage inputs and
+  // outputs (forward's `input`, backward's `grad_output` and `grad_input`) are then this rank's
+  // rows only. The norms' weight gradients become partial sums over this rank's rows:
+  // reduce_sequence_parallel_gradients completes them once a step.
   GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
-           TensorParallelComm* tp = nullptr, RecomputeOptions recompute = {});
+           TensorParallelComm* tp = nullptr, RecomputeOptions recompute = {}, bool sequence_parallel = false);
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return layout_.config(); }
@@ -97,6 +112,16 @@ class GptStage {
   Backend& backend() const { return backend_; }
   Stream& stream() const { return stream_; }
   const RecomputeOptions& recompute() const { return recompute_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
+  // Rows of the [B*T, C] residual stream this rank holds: B*T, or B*T/tp with sequence
+  // parallelism (std::invalid_argument when tp does not divide B*T). Stage inputs, outputs and
+  // their gradients are sequence_rows * d_model floats.
+  int sequence_rows(int B, int T) const;
+  // Sequence parallelism: all-reduces over the tp group (in rank order) the gradients of every
+  // norm of the stage, which each rank accumulated over its rows only. Call once per step, after
+  // the step's last backward (W) and before the gradients are read (data-parallel sync, global
+  // norm, optimizer); all tp ranks together. Without sequence parallelism: nothing.
+  void reduce_sequence_parallel_gradients(float* grads) const;
 
   // Bytes for one microbatch's activations / for the shared scratch (arena alignment included).
   // split_backward: also room for what backward_weight needs after backward_input (per layer
@@ -175,9 +200,11 @@ class GptStage {
   // ln2 -> s.proj (MLP), each with its bias and tp reduction. Backward: s.dres (the gradient of
   // the sublayer's output) -> s.dtmp (of its normalised input, all-reduced); _input keeps in the
   // layer's d_* buffers what _weight consumes.
+  // n: rows of the residual stream this rank holds (N, or N/tp with sequence parallelism),
+  // starting at row `row0` of the [N, C] stream.
   struct Dims {
-    int B, T, N, C, NH, KVH, hs, CA, KV, CM;
-    std::size_t NC;
+    int B, T, N, C, NH, KVH, hs, CA, KV, CM, n, row0;
+    std::size_t NC, nC;
   };
   Dims dims(int B, int T) const;
   void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* params, std::size_t w,
@@ -189,23 +216,33 @@ class GptStage {
   void norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
                             const float* mean, const float* rstd, int N) const;
   void rope(float* x, const float* table, int heads, int ld, const Dims& d, bool backward) const;
+  // Sequence parallelism's two collectives, identities without it. gather_rows: this rank's rows
+  // `part` [n,C] -> every row, in `full` [N,C] (returns `part` itself without sequence
+  // parallelism). sum_partials: a column-parallel layer's partial [N,C] input gradient (or a
+  // row-parallel layer's partial output) summed over the tp ranks: all-reduced in place, or
+  // reduce-scattered so that its first n rows are this rank's rows of the sum.
+  const float* gather_rows(const float* part, float* full, const Dims& d) const;
+  void sum_partials(float* partial, const Dims& d) const;
   void out_projection(float* out, const float* params, const float* inp, std::size_t w, std::size_t b, int in,
                       const Dims& d) const;
+  // ln: the normalised input, all rows (gather_rows of the layer's ln1 / ln2).
   void attention_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                         const Dims& d) const;
+                         const float* ln, const Dims& d) const;
   void mlp_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                   const Dims& d) const;
-  void attention_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                          StageScratch& s, const Dims& d) const;
-  void mlp_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                    StageScratch& s, const Dims& d) const;
+                   const float* ln, const Dims& d) const;
+  // Return the gradient of the sublayer's normalised input, summed over tp: this rank's rows of it.
+  const float* attention_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+                                  StageScratch& s, const Dims& d) const;
+  const float* mlp_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+                            StageScratch& s, const Dims& d) const;
   void attention_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                                 const Dims& d) const;
   void mlp_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                           const Dims& d) const;
   void attention_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                 const Dims& d) const;
-  void mlp_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o, const Dims& d) const;
+                                 StageScratch& s, const Dims& d) const;
+  void mlp_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+                           StageScratch& s, const Dims& d) const;
   // Sum of the input gradients of the matrices that read the same input (q, k, v; gate, up):
   // dx (=) = sum_i dy_i @ W_i, in order, each through matmul_backward_input's GEMM.
   void input_gradient_sum(float* dx, float* tmp, const float* params, std::initializer_list<std::size_t> weights,
@@ -230,7 +267,7 @@ class GptStage {
   // Before layer l's backward (whole, B, or W when `weight_half`): whatever recomputation it needs.
   void before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d,
                              bool weight_half) const;
-  void embed(const float* params, MicrobatchActivations& a, const std::int32_t* tokens) const;
+  void embed(const float* params, MicrobatchActivations& a, StageScratch& s, const std::int32_t* tokens) const;
   void embed_backward(float* grads, const MicrobatchActivations& a, const float* dx, const std::int32_t* tokens) const;
 
   std::function<void()> between_layers_;
@@ -239,6 +276,7 @@ class GptStage {
   Backend& backend_;
   Stream& stream_;
   TensorParallelComm* tp_ = nullptr;  // null when tp == 1
+  bool sequence_parallel_ = false;    // only with tp_
   RecomputeOptions recompute_;
   std::vector<LayerRecompute> recompute_plan_;  // one per layer of the range
 };

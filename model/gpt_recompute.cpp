@@ -23,12 +23,12 @@ LayerActivations with_gradients_of(LayerActivations view, const LayerActivations
 
 void GptStage::layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                              const float* x, const Dims& d) const {
-  norm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.N);
-  attention_forward(params, h, o, s, d);
-  backend_.add(h.res_attn, x, s.proj, d.NC, stream_);
-  norm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.N);
-  mlp_forward(params, h, o, s, d);
-  backend_.add(h.res_out, h.res_attn, s.proj, d.NC, stream_);
+  norm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.n);
+  attention_forward(params, h, o, s, gather_rows(h.ln1, s.gathered, d), d);
+  backend_.add(h.res_attn, x, s.proj, d.nC, stream_);
+  norm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.n);
+  mlp_forward(params, h, o, s, gather_rows(h.ln2, s.gathered, d), d);
+  backend_.add(h.res_out, h.res_attn, s.proj, d.nC, stream_);
 }
 
 // In the forward pass a selective layer writes its attention-core state into the workspace (it

@@ -1,6 +1,8 @@
 // GptStage's passes over its layers: forward (embedding, layers, final norm, head and loss),
 // backward, and the zero-bubble halves backward_input (B) / backward_weight (W). The sublayers
 // are gpt_block.cpp's; this file walks the layers and the residual stream.
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 
 #include "model/gpt_model.h"
@@ -8,11 +10,26 @@
 namespace pipelane {
 
 // The first stage's token (and learned position) embedding of `tokens` into a.input.
-void GptStage::embed(const float* params, MicrobatchActivations& a, const std::int32_t* tokens) const {
+void GptStage::embed(const float* params, MicrobatchActivations& a, StageScratch& s, const std::int32_t* tokens) const {
   const ParamLayout& L = layout_;
   const Dims d = dims(a.B, a.T);
   const bool learned = config().has_learned_positions();
-  if (tp_) {
+  if (sequence_parallel_) {
+    // Every row's partial lookup, reduce-scattered: this rank's rows of the sum, then their
+    // positions (row r is position r % T) added a run of consecutive positions at a time, the same
+    // float adds add_positions makes.
+    backend_.embedding_lookup_local(s.proj, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+                                    stream_);
+    sum_partials(s.proj, d);
+    backend_.copy(a.input, s.proj, d.nC * sizeof(float), stream_);
+    for (int row = d.row0; learned && row < d.row0 + d.n;) {
+      const int t = row % d.T, run = std::min(d.T - t, d.row0 + d.n - row);
+      backend_.add_inplace(a.input + static_cast<std::size_t>(row - d.row0) * d.C,
+                           params + L.wpe + static_cast<std::size_t>(t) * d.C, static_cast<std::size_t>(run) * d.C,
+                           stream_);
+      row += run;
+    }
+  } else if (tp_) {
     backend_.embedding_lookup_local(a.input, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
     reduce_sum(a.input, d.NC);
@@ -49,8 +66,8 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
   if (a.weight_grad_pending)
     throw std::logic_error("GptStage::forward: these activations still wait for their backward_weight");
 
-  if (range().has_embedding) embed(params, a, tokens);
-  else backend_.copy(a.input, input, d.NC * sizeof(float), stream_);
+  if (range().has_embedding) embed(params, a, s, tokens);
+  else backend_.copy(a.input, input, d.nC * sizeof(float), stream_);
 
   const float* x = a.input;
   for (int l = 0; l < static_cast<int>(a.layers.size()); ++l) {
@@ -60,15 +77,36 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
     layer_done();
   }
   if (!range().has_head) return 0.0;
-  norm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params, L.lnfw, L.lnfb, d.N);
+  if (sequence_parallel_) {  // the final norm on this rank's rows; the head reads every row
+    norm_forward(s.proj, a.lnf_mean, a.lnf_rstd, x, params, L.lnfw, L.lnfb, d.n);
+    tp_->all_gather(s.proj, a.lnf, d.nC);
+  } else {
+    norm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, params, L.lnfw, L.lnfb, d.N);
+  }
   a.head_grad_ready = grads != nullptr;
   if (tp_) {
     TensorParallelComm* comm = tp_;
-    const GroupReduce reduce{[comm](float* p, std::size_t n) { comm->all_reduce_sum(p, n); },
+    // Sequence parallelism: the head's input gradient (every row, into s.dres_full) is left
+    // partial - a backend sums it over the group through reduce.sum in chunks of rows of dx,
+    // which skips them - and reduce-scattered once after the head, so each rank receives only its
+    // rows (Megatron's reduce-scatter: half the bytes of the all-reduce; the same rank-order sums).
+    float* dx = grads ? (sequence_parallel_ ? s.dres_full : a.dlnf) : nullptr;
+    const std::uintptr_t partial_begin = sequence_parallel_ && dx ? reinterpret_cast<std::uintptr_t>(dx) : 0;
+    const std::uintptr_t partial_end = partial_begin ? partial_begin + d.NC * sizeof(float) : 0;
+    const GroupReduce reduce{[comm, partial_begin, partial_end](float* p, std::size_t n) {
+                               const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p);
+                               if (at >= partial_begin && at < partial_end) return;  // dx: after the head
+                               comm->all_reduce_sum(p, n);
+                             },
                              [comm](float* p, std::size_t n) { comm->all_reduce_max(p, n); }};
-    return backend_.lm_head_cross_entropy_vocab_parallel(
-        a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr, a.lnf, params + L.head, targets,
-        d.N, d.C, cfg.vocab_size, L.vocab_begin(), L.vocab_local(), loss_scale, s.logits, reduce, stream_);
+    const double loss = backend_.lm_head_cross_entropy_vocab_parallel(
+        a.losses, dx, grads ? grads + L.head : nullptr, a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
+        L.vocab_begin(), L.vocab_local(), loss_scale, s.logits, reduce, stream_);
+    if (partial_begin) {
+      tp_->reduce_scatter_sum(dx, d.nC);
+      backend_.copy(a.dlnf, dx, d.nC * sizeof(float), stream_);
+    }
+    return loss;
   }
   return backend_.lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr,
                                         a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
@@ -79,6 +117,9 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
 // starts from the all-reduced head gradient (or the same grad_output), and every update to it is
 // a replicated op on all-reduced inputs. That is why the replicated tensors' gradients (norms,
 // the output projections' biases, wpe) come out identical on every rank without a reduce.
+// With sequence parallelism s.dres holds this rank's rows: the output projections' biases and wpe
+// are still computed from every row (gathered), the norms' from this rank's rows only
+// (reduce_sequence_parallel_gradients sums them).
 void GptStage::backward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
                         const std::int32_t* tokens, const float* grad_output, float* grad_input) const {
   const ParamLayout& L = layout_;
@@ -86,24 +127,24 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
   if (range().has_head) {
     if (!a.head_grad_ready) throw std::logic_error("GptStage::backward: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
-    backend_.memset_zero(s.dres, d.NC * sizeof(float), stream_);
-    norm_backward(s.dres, grads, a.dlnf, a.output(), params, L.lnfw, L.lnfb, a.lnf_mean, a.lnf_rstd, d.N);
+    backend_.memset_zero(s.dres, d.nC * sizeof(float), stream_);
+    norm_backward(s.dres, grads, a.dlnf, a.output(), params, L.lnfw, L.lnfb, a.lnf_mean, a.lnf_rstd, d.n);
   } else {
-    backend_.copy(s.dres, grad_output, d.NC * sizeof(float), stream_);
+    backend_.copy(s.dres, grad_output, d.nC * sizeof(float), stream_);
   }
   for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     before_layer_backward(params, a, s, l, d, false);
     const LayerActivations h = backward_view(a, s, l);
     const float* x = backward_input_of(a, s, l);
-    mlp_backward(params, grads, h, o, s, d);  // res_out = res_attn + mlp(norm2(res_attn))
-    norm_backward(s.dres, grads, s.dtmp, h.res_attn, params, o.ln2w, o.ln2b, h.ln2_mean, h.ln2_rstd, d.N);
-    attention_backward(params, grads, h, o, s, d);  // res_attn = x + attention(norm1(x))
-    norm_backward(s.dres, grads, s.dtmp, x, params, o.ln1w, o.ln1b, h.ln1_mean, h.ln1_rstd, d.N);
+    const float* dln2 = mlp_backward(params, grads, h, o, s, d);  // res_out = res_attn + mlp(norm2(res_attn))
+    norm_backward(s.dres, grads, dln2, h.res_attn, params, o.ln2w, o.ln2b, h.ln2_mean, h.ln2_rstd, d.n);
+    const float* dln1 = attention_backward(params, grads, h, o, s, d);  // res_attn = x + attention(norm1(x))
+    norm_backward(s.dres, grads, dln1, x, params, o.ln1w, o.ln1b, h.ln1_mean, h.ln1_rstd, d.n);
     layer_done();
   }
-  if (range().has_embedding) embed_backward(grads, a, s.dres, tokens);
-  else backend_.copy(grad_input, s.dres, d.NC * sizeof(float), stream_);
+  if (range().has_embedding) embed_backward(grads, a, gather_rows(s.dres, s.dres_full, d), tokens);
+  else backend_.copy(grad_input, s.dres, d.nC * sizeof(float), stream_);
 }
 
 // backward() split for zero-bubble schedules. backward_input runs backward()'s input-gradient ops
@@ -137,10 +178,10 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
     if (!a.head_grad_ready)
       throw std::logic_error("GptStage::backward_input: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
-    backend_.memset_zero(dtop, d.NC * sizeof(float), stream_);
-    norm_backward_input(dtop, a.dlnf, a.output(), params, L.lnfw, a.lnf_mean, a.lnf_rstd, d.N);
+    backend_.memset_zero(dtop, d.nC * sizeof(float), stream_);
+    norm_backward_input(dtop, a.dlnf, a.output(), params, L.lnfw, a.lnf_mean, a.lnf_rstd, d.n);
   } else if (dtop != grad_output) {
-    backend_.copy(dtop, grad_output, d.NC * sizeof(float), stream_);
+    backend_.copy(dtop, grad_output, d.nC * sizeof(float), stream_);
   }
   for (int l = nl - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
@@ -148,12 +189,12 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
     LayerActivations h = backward_view(a, s, l);
     const float* x = backward_input_of(a, s, l);
     mlp_backward_input(params, h, o, s, d);
-    backend_.copy(h.d_res_attn, h.d_res_out, d.NC * sizeof(float), stream_);
-    norm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params, o.ln2w, h.ln2_mean, h.ln2_rstd, d.N);
+    backend_.copy(h.d_res_attn, h.d_res_out, d.nC * sizeof(float), stream_);
+    norm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params, o.ln2w, h.ln2_mean, h.ln2_rstd, d.n);
     attention_backward_input(params, h, o, s, d);
     float* dx = grad_of_layer_input(l);
-    backend_.copy(dx, h.d_res_attn, d.NC * sizeof(float), stream_);
-    norm_backward_input(dx, h.d_ln1, x, params, o.ln1w, h.ln1_mean, h.ln1_rstd, d.N);
+    backend_.copy(dx, h.d_res_attn, d.nC * sizeof(float), stream_);
+    norm_backward_input(dx, h.d_ln1, x, params, o.ln1w, h.ln1_mean, h.ln1_rstd, d.n);
     layer_done();
   }
   a.weight_grad_pending = true;
@@ -167,19 +208,20 @@ void GptStage::backward_weight(const float* params, float* grads, MicrobatchActi
     throw std::logic_error("GptStage::backward_weight: no backward_input ran on these activations");
   const ParamLayout& L = layout_;
   const Dims d = dims(a.B, a.T);
-  if (range().has_head) norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf, a.output(), a.lnf_mean, a.lnf_rstd, d.N);
+  if (range().has_head)
+    norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf, a.output(), a.lnf_mean, a.lnf_rstd, d.n);
   for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     before_layer_backward(params, a, s, l, d, true);
     const LayerActivations h = backward_view(a, s, l);
     const float* x = backward_input_of(a, s, l);
-    mlp_backward_weight(params, grads, h, o, d);
-    norm_backward_params(grads, o.ln2w, o.ln2b, h.d_ln2, h.res_attn, h.ln2_mean, h.ln2_rstd, d.N);
-    attention_backward_weight(params, grads, h, o, d);
-    norm_backward_params(grads, o.ln1w, o.ln1b, h.d_ln1, x, h.ln1_mean, h.ln1_rstd, d.N);
+    mlp_backward_weight(params, grads, h, o, s, d);
+    norm_backward_params(grads, o.ln2w, o.ln2b, h.d_ln2, h.res_attn, h.ln2_mean, h.ln2_rstd, d.n);
+    attention_backward_weight(params, grads, h, o, s, d);
+    norm_backward_params(grads, o.ln1w, o.ln1b, h.d_ln1, x, h.ln1_mean, h.ln1_rstd, d.n);
     layer_done();
   }
-  if (range().has_embedding) embed_backward(grads, a, a.d_input, tokens);
+  if (range().has_embedding) embed_backward(grads, a, gather_rows(a.d_input, s.dres_full, d), tokens);
   a.weight_grad_pending = false;
 }
 

@@ -19,6 +19,8 @@ class SizingGroup final : public TensorParallelComm {
   int size() const override { return size_; }
   void all_reduce_sum(float*, std::size_t) override { throw std::logic_error("memory model: no collectives"); }
   void all_reduce_max(float*, std::size_t) override { throw std::logic_error("memory model: no collectives"); }
+  void all_gather(const float*, float*, std::size_t) override { throw std::logic_error("memory model: no collectives"); }
+  void reduce_scatter_sum(float*, std::size_t) override { throw std::logic_error("memory model: no collectives"); }
 
  private:
   int rank_, size_;
@@ -31,8 +33,12 @@ double aligned(double bytes) {
 }  // namespace
 
 RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, Backend& sizing) {
-  if (spec.tp < 1 || spec.micro_batch < 1 || spec.seq_len < 1 || spec.optimizer_shards < 1 || spec.sequence_shards < 1)
-    throw std::invalid_argument("memory model: tp, micro_batch, seq_len and the shard counts must be >= 1");
+  if (spec.tp < 1 || spec.micro_batch < 1 || spec.seq_len < 1 || spec.optimizer_shards < 1)
+    throw std::invalid_argument("memory model: tp, micro_batch, seq_len and optimizer_shards must be >= 1");
+  if (spec.sequence_parallel && spec.tp < 2)
+    throw std::invalid_argument("memory model: sequence parallelism needs tp > 1");
+  if (spec.sequence_parallel && (static_cast<long long>(spec.micro_batch) * spec.seq_len) % spec.tp != 0)
+    throw std::invalid_argument("memory model: sequence parallelism needs tp to divide micro_batch * seq_len");
   if (spec.element_bytes != 4 && spec.element_bytes != 2)
     throw std::invalid_argument("memory model: element_bytes " + std::to_string(spec.element_bytes) + ": expected 4 or 2");
   validate_schedule_spec(spec.schedule);
@@ -55,11 +61,12 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     ch.virtual_stage = virtual_stage(sched, stage, c);
     ch.range = ranges[ch.virtual_stage];
     ch.in_flight = in_flight[c];
-    const GptStage model(spec.model, ch.range, sizing, *stream, spec.tp > 1 ? &group : nullptr, spec.recompute);
+    const GptStage model(spec.model, ch.range, sizing, *stream, spec.tp > 1 ? &group : nullptr, spec.recompute,
+                         spec.sequence_parallel);
     ch.parameters = aligned(model.layout().total_floats() * 4.0) / 4.0;
     ch.activation_bytes = model.activation_bytes(spec.micro_batch, spec.seq_len, split) * storage;
     ch.scratch_bytes = model.scratch_bytes(spec.micro_batch, spec.seq_len) * storage;
-    ch.message_bytes = aligned(message_floats / spec.sequence_shards * 4.0) * storage;
+    ch.message_bytes = aligned(message_floats / (spec.sequence_parallel ? spec.tp : 1) * 4.0) * storage;
     const double P = ch.parameters;
     // The distributed optimizer's shard: this dp rank's pieces and the tails every rank keeps
     // (parallel/optimizer_shards.h), as the executor allocates it.
@@ -89,8 +96,8 @@ double layer_activation_bytes(const MemorySpec& spec, Backend& sizing) {
   SizingGroup group(0, spec.tp);
   TensorParallelComm* tp = spec.tp > 1 ? &group : nullptr;
   // A stage of one layer minus a stage of none: the layer's buffers alone.
-  const GptStage one(spec.model, {0, 1, false, false}, sizing, *stream, tp, spec.recompute);
-  const GptStage none(spec.model, {0, 0, false, false}, sizing, *stream, tp, spec.recompute);
+  const GptStage one(spec.model, {0, 1, false, false}, sizing, *stream, tp, spec.recompute, spec.sequence_parallel);
+  const GptStage none(spec.model, {0, 0, false, false}, sizing, *stream, tp, spec.recompute, spec.sequence_parallel);
   const bool split = backward_is_split(spec.schedule.kind);
   const double bytes = static_cast<double>(one.activation_bytes(spec.micro_batch, spec.seq_len, split)) -
                        static_cast<double>(none.activation_bytes(spec.micro_batch, spec.seq_len, split));
@@ -102,11 +109,11 @@ double korthikanti_layer_activation_bytes(const MemorySpec& spec) {
   const double t = spec.tp;
   // Of the 34: 24 are inside the tensor-parallel blocks (split by t), 10 (the norms, the dropouts'
   // masks and the residual inputs) are split only with sequence parallelism.
-  const double unsplit = spec.sequence_shards > 1 ? 10 / t : 10;
+  const double unsplit = spec.sequence_parallel ? 10 / t : 10;
   switch (spec.recompute.kind) {
     case RecomputeKind::None: return s * b * h * (unsplit + 24 / t + 5 * a * s / (h * t));
     case RecomputeKind::Selective: return s * b * h * (unsplit + 24 / t);
-    case RecomputeKind::Full: return 2 * s * b * h / (spec.sequence_shards > 1 ? t : 1);
+    case RecomputeKind::Full: return 2 * s * b * h / (spec.sequence_parallel ? t : 1);
   }
   return 0;
 }

@@ -15,8 +15,9 @@
 // optimizer_shards: the distributed optimizer (ZeRO-1, `[train] distributed_optimizer`) over that
 // many dp ranks keeps master weights and optimizer state for one shard (parallel/optimizer_shards.h:
 // about 1/dp, plus a tail of fewer than dp * 16 floats per segment that every rank keeps).
-// sequence_shards divides the [B, T, C] activations and messages (sequence parallelism would set
-// it to tp; pipelane has none yet).
+// sequence_parallel (needs tp > 1): the residual stream's activations (the norms' inputs and
+// outputs, the residual adds, a stage's input) and the p2p messages are split by rows over the tp
+// ranks, as GptStage lays them out; the final norm's output and the head's gradient stay whole.
 #pragma once
 #include <string>
 #include <vector>
@@ -40,7 +41,7 @@ struct MemorySpec {
   int element_bytes = 4;      // 4: fp32 (what pipelane stores); 2: 16-bit storage, predicted only
   int optimizer_shards = 1;   // the distributed optimizer (ZeRO-1): dp; 1: replicated
   std::size_t optimizer_bucket_floats = kShardBucketFloats;  // its buckets
-  int sequence_shards = 1;    // sequence parallelism (not implemented): tp
+  bool sequence_parallel = false;  // [parallel] sequence_parallel: rows of the residual stream split over tp
 };
 
 // One model chunk (virtual stage) of a rank.
@@ -78,7 +79,7 @@ double layer_activation_bytes(const MemorySpec& spec, Backend& sizing);
 
 // Korthikanti et al. 2022's activations of one transformer layer for one microbatch, 16-bit:
 // s*b*h*(34 + 5*a*s/h) bytes (none), 34*s*b*h (selective), 2*s*b*h (full: the layer's input),
-// each divided by t = tp with sequence parallelism (sequence_shards > 1); tensor parallelism alone
+// each divided by t = tp with sequence parallelism (sequence_parallel); tensor parallelism alone
 // leaves 10*s*b*h of the 34 (and full's 2*s*b*h) unsplit.
 double korthikanti_layer_activation_bytes(const MemorySpec& spec);
 

@@ -57,7 +57,7 @@ struct PipelineExecutor::Impl {
   std::unique_ptr<Stream> compute;  // training compute: the highest priority
   std::unique_ptr<Stream> comm;     // transfers and data-parallel collectives
   int pp, v, stage, m;
-  std::size_t act_floats;  // B*T*C
+  std::size_t act_floats;  // B*T*C, or this rank's B*T*C/tp with sequence parallelism (what a p2p message holds)
   std::vector<Instr> instrs;
   std::vector<Chunk> chunks;
   std::unique_ptr<Arena> arena;
@@ -86,6 +86,7 @@ struct PipelineExecutor::Impl {
     m.seq_len = o.seq_len;
     m.layers_per_stage = o.layers_per_stage;
     m.recompute = o.recompute;
+    m.sequence_parallel = o.sequence_parallel;
     m.optimizer_shards = o.distributed_optimizer ? t.dp->size() : 1;
     m.optimizer_bucket_floats = o.optimizer_bucket_floats;
     return m;
@@ -150,7 +151,10 @@ struct PipelineExecutor::Impl {
     }
     const auto ranges = split_layers(o.model.layers, pp, v, o.layers_per_stage);
     const int B = o.micro_batch, T = o.seq_len;
-    act_floats = static_cast<std::size_t>(B) * T * o.model.d_model;
+    // Sequence parallelism: a stage sends and receives its tp rank's rows only (Megatron-LM's
+    // sequence-parallel p2p), 1/tp of the bytes; the next stage's rank of the same tp index
+    // holds the same rows.
+    act_floats = static_cast<std::size_t>(B) * T * o.model.d_model / (o.sequence_parallel ? t.tp->size() : 1);
 
     const std::vector<int> peak = inflight_peak_per_chunk(instrs, o.schedule);
     predicted = predict_rank_memory(memory_spec(o, t), stage, t.me.tp, backend);
@@ -161,7 +165,8 @@ struct PipelineExecutor::Impl {
       Chunk ch;
       ch.virtual_stage = c * pp + stage;
       ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage], backend, *compute,
-                                            t.tp->size() > 1 ? &tp_comm : nullptr, o.recompute);
+                                            t.tp->size() > 1 ? &tp_comm : nullptr, o.recompute,
+                                            o.sequence_parallel);
       ch.slots.resize(peak[c]);
       // A turn that comes during a pass is handed on after the layer, not after the pass: a
       // pass can take longer than a message's turn (scripts/wan/README.md).
@@ -528,11 +533,14 @@ struct PipelineExecutor::Impl {
     for (Chunk& ch : chunks) settle_parameters(ch);
   }
 
-  // Data parallelism: once `in` wrote its chunk's last gradient of the step, their all-reduce
+  // Once `in` wrote its chunk's last gradient of the step: sequence parallelism's norm gradients
+  // are summed over tp (before anything reads them), then, with data parallelism, the all-reduce
   // starts in buckets on the communication stream.
   void start_grad_reduce(const Instr& in, int gap) {
-    if (!(topo.dp->size() > 1 && in.chunk >= 0 && in.chunk < v && last_grad_instr[in.chunk] == gap)) return;
+    if (!(in.chunk >= 0 && in.chunk < v && last_grad_instr[in.chunk] == gap)) return;
     Chunk& ch = chunks[in.chunk];
+    ch.model->reduce_sequence_parallel_gradients(ch.grads);
+    if (topo.dp->size() <= 1) return;
     const std::size_t n = ch.model->layout().total_floats();
     std::unique_ptr<Event> produced = backend.create_event();
     produced->record(*compute);

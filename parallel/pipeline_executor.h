@@ -40,6 +40,10 @@ struct ExecutorOptions {
   std::optional<WanRoute> wan;
   // What each layer keeps for backward (model/recompute.h); none: everything, as always.
   RecomputeOptions recompute;
+  // Sequence parallelism beside tensor parallelism (GptStage; needs tp > 1 and tp dividing
+  // micro_batch * seq_len): the residual stream, the norms and the p2p messages split by rows
+  // over the tp ranks.
+  bool sequence_parallel = false;
   // ZeRO-1 over the dp group (parallel/sharded_adamw.h): each dp rank keeps AdamW moments for its
   // shard only. With dp = 1 there is nothing to shard: the replicated optimizer runs, bit for bit.
   bool distributed_optimizer = false;

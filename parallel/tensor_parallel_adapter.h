@@ -13,6 +13,10 @@ class DataPlaneTensorParallel final : public TensorParallelComm {
   int size() const override { return plane_.size(); }
   void all_reduce_sum(float* data, std::size_t n) override { plane_.all_reduce_sum(data, n, stream_); }
   void all_reduce_max(float* data, std::size_t n) override { plane_.all_reduce_max(data, n, stream_); }
+  void all_gather(const float* in, float* out, std::size_t n) override { plane_.all_gather(in, out, n, stream_); }
+  void reduce_scatter_sum(float* data, std::size_t n) override {
+    plane_.reduce_scatter_sum_async(data, n, stream_)->wait_on(stream_);
+  }
 
  private:
   DataPlane& plane_;

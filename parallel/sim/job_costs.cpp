@@ -65,7 +65,7 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
   const ScheduleSpec& spec = job.schedule;
   const DeviceSpec& device = cluster.device;
   const double flops = device.achieved_flops();
-  const double message = shape.message_elements * device.element_bytes();
+  const double message = shape.tp_collective_elements * device.element_bytes();
   OpTable t = empty_table(spec);
   for (int s = 0; s < spec.pp; ++s) {
     for (int c = 0; c < spec.virtual_stages; ++c) {
@@ -74,7 +74,8 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
       const double b = (ch.bwd_input_flops + ch.rerun_b_flops) / flops +
                        tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd + ch.rerun_b_all_reduces, message, algorithm);
       const double w = (ch.bwd_weight_flops + ch.rerun_w_flops) / flops +
-                       tp_reduce_s(job, cluster, s, ch.rerun_w_all_reduces, message, algorithm);
+                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd_weight + ch.rerun_w_all_reduces, message,
+                                   algorithm);
       t.fwd[s][c] = fwd;
       t.bwd[s][c] = job.split_backward() ? b : b + w;
       t.bwd_weight[s][c] = job.split_backward() ? w : 0.0;
@@ -146,7 +147,7 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
     per_param_sync = sync / params;
   }
 
-  const double message = shape.message_elements * cluster.device.element_bytes();
+  const double message = shape.tp_collective_elements * cluster.device.element_bytes();
   OpTable t = empty_table(spec);
   const OpTable device = device_op_table(job, shape, cluster, algorithm);
   for (int s = 0; s < spec.pp; ++s) {
@@ -155,7 +156,8 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
       const double b = ch.bwd_input_flops * per_flop_b + ch.rerun_b_flops * per_flop_f +
                        tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd + ch.rerun_b_all_reduces, message, algorithm);
       const double w = ch.bwd_weight_flops * per_flop_w + ch.rerun_w_flops * per_flop_f +
-                       tp_reduce_s(job, cluster, s, ch.rerun_w_all_reduces, message, algorithm);
+                       tp_reduce_s(job, cluster, s, ch.tp_all_reduces_bwd_weight + ch.rerun_w_all_reduces, message,
+                                   algorithm);
       t.fwd[s][c] = ch.fwd_flops * per_flop_f + tp_reduce_s(job, cluster, s, ch.tp_all_reduces_fwd, message, algorithm);
       t.bwd[s][c] = job.split_backward() ? b : b + w;
       t.bwd_weight[s][c] = job.split_backward() ? w : 0.0;

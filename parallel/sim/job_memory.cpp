@@ -17,7 +17,7 @@ MemorySpec memory_spec_of(const JobSpec& job, int element_bytes) {
   m.recompute = job.recompute;
   m.element_bytes = element_bytes;
   m.optimizer_shards = job.optimizer_shards();
-  m.sequence_shards = job.sequence_shards();
+  m.sequence_parallel = job.sequence_parallel;
   return m;
 }
 

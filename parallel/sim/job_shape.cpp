@@ -23,6 +23,8 @@ class SizingGroup final : public TensorParallelComm {
   int size() const override { return size_; }
   void all_reduce_sum(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
   void all_reduce_max(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
+  void all_gather(const float*, float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
+  void reduce_scatter_sum(float*, std::size_t) override { throw std::logic_error("sizing group: no collectives"); }
 
  private:
   int size_;
@@ -68,7 +70,10 @@ JobShape job_shape(const JobSpec& job) {
   const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
   const std::unique_ptr<Stream> stream = sizing->create_stream(StreamPriority::Low);
   JobShape shape;
-  shape.message_elements = N * d;
+  if (job.sequence_parallel && (job.tp < 2 || static_cast<long long>(N) % job.tp != 0))
+    throw std::invalid_argument("sequence parallelism needs tp > 1 dividing micro_batch * seq_len");
+  shape.tp_collective_elements = N * d;
+  shape.message_elements = job.sequence_parallel ? N * d / tp : N * d;
   for (const StageRange& range : ranges) {
     ChunkShape c;
     c.range = range;
@@ -94,7 +99,13 @@ JobShape job_shape(const JobSpec& job) {
       c.rerun_w_flops = N * full_layers * (matmul + 4 * T * d) / tp;
       c.rerun_w_all_reduces = c.rerun_b_all_reduces;
     }
-    const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr);
+    // Sequence parallelism, per layer (GptStage): forward 2 all-gathers + 2 reduce-scatters (2
+    // all-reduces' bytes); backward also all-gathers the residual gradient before each sublayer
+    // and the norm output again for the weight gradients: 4 all-gathers + 2 reduce-scatters (3).
+    // Split, B gathers the residual gradients (2) and W gathers both again (2).
+    if (job.sequence_parallel && !job.split_backward()) c.tp_all_reduces_bwd = 3 * range.num_layers();
+    if (job.sequence_parallel && job.split_backward()) c.tp_all_reduces_bwd_weight = 2 * range.num_layers();
+    const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr, {}, job.sequence_parallel);
     c.params = static_cast<double>(stage.layout().total_floats());
     c.optimizer_params = job.optimizer_shards() > 1
                              ? static_cast<double>(plan_chunk_shards(stage.layout(), job.optimizer_shards()).shard_floats)

@@ -25,12 +25,14 @@ struct JobSpec {
   // site holds whole pipelines, data parallelism spans the sites - the placement that ignores
   // the WAN, simulated as a baseline only).
   bool replicas_across_sites = false;
-  // The memory features ([train] recompute, distributed_optimizer; sequence parallelism). What
-  // recomputation keeps shapes the memory, what it reruns is priced in the backward; the
+  // The memory features ([train] recompute, distributed_optimizer; [parallel] sequence_parallel).
+  // What recomputation keeps shapes the memory, what it reruns is priced in the backward; the
   // distributed optimizer (ZeRO-1 over dp, nothing sharded at dp 1) keeps 1/dp of the optimizer
-  // state and turns the gradient all-reduce into a reduce-scatter and an all-gather; sequence
-  // parallelism divides the activations and messages by tp in the memory model only (its
-  // reduce-scatter + all-gather move what the all-reduce moved, so the costs stay as they are).
+  // state and turns the gradient all-reduce into a reduce-scatter and an all-gather. Sequence
+  // parallelism beside tp (GptStage): the residual stream's activations and the p2p messages hold
+  // a tp rank's rows only; the tp collectives move the same bytes as the all-reduces they replace
+  // (a reduce-scatter and an all-gather are the two halves of a ring all-reduce), plus the
+  // backward's re-gathers.
   RecomputeOptions recompute;
   bool distributed_optimizer = false;
   bool sequence_parallel = false;
@@ -54,7 +56,8 @@ struct ChunkShape {
   double bwd_input_flops = 0;   // B: the input gradient (ZB-H1's Bwd)
   double bwd_weight_flops = 0;  // W: the weight gradient (ZB-H1's BwdWeight)
   int tp_all_reduces_fwd = 0;   // all-reduces of one activation (B*T*d) inside Fwd / inside B
-  int tp_all_reduces_bwd = 0;
+  int tp_all_reduces_bwd = 0;   // (a reduce-scatter + an all-gather, or two all-gathers, count as one)
+  int tp_all_reduces_bwd_weight = 0;  // inside W (sequence parallelism's re-gathers only)
   // Recomputation (model/recompute.h): forward work rerun right before B (selective: the
   // attention core of every layer; full: the recomputed layers' whole forward, with their
   // tensor-parallel all-reduces) and, under the split backward, before W again (full only: B's
@@ -68,7 +71,8 @@ struct ChunkShape {
 
 struct JobShape {
   std::vector<ChunkShape> virtual_stages;  // pp * v of them, in pipeline order
-  double message_elements = 0;             // B*T*d: one p2p activation or gradient
+  double message_elements = 0;             // B*T*d (/tp with sequence parallelism): one p2p activation or gradient
+  double tp_collective_elements = 0;       // B*T*d: one tensor-parallel all-reduce (or reduce-scatter + all-gather)
   std::vector<std::vector<int>> in_flight; // [stage][chunk]: most microbatches held at once
 
   const ChunkShape& chunk(const ScheduleSpec& spec, int stage, int chunk) const {

@@ -75,7 +75,8 @@ void add_memory_variants(const PlanSpace& space, const JobSpec& job, std::vector
   if (space.recompute_fewest_block) recomputes.push_back({RecomputeKind::Full, RecomputeMethod::Block, kFewestThatFit});
   for (const RecomputeOptions& recompute : recomputes)
     for (bool zero : distinct_switches(space.distributed_optimizer, job.dp > 1))
-      for (bool sp : distinct_switches(space.sequence_parallel, job.tp > 1)) {
+      for (bool sp : distinct_switches(space.sequence_parallel,
+                                       job.tp > 1 && (job.micro_batch * job.seq_len) % job.tp == 0)) {
         JobSpec variant = job;
         variant.recompute = recompute;
         variant.distributed_optimizer = zero;

@@ -32,7 +32,7 @@ struct PlanSpace {
   bool recompute_fewest_block = false;
   // On where dp > 1 (at dp 1 it shards nothing: that job is tried once, as off).
   std::vector<bool> distributed_optimizer{false, true};
-  // On where tp > 1 (likewise); memory only (job_shape.h).
+  // On where tp > 1 and tp divides a microbatch's rows (likewise).
   std::vector<bool> sequence_parallel{false};
 };
 

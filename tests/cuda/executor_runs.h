@@ -35,8 +35,10 @@ inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
 // `steps` optimizer steps of `microbatches` x `micro_batch` sequences of `seq` tokens; the waits go
 // to `filler` when one is given (lanes).
 inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,
-                            int seq, int microbatches, int steps, GapFiller* filler = nullptr) {
+                            int seq, int microbatches, int steps, GapFiller* filler = nullptr,
+                            bool sequence_parallel = false) {
   ExecutorOptions o;
+  o.sequence_parallel = sequence_parallel;
   o.model = model;
   o.schedule = {ScheduleKind::OneFOneB, pp, 1, microbatches};
   o.micro_batch = micro_batch;

@@ -74,5 +74,28 @@ TEST(CudaEmulatedTraining, TwoPipelineStagesMatchTheCpuBackend) {
   expect_close(got, want);
 }
 
+// Sequence parallelism on the CUDA backend's kernels (emulated), tp 2 x pp 2: the row-split norms,
+// residual adds and bias adds, the all-gathers and reduce-scatters between them, against tp alone
+// on the same backend. The first step is bit-identical; after it the norms' gradients are
+// reassociated sums (each rank's rows, then over tp), within the 1e-5 relative
+// (tests/parallel/test_executor_sequence_parallel.cpp derives it on the CPU backend).
+TEST(CudaEmulatedTraining, SequenceParallelMatchesTensorParallelAlone) {
+  const ParallelDims dims{2, 1, 2};
+  TrainRun runs[2];
+  for (bool sp : {false, true}) {
+    const std::vector<std::string> errors = run_emulated_stages(dims, [&](int rank, Topology& topo, Backend& backend) {
+      TrainRun mine = train_steps(topo, backend, tiny_gpt(), dims.pp, 2, 8, 2, 3, nullptr, sp);
+      if (rank == 0) runs[sp] = mine;
+    });
+    for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r << " sp " << sp;
+  }
+  ASSERT_EQ(runs[1].loss.size(), 3u);
+  EXPECT_EQ(runs[1].loss[0], runs[0].loss[0]);
+  for (std::size_t s = 0; s < runs[0].loss.size(); ++s) {
+    EXPECT_LE(std::fabs(runs[1].loss[s] - runs[0].loss[s]), 1e-5 * std::fabs(runs[0].loss[s])) << "step " << s + 1;
+    EXPECT_LE(std::fabs(runs[1].grad_norm[s] - runs[0].grad_norm[s]), 1e-5 * runs[0].grad_norm[s]) << "step " << s + 1;
+  }
+}
+
 }  // namespace
 }  // namespace pipelane::cuda_test

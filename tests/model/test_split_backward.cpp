@@ -49,6 +49,14 @@ class CountingComm final : public TensorParallelComm {
     ++calls;
     inner_.all_reduce_max(d, n);
   }
+  void all_gather(const float* in, float* out, std::size_t n) override {
+    ++calls;
+    inner_.all_gather(in, out, n);
+  }
+  void reduce_scatter_sum(float* d, std::size_t n) override {
+    ++calls;
+    inner_.reduce_scatter_sum(d, n);
+  }
   int calls = 0;
 
  private:

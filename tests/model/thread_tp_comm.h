@@ -1,6 +1,6 @@
 // An in-process tensor-parallel group for tests: one std::thread per rank, a barrier, and
-// all-reduces that combine the ranks' buffers in rank order, so every rank gets bit-identical
-// results and runs are deterministic.
+// all-reduces (and reduce-scatters) that combine the ranks' buffers in rank order, so every rank
+// gets bit-identical results and runs are deterministic.
 #pragma once
 #include <omp.h>
 
@@ -63,6 +63,8 @@ class ThreadTpGroup {
     void all_reduce_max(float* data, std::size_t n) override {
       g_->all_reduce(rank_, data, n, [](float a, float b) { return std::max(a, b); });
     }
+    void all_gather(const float* in, float* out, std::size_t n) override { g_->all_gather(rank_, in, out, n); }
+    void reduce_scatter_sum(float* data, std::size_t n) override { g_->reduce_scatter_sum(rank_, data, n); }
 
    private:
     ThreadTpGroup* g_;
@@ -100,6 +102,36 @@ class ThreadTpGroup {
       out[i] = acc;
     }
     barrier();  // nobody reads the inputs any more
+    std::copy(out.begin(), out.end(), data);
+  }
+
+  void publish(int rank, const float* data, std::size_t n, const char* what) {
+    bufs_[rank] = const_cast<float*>(data);
+    counts_[rank] = n;
+    barrier();  // every rank's buffer is published
+    for (int r = 0; r < size_; ++r)
+      if (counts_[r] != n)
+        throw std::logic_error(std::string("ThreadTpGroup: mismatched ") + what + " sizes (" + std::to_string(n) +
+                               " vs " + std::to_string(counts_[r]) + ")");
+  }
+
+  void all_gather(int rank, const float* in, float* out, std::size_t n) {
+    publish(rank, in, n, "all-gather");
+    for (int r = 0; r < size_; ++r) std::copy(bufs_[r], bufs_[r] + n, out + static_cast<std::size_t>(r) * n);
+    barrier();  // nobody reads the inputs any more
+  }
+
+  // Block `rank` of the sum, in rank order as all_reduce, lands at data[0, n).
+  void reduce_scatter_sum(int rank, float* data, std::size_t n) {
+    publish(rank, data, n, "reduce-scatter");
+    const std::size_t at = static_cast<std::size_t>(rank) * n;
+    std::vector<float> out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      float acc = bufs_[0][at + i];
+      for (int r = 1; r < size_; ++r) acc = acc + bufs_[r][at + i];
+      out[i] = acc;
+    }
+    barrier();
     std::copy(out.begin(), out.end(), data);
   }
 

@@ -256,6 +256,57 @@ TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
     }
 }
 
+// Sequence parallelism: the simulator's stage memory is the memory model's (the executor's arena,
+// tests/parallel/test_executor_sequence_parallel.cpp), its p2p message a tp rank's rows, its tp
+// collectives the whole activation (a reduce-scatter + all-gather moves what the all-reduce did),
+// and the backward's extra all-gathers are counted.
+TEST(SimMemory, SequenceParallelIsTheMemoryModelsAndMessagesAreOneTpRanksRows) {
+  for (bool sp : {false, true}) {
+    JobSpec job;
+    job.model = small_model();
+    job.seq_len = 32;
+    job.micro_batch = 2;
+    job.tp = 2;
+    job.sequence_parallel = sp;
+    job.schedule = {ScheduleKind::OneFOneB, 2, 1, 3};
+    MemorySpec spec;
+    spec.model = job.model;
+    spec.schedule = job.schedule;
+    spec.tp = 2;
+    spec.micro_batch = job.micro_batch;
+    spec.seq_len = job.seq_len;
+    spec.sequence_parallel = sp;
+    const JobShape shape = job_shape(job);
+    for (int stage = 0; stage < 2; ++stage)
+      EXPECT_DOUBLE_EQ(shape.stage_memory_bytes(job.schedule, 4)[stage],
+                       predict_rank_memory(spec, stage, 0, testing::cpu_backend()).total())
+          << "sp " << sp << " stage " << stage;
+    const double activation = 2.0 * 32 * job.model.d_model;
+    EXPECT_EQ(shape.tp_collective_elements, activation);
+    EXPECT_EQ(shape.message_elements, sp ? activation / 2 : activation);
+    // Per layer (4 a stage): the backward's extra all-gathers (residual gradient, norm output).
+    EXPECT_EQ(shape.virtual_stages[0].tp_all_reduces_fwd, 2 * 4);
+    EXPECT_EQ(shape.virtual_stages[0].tp_all_reduces_bwd, (sp ? 3 : 2) * 4);
+    EXPECT_EQ(shape.virtual_stages[0].tp_all_reduces_bwd_weight, 0);
+  }
+  JobSpec zb;
+  zb.model = small_model();
+  zb.seq_len = 32;
+  zb.tp = 2;
+  zb.sequence_parallel = true;
+  zb.schedule = {ScheduleKind::ZeroBubbleH1, 2, 1, 3};
+  const JobShape split = job_shape(zb);  // B gathers the residual gradients, W the same again
+  EXPECT_EQ(split.virtual_stages[0].tp_all_reduces_bwd, 2 * 4);
+  EXPECT_EQ(split.virtual_stages[0].tp_all_reduces_bwd_weight, 2 * 4);
+  JobSpec odd;
+  odd.model = small_model();
+  odd.seq_len = 31;
+  odd.micro_batch = 1;
+  odd.tp = 2;
+  odd.sequence_parallel = true;
+  EXPECT_THROW(job_shape(odd), std::invalid_argument);  // 31 rows do not split over 2 ranks
+}
+
 TEST(SimMemory, AJobOverTheDevicesMemoryDoesNotFit) {
   SimulationSetup setup;
   setup.job.model = small_gpt();

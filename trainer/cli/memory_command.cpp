@@ -34,6 +34,7 @@ MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   m.seq_len = o.model.seq_len;
   m.layers_per_stage = o.parallel.layers_per_stage;
   m.recompute = recompute_options_from(o.train);
+  m.sequence_parallel = o.parallel.sequence_parallel;
   m.element_bytes = element_bytes;
   m.optimizer_shards = o.train.distributed_optimizer ? dp : 1;
   return m;
@@ -50,9 +51,10 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
   std::fprintf(out, "pipelane memory: %s, %d layers, d_model %d, %d heads, seq_len %d, micro_batch %d: %.3fB parameters\n",
                arch_name(c.arch), c.layers, c.d_model, c.heads, spec.seq_len, spec.micro_batch,
                static_cast<double>(c.total_params().value_or(0)) / 1e9);
-  std::fprintf(out, "  grid: tp %d x pp %d (data-parallel replicas hold the same), schedule %s, %d microbatches; "
+  std::fprintf(out, "  grid: tp %d%s x pp %d (data-parallel replicas hold the same), schedule %s, %d microbatches; "
                "recompute %s; storage %s\n",
-               spec.tp, spec.schedule.pp, o.parallel.schedule.c_str(), spec.schedule.microbatches,
+               spec.tp, spec.sequence_parallel ? " (sequence parallel)" : "", spec.schedule.pp,
+               o.parallel.schedule.c_str(), spec.schedule.microbatches,
                describe(spec.recompute).c_str(),
                element_bytes == 4 ? "fp32 (pipelane's layout, what it allocates)"
                                   : "16-bit (pipelane's layout at 2 bytes an element; predicted only, not stored so yet)");

@@ -186,7 +186,7 @@ void print_json(const sim::PlanResult& result) {
                    {"recompute_method", recompute_method_name(c.job.recompute.method)},
                    {"recompute_layers", c.job.recompute.layers},
                    {"distributed_optimizer", c.job.optimizer_shards() > 1},
-                   {"sequence_parallel", c.job.sequence_shards() > 1},
+                   {"sequence_parallel", c.job.sequence_parallel},
                    {"stage_memory_bytes", c.stage_memory},
                    {"tokens_per_s", c.tokens_per_s}, {"tokens_per_s_lanes_off", c.tokens_per_s_off},
                    {"bubble_fraction", c.bubble_fraction}, {"harvest_fraction", c.harvest_fraction},

@@ -98,6 +98,14 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
     throw ConfigError(location_of(settings, "parallel.tp", "model.ffn_hidden") + ": [parallel] tp = " +
                       std::to_string(par.tp) + " does not divide the MLP width " + std::to_string(family.mlp_hidden()) +
                       " ([model] ffn_hidden)");
+  if (par.sequence_parallel && par.tp < 2)
+    throw ConfigError(location_of(settings, "parallel.sequence_parallel", "parallel.tp") +
+                      ": [parallel] sequence_parallel splits the sequence over the tensor-parallel ranks: it needs "
+                      "tp > 1 (tp is " + std::to_string(par.tp) + ")");
+  if (par.sequence_parallel && model.seq_len % par.tp != 0)
+    throw ConfigError(location_of(settings, "parallel.sequence_parallel", "model.seq_len") +
+                      ": [parallel] sequence_parallel needs tp = " + std::to_string(par.tp) +
+                      " to divide [model] seq_len = " + std::to_string(model.seq_len));
   if ((par.schedule == "interleaved") != (par.virtual_stages > 1)) {
     throw ConfigError(location_of(settings, "parallel.virtual_stages", "parallel.schedule") +
                       ": [parallel] virtual_stages = " + std::to_string(par.virtual_stages) +

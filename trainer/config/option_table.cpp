@@ -231,7 +231,12 @@ std::vector<OptionKey> train_option_keys() {
       .integer("virtual_stages", &ParallelOptions::virtual_stages, 1,
                "model chunks per stage (interleaved only; microbatches must be a multiple of pp)")
       .text("layers_per_stage", &ParallelOptions::layers_per_stage, {},
-            "layers of each virtual stage, comma-separated; empty splits evenly");
+            "layers of each virtual stage, comma-separated; empty splits evenly")
+      .boolean("sequence_parallel", &ParallelOptions::sequence_parallel,
+               "sequence parallelism beside tp (Megatron-LM's): norms, residual adds and the activations "
+               "between the tensor-parallel blocks are split by rows over the tp ranks (all-gather before "
+               "and reduce-scatter after each block instead of an all-reduce), and so are the stage-to-stage "
+               "messages: about 1/tp of those activations. Needs tp > 1 dividing seq_len");
   SectionKeys<RunOptions>(keys, "run", &TrainOptions::run)
       .text("dir", &RunOptions::dir, {}, "directory for logs, checkpoints and the resolved config")
       .integer("log_every", &RunOptions::log_every, 1, "steps between log lines")

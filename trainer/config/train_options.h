@@ -92,6 +92,7 @@ struct ParallelOptions {
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1
   int virtual_stages = 1;         // model chunks per pipeline stage (interleaved only)
   std::string layers_per_stage;   // "" splits evenly; else one count per virtual stage, e.g. "3,1"
+  bool sequence_parallel = false;  // residual stream and norms split by rows over tp (needs tp > 1)
   friend bool operator==(const ParallelOptions&, const ParallelOptions&) = default;
 };
 

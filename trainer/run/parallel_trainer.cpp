@@ -52,6 +52,7 @@ ExecutorOptions executor_options(const TrainOptions& o, const Topology& t) {
   e.grad_clip = static_cast<float>(o.train.grad_clip);
   e.wan = wan_route_for(wan_setup(o, t.grid.dims()), t.world_rank);
   e.recompute = recompute_options_from(o.train);
+  e.sequence_parallel = o.parallel.sequence_parallel;
   e.distributed_optimizer = o.train.distributed_optimizer;
   return e;
 }

@@ -60,6 +60,7 @@ sim::JobSpec job_from_options(const TrainOptions& o, int cluster_devices) {
   job.layers_per_stage = o.parallel.layers_per_stage;
   job.recompute = recompute_options_from(o.train);
   job.distributed_optimizer = o.train.distributed_optimizer;
+  job.sequence_parallel = o.parallel.sequence_parallel;
   return job;
 }
 

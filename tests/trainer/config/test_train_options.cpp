@@ -290,7 +290,13 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"BlendNeedsWeights", "[data]\npath = a.h5\nblend = a.h5:0.7,b.h5\n", 3,
                     "[data] blend: blend entry 'b.h5': expected PATH:WEIGHT with a weight > 0 (e.g. a.h5:0.7,b.h5:0.3)"},
         InvalidCase{"BlendWeightsPositive", "[data]\nblend = a.h5:-1\n", 2,
-                    "[data] blend: blend entry 'a.h5:-1': expected PATH:WEIGHT with a weight > 0 (e.g. a.h5:0.7,b.h5:0.3)"}),
+                    "[data] blend: blend entry 'a.h5:-1': expected PATH:WEIGHT with a weight > 0 (e.g. a.h5:0.7,b.h5:0.3)"},
+        InvalidCase{"SequenceParallelNeedsTp", "[parallel]\nsequence_parallel = true\n", 2,
+                    "[parallel] sequence_parallel splits the sequence over the tensor-parallel ranks: it needs tp > 1 "
+                    "(tp is 1)"},
+        InvalidCase{"SequenceParallelNeedsTpDividingSeqLen",
+                    "[model]\nseq_len = 127\n[parallel]\ntp = 2\nsequence_parallel = true\n", 5,
+                    "[parallel] sequence_parallel needs tp = 2 to divide [model] seq_len = 127"}),
     [](const ::testing::TestParamInfo<InvalidCase>& info) { return info.param.name; });
 
 TEST_F(TrainOptionsTest, CombinationFromCommandLineSaysCommandLine) {
@@ -362,7 +368,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"data", "sample_mode", "cross-documents"}, {"data", "blend", ""},
     {"parallel", "tp", "1"},           {"parallel", "pp", "1"},           {"parallel", "dp", "0"},
     {"parallel", "schedule", "1f1b"},  {"parallel", "virtual_stages", "1"},
-    {"parallel", "layers_per_stage", ""},
+    {"parallel", "layers_per_stage", ""}, {"parallel", "sequence_parallel", "false"},
     {"run", "dir", "runs/latest"},     {"run", "log_every", "10"},
     {"run", "checkpoint_every", "-1"},  {"run", "keep_last", "3"},       {"run", "resume", "auto"},
     {"run", "timeout_s", "600"},

@@ -1,0 +1,253 @@
+// Sequence parallelism (GptStage's sequence_parallel) against tensor parallelism alone, ranks as
+// threads (thread_tp_comm.h), for GPT-2 and a Llama (RMSNorm, RoPE, SwiGLU, grouped-query
+// attention), two microbatches through a two-stage pipeline run stage after stage (the first
+// with the embedding, the second with the head), the stage-to-stage messages being each rank's
+// rows only.
+//
+// What must hold, and why:
+// - losses, every non-norm gradient and every input gradient are bit-identical to tp alone: every
+//   row goes through the same row-wise kernels on the same values, the matmuls see the same
+//   gathered [N, C] inputs, and a reduce-scatter sums a block in the same rank order as the
+//   all-reduce it replaces;
+// - the norms' weight (and bias) gradients are each rank's partial sum over its rows, then summed
+//   over the ranks: another association of the same float terms than one sum over every row, so
+//   they differ by rounding. 1e-5 relative to the tensor's largest element bounds it: each
+//   element is a sum of kMicrobatches * B * T = 32 terms, whose reassociation moves it by at most
+//   ~32 * 2^-24 ~ 2e-6 of the sum of magnitudes; they are identical on every rank after the
+//   reduce;
+// - with sequence parallelism, recompute (selective, full) and the split backward (B then W, and
+//   all Bs before the Ws) stay bit-identical to the plain backward, as they are without it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/gpt_model.h"
+#include "tests/model/thread_tp_comm.h"
+#include "tests/support/cpu_backend_fixture.h"
+
+namespace pipelane {
+namespace {
+
+using testing::ThreadTpGroup;
+
+constexpr int kB = 2, kT = 8, kMicrobatches = 2;
+constexpr double kNormTol = 1e-5;  // see the header: reassociated sums of 32 terms
+
+GptConfig gpt2_tiny() {
+  GptConfig c;
+  c.layers = 4;
+  c.d_model = 32;
+  c.heads = 4;
+  c.max_seq_len = 8;
+  c.vocab_size = 61;
+  return c;
+}
+
+GptConfig llama_tiny() {
+  GptConfig c = gpt2_tiny();
+  c.apply_arch_defaults(ModelArch::Llama);
+  c.kv_heads = 2;
+  c.ffn_hidden = 48;
+  c.bias = BiasKind::All;  // the row-parallel biases too: computed from every row under sp
+  return c;
+}
+
+enum class Order { Combined, SplitInOrder, AllBThenW };
+
+struct RankRun {
+  std::vector<double> losses;                  // per microbatch
+  std::vector<std::vector<float>> grads;       // per stage
+  std::vector<std::vector<float>> grad_input;  // per microbatch: stage 1's (this rank's rows under sp)
+  std::vector<std::size_t> activation_bytes;   // per stage, one microbatch
+};
+
+// One rank's kMicrobatches through stages [0, 2) (embedding) and [2, 4) (head).
+RankRun run_rank(const GptConfig& c, bool sp, const RecomputeOptions& rc, Order order, TensorParallelComm* comm) {
+  const bool split = order != Order::Combined;
+  const std::vector<StageRange> ranges = {{0, 2, true, false}, {2, 4, false, true}};
+  struct Stage {
+    std::unique_ptr<GptStage> model;
+    std::unique_ptr<Arena> arena;
+    std::vector<float> params, grads;
+    std::vector<MicrobatchActivations> acts;
+    StageScratch scratch;
+  };
+  std::vector<Stage> st(ranges.size());
+  RankRun r;
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    Stage& s = st[k];
+    s.model = std::make_unique<GptStage>(c, ranges[k], testing::cpu_backend(), testing::cpu_stream(), comm, rc, sp);
+    s.arena = std::make_unique<Arena>("sp test", kMicrobatches * s.model->activation_bytes(kB, kT, split) +
+                                                     s.model->scratch_bytes(kB, kT));
+    s.params.assign(s.model->layout().total_floats(), 0.f);
+    s.grads.assign(s.params.size(), 0.f);
+    GptStage::init_parameters(s.model->layout(), s.params.data(), 11);
+    for (int m = 0; m < kMicrobatches; ++m) s.acts.push_back(s.model->allocate_activations(*s.arena, kB, kT, split));
+    s.scratch = s.model->allocate_scratch(*s.arena, kB, kT);
+    r.activation_bytes.push_back(s.model->activation_bytes(kB, kT, split));
+  }
+  std::mt19937 g(7);
+  std::vector<std::vector<std::int32_t>> tokens(kMicrobatches), targets(kMicrobatches);
+  for (int m = 0; m < kMicrobatches; ++m)
+    for (int i = 0; i < kB * kT; ++i) tokens[m].push_back(g() % c.vocab_size), targets[m].push_back(g() % c.vocab_size);
+  const std::size_t message = static_cast<std::size_t>(st[0].model->sequence_rows(kB, kT)) * c.d_model;
+  r.losses.assign(kMicrobatches, 0.0);
+  r.grad_input.assign(kMicrobatches, std::vector<float>(message));
+  const float scale = 1.0f / (kMicrobatches * kB * kT);
+  auto F = [&](int m) {
+    r.losses[m] += st[0].model->forward(st[0].params.data(), st[0].grads.data(), st[0].acts[m], st[0].scratch,
+                                        tokens[m].data(), nullptr, nullptr, scale);
+    r.losses[m] += st[1].model->forward(st[1].params.data(), st[1].grads.data(), st[1].acts[m], st[1].scratch,
+                                        nullptr, st[0].acts[m].output(), targets[m].data(), scale);
+  };
+  auto B = [&](int m) {
+    const std::int32_t* tok[] = {tokens[m].data(), nullptr};
+    const float* gout[] = {r.grad_input[m].data(), nullptr};
+    float* gin[] = {nullptr, r.grad_input[m].data()};
+    for (int k = 1; k >= 0; --k) {
+      Stage& s = st[k];
+      if (split) s.model->backward_input(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
+      else s.model->backward(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
+    }
+  };
+  auto W = [&](int m) {
+    for (int k = 1; k >= 0; --k)
+      st[k].model->backward_weight(st[k].params.data(), st[k].grads.data(), st[k].acts[m], st[k].scratch,
+                                   k == 0 ? tokens[m].data() : nullptr);
+  };
+  for (int m = 0; m < kMicrobatches; ++m) {
+    F(m);
+    B(m);
+    if (order == Order::SplitInOrder) W(m);
+  }
+  if (order == Order::AllBThenW)
+    for (int m = 0; m < kMicrobatches; ++m) W(m);
+  for (Stage& s : st) {
+    s.model->reduce_sequence_parallel_gradients(s.grads.data());
+    r.grads.push_back(s.grads);
+  }
+  return r;
+}
+
+std::vector<RankRun> run_group(int tp, const GptConfig& c, bool sp, const RecomputeOptions& rc = {},
+                               Order order = Order::Combined) {
+  ThreadTpGroup group(tp);
+  std::vector<RankRun> out(tp);
+  group.run([&](int r, TensorParallelComm& comm) { out[r] = run_rank(c, sp, rc, order, &comm); });
+  return out;
+}
+
+// Which floats of a stage's buffer belong to a norm's weight or bias.
+std::vector<bool> norm_mask(const GptConfig& c, StageRange range, int tp) {
+  const ParamLayout L(c, range, {0, tp});
+  std::vector<bool> mask(L.total_floats(), false);
+  auto mark = [&](std::size_t offset) {
+    if (offset == ParamLayout::npos) return;
+    for (int i = 0; i < c.d_model; ++i) mask[offset + i] = true;
+  };
+  for (const LayerOffsets& o : L.layers)
+    for (std::size_t offset : {o.ln1w, o.ln1b, o.ln2w, o.ln2b}) mark(offset);
+  mark(L.lnfw);
+  mark(L.lnfb);
+  return mask;
+}
+
+// sp against tp alone: see the header for what must be exact.
+void expect_sp_matches_tp(const GptConfig& c, int tp, const char* what) {
+  const std::vector<RankRun> alone = run_group(tp, c, false), sp = run_group(tp, c, true);
+  const std::vector<StageRange> ranges = {{0, 2, true, false}, {2, 4, false, true}};
+  const std::size_t rows = static_cast<std::size_t>(kB) * kT / tp, C = c.d_model;
+  double worst_norm = 0;
+  for (int r = 0; r < tp; ++r) {
+    EXPECT_EQ(sp[r].losses, alone[r].losses) << what << " rank " << r;
+    for (int m = 0; m < kMicrobatches; ++m) {
+      const auto begin = alone[r].grad_input[m].begin() + static_cast<std::ptrdiff_t>(r * rows * C);
+      EXPECT_EQ(sp[r].grad_input[m], std::vector<float>(begin, begin + static_cast<std::ptrdiff_t>(rows * C)))
+          << what << " rank " << r << " microbatch " << m << ": stage 1's input gradient, this rank's rows";
+    }
+    for (std::size_t k = 0; k < ranges.size(); ++k) {
+      const std::vector<bool> norm = norm_mask(c, ranges[k], tp);
+      const std::vector<float>&a = sp[r].grads[k], &b = alone[r].grads[k];
+      ASSERT_EQ(a.size(), b.size());
+      double scale = 0;
+      for (std::size_t i = 0; i < b.size(); ++i)
+        if (norm[i]) scale = std::max(scale, std::fabs(double(b[i])));
+      std::size_t exact_differs = 0;
+      for (std::size_t i = 0; i < b.size(); ++i) {
+        if (!norm[i]) {
+          exact_differs += a[i] != b[i];
+          continue;
+        }
+        worst_norm = std::max(worst_norm, std::fabs(double(a[i]) - b[i]) / scale);
+        EXPECT_EQ(a[i], sp[0].grads[k][i]) << what << ": norm gradient differs between ranks 0 and " << r;
+      }
+      EXPECT_EQ(exact_differs, 0u) << what << " rank " << r << " stage " << k << ": non-norm gradients must be exact";
+    }
+  }
+  EXPECT_LE(worst_norm, kNormTol) << what;
+  std::printf("[ %s tp=%d ] losses and non-norm gradients bit-identical; norm gradients' max relative error %.3g\n",
+              what, tp, worst_norm);
+  // Activations: the residual stream's share drops by the rows other ranks hold.
+  EXPECT_LT(sp[0].activation_bytes[0], alone[0].activation_bytes[0]) << what;
+}
+
+TEST(SequenceParallel, Gpt2MatchesTensorParallelAlone) {
+  expect_sp_matches_tp(gpt2_tiny(), 2, "gpt2");
+  expect_sp_matches_tp(gpt2_tiny(), 4, "gpt2");
+}
+
+TEST(SequenceParallel, LlamaMatchesTensorParallelAlone) {
+  expect_sp_matches_tp(llama_tiny(), 2, "llama");
+  GptConfig no_bias = llama_tiny();
+  no_bias.bias = BiasKind::None;
+  expect_sp_matches_tp(no_bias, 2, "llama bias=none");
+}
+
+// Recomputation and the zero-bubble halves change nothing under sequence parallelism either.
+TEST(SequenceParallel, RecomputeAndSplitBackwardAreBitIdentical) {
+  const RecomputeOptions selective{RecomputeKind::Selective, RecomputeMethod::Uniform, 1};
+  const RecomputeOptions full{RecomputeKind::Full, RecomputeMethod::Uniform, 2};
+  const RecomputeOptions block{RecomputeKind::Full, RecomputeMethod::Block, 1};
+  for (const GptConfig& c : {gpt2_tiny(), llama_tiny()}) {
+    const std::vector<RankRun> base = run_group(2, c, true);
+    struct Variant {
+      const char* name;
+      RecomputeOptions rc;
+      Order order;
+    };
+    for (const Variant& v : {Variant{"selective", selective, Order::Combined}, Variant{"full", full, Order::Combined},
+                             Variant{"split", {}, Order::SplitInOrder}, Variant{"all B then W", {}, Order::AllBThenW},
+                             Variant{"full + all B then W", full, Order::AllBThenW},
+                             Variant{"block + selective split", block, Order::SplitInOrder},
+                             Variant{"selective + all B then W", selective, Order::AllBThenW}}) {
+      const std::vector<RankRun> got = run_group(2, c, true, v.rc, v.order);
+      for (int r = 0; r < 2; ++r) {
+        EXPECT_EQ(got[r].losses, base[r].losses) << arch_name(c.arch) << " " << v.name << " rank " << r;
+        EXPECT_EQ(got[r].grads, base[r].grads) << arch_name(c.arch) << " " << v.name << " rank " << r;
+        EXPECT_EQ(got[r].grad_input, base[r].grad_input) << arch_name(c.arch) << " " << v.name << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(SequenceParallel, RefusesWhatItCannotSplit) {
+  const GptConfig c = gpt2_tiny();
+  EXPECT_THROW(GptStage(c, StageRange::whole(c), testing::cpu_backend(), testing::cpu_stream(), nullptr, {}, true),
+               std::invalid_argument);
+  ThreadTpGroup group(2);
+  group.run([&](int, TensorParallelComm& comm) {
+    const GptStage stage(c, StageRange::whole(c), testing::cpu_backend(), testing::cpu_stream(), &comm, {}, true);
+    EXPECT_EQ(stage.sequence_rows(2, 8), 8);
+    EXPECT_THROW(stage.sequence_rows(1, 7), std::invalid_argument);  // 7 positions over 2 ranks
+    EXPECT_THROW(stage.activation_bytes(1, 7), std::invalid_argument);
+  });
+}
+
+}  // namespace
+}  // namespace pipelane
