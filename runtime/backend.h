@@ -195,16 +195,17 @@ struct BfsStep {
 // from the vectors the previous edge wrote:
 //   err = ratings[e] - <p_u, q_v>;  p_u[k] += lr * (err * q_v[k] - lambda * p_u[k]);
 //   q_v[k] += lr * (err * p_u[k] - lambda * q_v[k])   (the old p_u[k], q_v[k] on the right)
-// pass 1 (RMSE) adds err^2 (in double, in edge order) to state->squared_error; the slice ending at
-// `edges` ends the iteration: rmse = sqrt(squared_error / edges), recorded in rmse_history while
-// there is room, iterations + 1, done = iterations >= max_iterations || rmse < tolerance. row_begin
+// pass 1 (RMSE) adds err^2 (in double, in edge order) to state->squared_error. A slice ending at
+// `edges` ends its pass: the update pass's sets squared_error = 0; the RMSE pass's ends the
+// iteration: rmse = sqrt(squared_error / edges), recorded in rmse_history while there is room,
+// iterations + 1, done = iterations >= max_iterations || rmse < tolerance. row_begin
 // is the row of edge_begin (offsets[row_begin] <= edge_begin). Once done later steps do nothing.
 // Serial by definition (edge i reads what edge i - 1 wrote): the CPU backend's loop is the
 // graphsgd lane's host loop, bit for bit; a device runs it as one warp with the latent dimensions
 // across its lanes, whose dot product (a fixed butterfly) rounds differently from the sequential
 // sum: deterministic, not the CPU's bits (tests/cuda/test_cuda_graph_ops.cpp bounds the difference).
 struct GraphSgdState {
-  double squared_error = 0;   // the running RMSE pass's sum so far
+  double squared_error = 0;   // the RMSE pass's sum so far (the last one's until an update pass ends)
   double rmse = 0;            // the last complete iteration's
   std::uint64_t edges = 0;    // edge visits of the steps that ran (both passes)
   std::int64_t iterations = 0;

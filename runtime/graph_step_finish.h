@@ -41,11 +41,17 @@ PIPELANE_HOST_DEVICE inline void bfs_end_pass(BfsState& s, const BfsStep& a) {
   s.source = (a.first_source + static_cast<std::uint64_t>(s.traversal)) % a.vertices;
 }
 
-PIPELANE_HOST_DEVICE inline void graphsgd_end_iteration(GraphSgdState& s, const GraphSgdStep& a) {
+// The end of a pass (its slice ending at `edges`): the update pass's starts the RMSE pass from 0,
+// the RMSE pass's ends the iteration. squared_error keeps the last RMSE pass's sum until the next
+// update pass ends, as the graphsgd lane's host loop keeps it (their states are the same).
+PIPELANE_HOST_DEVICE inline void graphsgd_end_pass(GraphSgdState& s, const GraphSgdStep& a) {
+  if (a.pass == 0) {
+    s.squared_error = 0.0;
+    return;
+  }
   s.rmse = sqrt(s.squared_error / static_cast<double>(a.edges));
   if (s.iterations < static_cast<std::int64_t>(a.history_capacity)) a.rmse_history[s.iterations] = s.rmse;
   s.iterations += 1;
-  s.squared_error = 0.0;
   s.done = s.iterations >= a.max_iterations || s.rmse < a.tolerance ? 1u : 0u;
 }
 

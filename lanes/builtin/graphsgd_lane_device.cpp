@@ -134,17 +134,14 @@ void GraphSgdDeviceRun::restore(Snapshot s) {
   // A pass whose edges are all done but whose end the host loop has not run yet (it stopped at the
   // end of the last row, or before trailing rows without edges): run that end here.
   if (s.state.done == 0 && s.at.edge == m_) {
-    if (s.at.pass == 0) {
-      s.state.squared_error = 0.0;
-    } else {
-      GraphSgdStep end{};
-      end.edges = m_;
-      end.rmse_history = history.data();
-      end.history_capacity = config_.history_capacity;
-      end.tolerance = config_.tolerance;
-      end.max_iterations = config_.max_iterations;
-      graphsgd_end_iteration(s.state, end);
-    }
+    GraphSgdStep end{};
+    end.pass = s.at.pass;
+    end.edges = m_;
+    end.rmse_history = history.data();
+    end.history_capacity = config_.history_capacity;
+    end.tolerance = config_.tolerance;
+    end.max_iterations = config_.max_iterations;
+    graphsgd_end_pass(s.state, end);
     s.at = Position{s.at.pass == 0 ? 1u : 0u, 0, 0};
   }
   std::size_t slice = 0;

@@ -57,7 +57,7 @@ void graphsgd_step(const GraphSgdStep& a) {
   }
   s.squared_error = sum;
   s.edges += a.edge_end - a.edge_begin;
-  if (a.pass == 1 && a.edge_end == a.edges) graphsgd_end_iteration(s, a);
+  if (a.edge_end == a.edges) graphsgd_end_pass(s, a);
 }
 
 }  // namespace pipelane::cpu

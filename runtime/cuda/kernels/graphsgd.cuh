@@ -42,7 +42,7 @@ static __global__ void graphsgd_kernel(GraphSgdStep a) {
   if (lane != 0) return;
   s.squared_error = sum;
   s.edges += a.edge_end - a.edge_begin;
-  if (a.pass == 1 && a.edge_end == a.edges) graphsgd_end_iteration(s, a);
+  if (a.edge_end == a.edges) graphsgd_end_pass(s, a);
 }
 
 }  // namespace pipelane::cuda
