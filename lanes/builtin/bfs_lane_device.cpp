@@ -5,6 +5,10 @@
 
 namespace pipelane {
 
+namespace {
+constexpr std::uint64_t kPassesAhead = 4;
+}  // namespace
+
 BfsDeviceRun::BfsDeviceRun(LaneContext& ctx, const BfsHostCsr& g, std::uint64_t first_source,
                            std::int64_t traversals, std::int64_t slice_edges, std::uint32_t record_capacity)
     : ctx_(ctx), n_(static_cast<std::uint32_t>(g.vertices)), m_(g.edges), first_source_(first_source),
@@ -48,6 +52,10 @@ void BfsDeviceRun::poll() {
 std::uint64_t BfsDeviceRun::step() {
   poll();
   if (finished_) return 0;
+  // The host does not know how many passes a traversal takes: it runs ahead of the state it has
+  // read by at most kPassesAhead passes (no-ops once the device is done), and otherwise does
+  // nothing this step rather than wait.
+  if (enqueued_passes_ >= known_.passes + kPassesAhead) return 0;
   const int in = static_cast<int>(enqueued_passes_ % 2);
   const std::uint32_t begin = slice_ == 0 ? 0 : slice_ends_[slice_ - 1];
   const std::uint32_t end = slice_ends_[slice_];

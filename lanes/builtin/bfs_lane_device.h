@@ -40,7 +40,7 @@ class BfsDeviceRun {
                std::int64_t slice_edges, std::uint32_t record_capacity);
 
   // Enqueues the next slice and returns its in-edges (what it may read); 0 once the run is known
-  // to be over. Never waits.
+  // to be over, or while the host is 4 passes ahead of the state it has read back. Never waits.
   std::uint64_t step();
   bool finished() {  // never waits; can lag the device, sync() makes it exact
     poll();

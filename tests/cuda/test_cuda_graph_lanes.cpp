@@ -7,12 +7,14 @@
 // the CPU saved mid-pass resumes on the device.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "lanes/builtin/bfs_lane.h"
 #include "lanes/builtin/graphsgd_lane.h"
@@ -43,11 +45,16 @@ struct LaneInstance {
     lane->setup(*ctx);
   }
   ~LaneInstance() { stream->synchronize(); }
+  // Returns the steps that enqueued work (a device run's steps return 0 while it waits for its
+  // state to come back, or once everything is enqueued).
   int run_to_end() {
-    int steps = 0;
-    for (; !lane->finished() && steps < 100000; ++steps) lane->step(*ctx);
+    int working = 0;
+    for (int steps = 0; !lane->finished() && steps < 100000; ++steps) {
+      if (lane->step(*ctx) > 0) ++working;
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));  // the deferred stream catches up
+    }
     lane->teardown(*ctx);
-    return steps;
+    return working;
   }
   std::string file(const std::string& name) const {
     std::ifstream in(dir.file(name));

@@ -118,7 +118,8 @@ TEST_F(GraphOps, BfsPassesAgreeBitForBitAndGiveTheSerialBfsDepths) {
       const BfsState& last = want.states.back();
       ASSERT_EQ(last.done, 1u);
       EXPECT_EQ(last.traversal, traversals);
-      EXPECT_TRUE(same_bits(&want.states[want.states.size() - 3], &last, sizeof(BfsState)));
+      static_assert(sizeof(BfsState) == 64, "no padding: states compare as bytes");
+      EXPECT_TRUE(same_bits(&want.states[want.states.size() - 2], &last, sizeof(BfsState)));
       // Every traversal against the serial BFS: reached vertices, levels, level sizes; the last
       // one's depths are in buffer passes % 2.
       for (std::int64_t t = 0; t < traversals; ++t) {
@@ -153,6 +154,12 @@ struct SgdRun {
   std::vector<float> user, item;
   GraphSgdState state;
 };
+
+// Field by field: the struct has tail padding, which a copy need not keep.
+bool same_state(const GraphSgdState& a, const GraphSgdState& b) {
+  return same_bits(&a.squared_error, &b.squared_error, sizeof(double)) && same_bits(&a.rmse, &b.rmse, sizeof(double)) &&
+         a.edges == b.edges && a.iterations == b.iterations && a.done == b.done;
+}
 
 // One iteration (update pass, RMSE pass), each pass cut at `cuts` (edge positions).
 SgdRun run_sgd(Backend& b, const SgdData& d, const std::vector<std::uint64_t>& cuts) {
@@ -198,10 +205,10 @@ TEST_F(GraphOps, SgdIterationWithinTheDerivedBoundOfDoubleOnBothBackends) {
     // Slices change nothing (serial); the device is deterministic.
     EXPECT_EQ(cpu.user, cpu_cut.user);
     EXPECT_EQ(cpu.item, cpu_cut.item);
-    EXPECT_TRUE(same_bits(&cpu.state, &cpu_cut.state, sizeof(GraphSgdState)));
+    EXPECT_TRUE(same_state(cpu.state, cpu_cut.state));
     EXPECT_TRUE(same_bits(gpu.user.data(), gpu_again.user.data(), gpu.user.size() * sizeof(float)));
     EXPECT_TRUE(same_bits(gpu.item.data(), gpu_again.item.data(), gpu.item.size() * sizeof(float)));
-    EXPECT_TRUE(same_bits(&gpu.state, &gpu_again.state, sizeof(GraphSgdState)));
+    EXPECT_TRUE(same_state(gpu.state, gpu_again.state));
 
     const SgdReference ref = reference_sgd(d);
     double worst = 0, largest_bound = 0;
@@ -218,8 +225,9 @@ TEST_F(GraphOps, SgdIterationWithinTheDerivedBoundOfDoubleOnBothBackends) {
     };
     check(cpu.user, gpu.user, ref.user, ref.user_bound, "user");
     check(cpu.item, gpu.item, ref.item, ref.item_bound, "item");
-    // The bound must say something: well below the values (one iteration, small graph).
-    EXPECT_LT(largest_bound, 1e-4);
+    // The bound must say something: a wrong or missing update moves a value by ~ step * |err| * |q|
+    // (~1e-2 relative here); the bound stays below a tenth of that.
+    EXPECT_LT(largest_bound, 1e-3);
     std::cout << "[   NOTE   ] K " << K << ": device vs cpu at most " << worst << " of the derived bound\n";
     const double rmse = std::sqrt(ref.squared_error / m);
     const double rmse_bound = (ref.squared_error_bound + std::ldexp(ref.squared_error, -40)) / (m * rmse);
