@@ -324,17 +324,11 @@ nlohmann::json BfsLane::report() const {
 }
 
 std::string BfsLane::save_device() const {
-  const BfsDeviceRun::Snapshot s = device_->snapshot();
   StateWriter w;
   w.put(kDeviceStateVersion);
   w.put(g_.vertices);
   w.put(g_.edges);
-  w.put(s.state);
-  w.put(s.vertex);
-  w.put(static_cast<std::uint64_t>(s.records.size()));
-  for (int k = 0; k < 2; ++k) w.bytes(s.depth[k].data(), s.depth[k].size() * sizeof(std::int32_t));
-  w.bytes(s.records.data(), s.records.size() * sizeof(BfsTraversalRecord));
-  w.bytes(s.level_sizes.data(), s.level_sizes.size() * sizeof(std::uint64_t));
+  device_->save_into(w);
   return w.take();
 }
 
@@ -350,21 +344,8 @@ void BfsLane::load_device(const std::string& state) {
   if (n != g_.vertices || m != g_.edges)
     throw LaneError("bfs: saved state is for a graph of " + std::to_string(n) + " vertices / " + std::to_string(m) +
                     " edges, this one has " + std::to_string(g_.vertices) + " / " + std::to_string(g_.edges));
-  BfsDeviceRun::Snapshot s;
-  s.state = r.get<BfsState>();
-  s.vertex = r.get<std::uint32_t>();
-  const auto records = r.get<std::uint64_t>();
-  if (records > kMaxReportedTraversals) throw LaneError("bfs: saved state: too many traversal records");
-  for (int k = 0; k < 2; ++k) {
-    s.depth[k].resize(n);
-    r.bytes(s.depth[k].data(), n * sizeof(std::int32_t));
-  }
-  s.records.resize(records);
-  r.bytes(s.records.data(), records * sizeof(BfsTraversalRecord));
-  s.level_sizes.resize(records * kBfsRecordedLevels);
-  r.bytes(s.level_sizes.data(), s.level_sizes.size() * sizeof(std::uint64_t));
+  device_->load_from(r);
   if (!r.at_end()) throw LaneError("bfs: saved state has trailing bytes");
-  device_->restore(s);
 }
 
 nlohmann::json BfsLane::report_device() const {

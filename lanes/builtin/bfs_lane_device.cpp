@@ -138,4 +138,31 @@ void BfsDeviceRun::restore(const Snapshot& s) {
   finished_ = known_.done != 0;
 }
 
+void BfsDeviceRun::save_into(StateWriter& w) {
+  const Snapshot s = snapshot();
+  w.put(s.state);
+  w.put(s.vertex);
+  w.put(static_cast<std::uint64_t>(s.records.size()));
+  for (int k = 0; k < 2; ++k) w.bytes(s.depth[k].data(), s.depth[k].size() * sizeof(std::int32_t));
+  w.bytes(s.records.data(), s.records.size() * sizeof(BfsTraversalRecord));
+  w.bytes(s.level_sizes.data(), s.level_sizes.size() * sizeof(std::uint64_t));
+}
+
+void BfsDeviceRun::load_from(StateReader& r) {
+  Snapshot s;
+  s.state = r.get<BfsState>();
+  s.vertex = r.get<std::uint32_t>();
+  const auto records = r.get<std::uint64_t>();
+  if (records != record_capacity_) throw LaneError("bfs: saved state records another number of traversals");
+  for (int k = 0; k < 2; ++k) {
+    s.depth[k].resize(n_);
+    r.bytes(s.depth[k].data(), n_ * sizeof(std::int32_t));
+  }
+  s.records.resize(records);
+  r.bytes(s.records.data(), records * sizeof(BfsTraversalRecord));
+  s.level_sizes.resize(records * kBfsRecordedLevels);
+  r.bytes(s.level_sizes.data(), s.level_sizes.size() * sizeof(std::uint64_t));
+  restore(s);
+}
+
 }  // namespace pipelane

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "lanes/builtin/state_bytes.h"
 #include "lanes/lane.h"
 
 namespace pipelane {
@@ -56,6 +57,9 @@ class BfsDeviceRun {
   std::vector<std::uint64_t> level_sizes();
   // LaneError if the snapshot's vertex is not where a slice of this run starts.
   void restore(const Snapshot& s);
+  // The snapshot as bytes after the lane's own header (waits), and back (LaneError when malformed).
+  void save_into(StateWriter& w);
+  void load_from(StateReader& r);
 
  private:
   void poll();

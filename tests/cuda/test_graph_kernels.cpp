@@ -59,7 +59,7 @@ BfsResult run_bfs(const Rows& g, const std::vector<std::uint32_t>& ends, std::ui
 }
 
 TEST(GraphKernels, BfsPassesGiveTheSerialBfsAndTheSameBitsTwice) {
-  const Rows g = rmat_rows(kSanitizer ? 5 : 6, 4, 11, /*by_source=*/false, /*undirected=*/true);
+  const Rows g = rmat_rows(kSanitizer ? 4 : 6, 4, 11, /*by_source=*/false, /*undirected=*/true);
   const std::uint32_t n = g.n;
   const std::int64_t traversals = 2;
   const std::vector<std::uint32_t> ends = {1, 13, n - 1, n};
