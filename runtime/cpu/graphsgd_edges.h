@@ -1,13 +1,19 @@
 // Gardenia's SGD over a run of edges, serially: the graphsgd lane's host loop and the CPU
-// backend's Backend::graphsgd_step are these two functions, so both give the same bits.
+// backend's Backend::graphsgd_step are these two functions, so both give the same bits. Every
+// multiply-add is an explicit fma: with -ffp-contract=fast (GCC's default) the compiler would
+// otherwise choose which products to fuse, and choose differently where it vectorises a loop
+// (the update) than where it does not, so two inlined copies could differ in the last bit. The
+// CUDA kernel (kernels/graphsgd.cuh) spells the update the same way; only its dot product's
+// order differs.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace pipelane::cpu {
 
 inline float graphsgd_estimate(const float* p, const float* q, int K) {
   float dot = 0.0f;
-  for (int k = 0; k < K; ++k) dot += p[k] * q[k];
+  for (int k = 0; k < K; ++k) dot = std::fma(p[k], q[k], dot);
   return dot;
 }
 
@@ -19,8 +25,8 @@ inline void graphsgd_update_edges(float* p, float* item, const std::uint32_t* it
     const float err = ratings[e] - graphsgd_estimate(p, q, K);
     for (int k = 0; k < K; ++k) {
       const float pk = p[k], qk = q[k];
-      p[k] = pk + step * (err * qk - lambda * pk);
-      q[k] = qk + step * (err * pk - lambda * qk);
+      p[k] = std::fma(step, std::fma(err, qk, -(lambda * pk)), pk);  // pk + step * (err * qk - lambda * pk)
+      q[k] = std::fma(step, std::fma(err, pk, -(lambda * qk)), qk);
     }
   }
 }

@@ -27,13 +27,13 @@ static __global__ void graphsgd_kernel(GraphSgdStep a) {
     float* p = a.user + row * static_cast<std::uint64_t>(K);
     float* q = a.item + static_cast<std::uint64_t>(a.items[e]) * K;
     float part = 0.0f;
-    for (int k = lane; k < K; k += 32) part += p[k] * q[k];
+    for (int k = lane; k < K; k += 32) part = fmaf(p[k], q[k], part);
     const float err = a.ratings[e] - warp_sum(part);
     if (a.pass == 0) {
       for (int k = lane; k < K; k += 32) {
         const float pk = p[k], qk = q[k];
-        p[k] = pk + lr * (err * qk - lambda * pk);
-        q[k] = qk + lr * (err * pk - lambda * qk);
+        p[k] = fmaf(lr, fmaf(err, qk, -(lambda * pk)), pk);  // the CPU loop's fmas (runtime/cpu/graphsgd_edges.h)
+        q[k] = fmaf(lr, fmaf(err, pk, -(lambda * qk)), qk);
       }
     } else {
       sum += static_cast<double>(err) * static_cast<double>(err);
