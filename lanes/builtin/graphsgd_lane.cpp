@@ -23,10 +23,10 @@ std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
 }
 
 constexpr std::uint32_t kStateVersion = 1;
-constexpr std::uint32_t kMaxRmseHistory = 1000;
+constexpr std::uint32_t kMaxRmseHistory = 1000;  // the report lists at most this many iterations
 // A device runs a slice as one warp, one edge after another (each a chain of dependent loads):
 // a smaller default slice than the host loop's. An estimate (~1 us per edge), not a measurement.
-constexpr std::int64_t kDeviceSliceEdges = 4096;  // the report lists at most this many iterations
+constexpr std::int64_t kDeviceSliceEdges = 4096;
 
 enum class Pass : std::uint32_t { Update = 0, Rmse = 1 };
 
@@ -134,6 +134,7 @@ class GraphSgdLane final : public Lane {
     if (device_) restore_snapshot();
   }
 
+  // The host step's state into the members (on a device run: its vectors into the snapshot buffers).
   void load_host(const std::string& state) {
     StateReader r(state, "graphsgd");
     if (r.get<std::uint32_t>() != kStateVersion) throw LaneError("graphsgd: saved state has another version");
