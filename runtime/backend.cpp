@@ -42,6 +42,8 @@ const char* op_kind_name(OpKind op) {
     case OpKind::LmHeadCrossEntropyVocabParallel: return "lm_head_cross_entropy_vocab_parallel";
     case OpKind::AdamW: return "adamw_update";
     case OpKind::PagerankStep: return "pagerank_step";
+    case OpKind::BfsStep: return "bfs_step";
+    case OpKind::GraphSgdStep: return "graphsgd_step";
     case OpKind::RmsNormForward: return "rmsnorm_forward";
     case OpKind::RmsNormBackward: return "rmsnorm_backward";
     case OpKind::RmsNormBackwardInput: return "rmsnorm_backward_input";

@@ -69,6 +69,8 @@ enum class OpKind : std::uint8_t {
   LmHeadLogits, LmHeadCrossEntropy, LmHeadCrossEntropyVocabParallel,
   AdamW,
   PagerankStep,
+  // The bfs and graphsgd lanes' steps (issue 24): a pull BFS level slice, a slice of Gardenia's SGD.
+  BfsStep, GraphSgdStep,
   // The Llama family (issue 22): RMSNorm, RoPE, SwiGLU, grouped-query attention, the embedding
   // without positions. A backend without them says so in supports() (CPU and CUDA have them all).
   RmsNormForward, RmsNormBackward, RmsNormBackwardInput, RmsNormBackwardParams, RopeForward, RopeBackward,
@@ -185,6 +187,99 @@ struct BatchNormTensors {
 // torch.optim.SGD (dampening 0, no Nesterov).
 struct SgdMomentumParams {
   float lr, momentum, weight_decay;
+};
+
+// ---- BFS: one bounded slice of a level-synchronous pull (bottom-up) traversal (the bfs lane) ----
+// Graph: a CSR by destination (the in-neighbours of v are sources[offsets[v] .. offsets[v + 1])).
+// Depths are int32, -1 = not reached. A pass reads depth_in and writes depth_out for every vertex
+// (two buffers: a pass reads only the previous pass's depths, whatever order its threads run in);
+// the caller enqueues pass p with depth_in = buffer p % 2, depth_out = buffer 1 - p % 2, each pass
+// as slices [v_begin, v_end) in order, the last ending at `vertices`. At level L = state->level:
+//   L == -1 (a traversal's first pass): depth_out[v] = v == state->source ? 0 : -1.
+//   L >= 0: depth_out[v] = depth_in[v] where that is >= 0; else L + 1 when some in-neighbour u has
+//   depth_in[u] == L (in-edges read in CSR order up to the first such u), else -1.
+// The slice's newly reached vertices and in-edges read go to state->found and state->edges (integer
+// sums: the same in any order). A slice ending at `vertices` ends the pass: found > 0 records the
+// level's size and goes on to level L + 1; found == 0 ends the traversal (its record written, the
+// next one's source first_source + t mod vertices, level -1), and after `traversals` traversals sets
+// done. Once done every later step does nothing, so a caller enqueues passes before it knows. The
+// caller starts the state as BfsState{} with source = first_source. The depths are exactly a
+// serial BFS's (they do not depend on visit order).
+inline constexpr std::uint32_t kBfsRecordedLevels = 256;  // level sizes kept per recorded traversal
+
+struct BfsState {
+  std::int64_t traversal = 0;    // the running traversal (traversals once done)
+  std::int32_t level = -1;       // the running pass's level (-1: the traversal's first pass)
+  std::uint32_t done = 0;        // 1: every traversal ended; later steps are no-ops
+  std::uint64_t source = 0;      // the running traversal's source
+  std::uint64_t found = 0;       // vertices the running pass's slices reached so far
+  std::uint64_t reached = 0;     // the running traversal's reached vertices (complete passes)
+  std::uint64_t edges = 0;       // in-edges the running traversal read so far
+  std::uint64_t edges_total = 0; // in-edges every ended traversal read
+  std::uint64_t passes = 0;      // complete passes: the last one wrote buffer passes % 2
+};
+
+// One ended traversal, as the report lists it.
+struct BfsTraversalRecord {
+  std::uint64_t source, reached, levels, edges;
+};
+
+struct BfsStep {
+  const std::uint64_t* offsets;  // [vertices + 1]
+  const std::uint32_t* sources;  // [edges]
+  std::uint32_t vertices;
+  const std::int32_t* depth_in;
+  std::int32_t* depth_out;
+  BfsState* state;               // in the op's memory, written by bfs_step only (after its start)
+  BfsTraversalRecord* records;   // [record_capacity]: traversal t's record when t < record_capacity
+  std::uint64_t* level_sizes;    // [record_capacity][kBfsRecordedLevels]: vertices at each depth
+  std::uint32_t record_capacity;
+  std::uint64_t first_source;
+  std::int64_t traversals;
+  std::uint32_t v_begin, v_end;  // the slice: a caller bounds a step's edges by it
+};
+
+// ---- Graph SGD: a slice of Gardenia's matrix factorisation over the edges (the graphsgd lane) ----
+// Graph: a CSR by source (edge e of row u rates item items[e] with ratings[e]); user and item hold
+// latent_dim floats per vertex. pass 0 (update) visits edges [edge_begin, edge_end) in order, each
+// from the vectors the previous edge wrote:
+//   err = ratings[e] - <p_u, q_v>;  p_u[k] += lr * (err * q_v[k] - lambda * p_u[k]);
+//   q_v[k] += lr * (err * p_u[k] - lambda * q_v[k])   (the old p_u[k], q_v[k] on the right)
+// pass 1 (RMSE) adds err^2 (in double, in edge order) to state->squared_error. A slice ending at
+// `edges` ends its pass: the update pass's sets squared_error = 0; the RMSE pass's ends the
+// iteration: rmse = sqrt(squared_error / edges), recorded in rmse_history while there is room,
+// iterations + 1, done = iterations >= max_iterations || rmse < tolerance. row_begin
+// is the row of edge_begin (offsets[row_begin] <= edge_begin). Once done later steps do nothing.
+// Serial by definition (edge i reads what edge i - 1 wrote): the CPU backend's loop is the
+// graphsgd lane's host loop, bit for bit; a device runs it as one warp with the latent dimensions
+// across its lanes, whose dot product (a fixed butterfly) rounds differently from the sequential
+// sum: deterministic, not the CPU's bits (tests/cuda/test_cuda_graph_ops.cpp bounds the difference).
+struct GraphSgdState {
+  double squared_error = 0;   // the RMSE pass's sum so far (the last one's until an update pass ends)
+  double rmse = 0;            // the last complete iteration's
+  std::uint64_t edges = 0;    // edge visits of the steps that ran (both passes)
+  std::int64_t iterations = 0;
+  std::uint32_t done = 0;
+};
+
+struct GraphSgdStep {
+  const std::uint64_t* offsets;  // [vertices + 1]
+  const std::uint32_t* items;    // [edges]
+  const float* ratings;          // [edges]
+  std::uint32_t vertices;
+  std::uint64_t edges;
+  float* user;                   // [vertices * latent_dim]
+  float* item;
+  int latent_dim;                // 1 .. 1024
+  float learning_rate, lambda;
+  GraphSgdState* state;          // in the op's memory
+  double* rmse_history;          // [history_capacity]
+  std::uint32_t history_capacity;
+  double tolerance;
+  std::int64_t max_iterations;
+  std::uint32_t pass;            // 0 update, 1 RMSE
+  std::uint32_t row_begin;
+  std::uint64_t edge_begin, edge_end;
 };
 
 class Backend {
@@ -341,6 +436,10 @@ class Backend {
   // One slice of a PageRank power iteration (above); every buffer, state included, in this
   // backend's memory (device memory on a GPU). Stream-ordered, never waits.
   virtual void pagerank_step(const PagerankStep& step, Stream& s) = 0;
+  // One slice of a pull BFS pass / of a graph SGD pass (above); buffers in this backend's memory.
+  // Stream-ordered, never wait.
+  virtual void bfs_step(const BfsStep& step, Stream& s) = 0;
+  virtual void graphsgd_step(const GraphSgdStep& step, Stream& s) = 0;
 
   // Best sustained fp32 matmul throughput over `reps` n x n x n products, in GFLOP/s: a measured
   // peak for MFU.

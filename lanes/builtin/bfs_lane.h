@@ -14,10 +14,19 @@
 //   traversals = 1       traversals to run                                    [1, 10^9]
 //   slice_edges = 1048576  edges per step                                     [1, 2^40]
 //   write_depths = false  OUTPUT_DIR/depths.txt at each traversal's end: "vertex depth" per line,
-//                        -1 for vertices it did not reach (V lines: for small graphs)
+//                        -1 for vertices it did not reach (V lines: for small graphs); the backend
+//                        step writes it once, for the last traversal, at teardown
+//   step = auto          host: the push loop above (the CPU backend only); backend: a pull
+//                        (bottom-up) BFS through Backend::bfs_step (bfs_lane_device.h: whole
+//                        vertices per slice, graph and depths in the arena, device memory on a GPU);
+//                        auto: host on the CPU backend, backend on a device backend
 // Every traversal's levels (vertices per depth), reached vertices and edges scanned go to the
-// report (the first 100 traversals). Work unit: edges (edges scanned). Runs on the CPU: the
-// arena is host memory (no Backend op for BFS yet, so runs_on_device() is false).
+// report (the first 100 traversals; the backend step keeps the sizes of the first 256 levels).
+// Depths and level sizes are the same in both steps (BFS depths do not depend on visit order);
+// "edges scanned" is not: the push step counts the frontier's out-edges, the pull step the
+// in-edges of unreached vertices it read up to a parent. Work unit: edges (push: edges scanned;
+// pull: the slice's in-edges, what it may read). runs_on_device() is true: on a device backend
+// the lane runs the pull step there.
 #pragma once
 #include <memory>
 

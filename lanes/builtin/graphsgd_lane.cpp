@@ -1,5 +1,8 @@
 #include "lanes/builtin/graphsgd_lane.h"
 
+#include "lanes/builtin/graphsgd_lane_device.h"
+#include "runtime/cpu/graphsgd_edges.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,7 +23,10 @@ std::uint64_t mix64(std::uint64_t z) {  // splitmix64's finaliser
 }
 
 constexpr std::uint32_t kStateVersion = 1;
-constexpr std::size_t kMaxRmseHistory = 1000;  // the report lists at most this many iterations
+constexpr std::uint32_t kMaxRmseHistory = 1000;  // the report lists at most this many iterations
+// A device runs a slice as one warp, one edge after another (each a chain of dependent loads):
+// a smaller default slice than the host loop's. An estimate (~1 us per edge), not a measurement.
+constexpr std::int64_t kDeviceSliceEdges = 4096;
 
 enum class Pass : std::uint32_t { Update = 0, Rmse = 1 };
 
@@ -28,6 +34,9 @@ class GraphSgdLane final : public Lane {
  public:
   std::string name() const override { return "graphsgd"; }
   std::string work_unit() const override { return "edges"; }
+  // With step = backend (auto on a device backend) it touches its arena only through the
+  // backend's copies and Backend::graphsgd_step; on the CPU backend the host step reads its arena.
+  bool runs_on_device() const override { return true; }
 
   void setup(LaneContext& ctx) override {
     const LaneOptions& o = ctx.options;
@@ -37,10 +46,19 @@ class GraphSgdLane final : public Lane {
     lambda_ = static_cast<float>(o.get_double("lambda", 0.05, 0.0, 10.0));
     iterations_ = o.get_int("iterations", 10, 1, 100'000'000);
     tolerance_ = o.get_double("tolerance", 0.0, 0.0, 1e9);
-    slice_edges_ = o.get_int("slice_edges", 32768, 1, std::int64_t{1} << 40);
+    const bool device_backend = ctx.backend.kind() != DeviceKind::Cpu;
+    slice_edges_ = o.get_int("slice_edges", device_backend ? kDeviceSliceEdges : 32768, 1, std::int64_t{1} << 40);
     init_seed_ = static_cast<std::uint64_t>(o.get_int("init_seed", 1, 0, INT64_MAX));
+    const std::string step = o.get_string("step", "auto");
     o.reject_unknown();
+    if (step != "auto" && step != "host" && step != "backend")
+      throw LaneError(o.source() + ": [lane.graphsgd] step = '" + step + "': expected auto, host or backend");
+    if (step == "host" && device_backend)
+      throw LaneError(o.source() + ": [lane.graphsgd] step = host: the host step reads its arena, which is device "
+                                   "memory on a device backend (use auto or backend)");
+    const bool backend_step = step == "backend" || (step == "auto" && device_backend);
     try {
+      if (backend_step) return build_backend(ctx);
       build(ctx.arena);
     } catch (const ArenaQuotaError& e) {
       throw LaneError(std::string("graphsgd: graph and latent vectors do not fit the lane's memory quota: ") +
@@ -49,6 +67,7 @@ class GraphSgdLane final : public Lane {
   }
 
   double step(LaneContext&) override {
+    if (device_) return static_cast<double>(device_->step());
     if (finished_) return 0.0;
     std::int64_t budget = slice_edges_;
     std::uint64_t visited = 0;
@@ -73,9 +92,16 @@ class GraphSgdLane final : public Lane {
     return static_cast<double>(visited);
   }
 
-  bool finished() const override { return finished_; }
+  bool finished() const override { return device_ ? device_->finished() : finished_; }
 
+  void teardown(LaneContext&) override {
+    if (device_) device_->sync();  // training is over: waiting for the lane stream costs it nothing
+  }
+
+  // Both steps save the same state (the backend step's position is the host loop's), so a state
+  // resumes in either.
   std::string save() const override {
+    if (device_) take_snapshot();
     StateWriter w;
     w.put(kStateVersion);
     w.put(g_.vertices);
@@ -97,6 +123,19 @@ class GraphSgdLane final : public Lane {
   }
 
   void load(const std::string& state) override {
+    if (device_) {  // the state's vectors go to the device through these
+      const std::size_t floats = static_cast<std::size_t>(g_.vertices) * static_cast<std::size_t>(k_);
+      snapshot_user_.assign(floats, 0.0f);
+      snapshot_item_.assign(floats, 0.0f);
+      user_ = snapshot_user_.data();
+      item_ = snapshot_item_.data();
+    }
+    load_host(state);
+    if (device_) restore_snapshot();
+  }
+
+  // The host step's state into the members (on a device run: its vectors into the snapshot buffers).
+  void load_host(const std::string& state) {
     StateReader r(state, "graphsgd");
     if (r.get<std::uint32_t>() != kStateVersion) throw LaneError("graphsgd: saved state has another version");
     const auto n = r.get<std::uint64_t>();
@@ -109,8 +148,7 @@ class GraphSgdLane final : public Lane {
     const auto pass = r.get<std::uint32_t>();
     const auto row = r.get<std::uint64_t>();
     const auto edge = r.get<std::uint64_t>();
-    if (pass > 1 || row > n || (row < n && (edge < g_.offsets[row] || edge > g_.offsets[row + 1])) ||
-        (row == n && edge != m))
+    if (pass > 1 || row > n || (row < n && (edge < offset(row) || edge > offset(row + 1))) || (row == n && edge != m))
       throw LaneError("graphsgd: saved state: pass position out of range");
     pass_ = static_cast<Pass>(pass);
     row_ = row;
@@ -130,6 +168,7 @@ class GraphSgdLane final : public Lane {
   }
 
   nlohmann::json report() const override {
+    if (device_) take_snapshot();  // summary time: the state as the device has it
     nlohmann::json j;
     j["source"] = source_.describe();
     j["vertices"] = g_.vertices;
@@ -143,7 +182,8 @@ class GraphSgdLane final : public Lane {
     if (!rmse_.empty()) j["last_rmse"] = last_rmse_;
     j["edges_visited"] = edges_visited_;
     j["finished"] = finished_;
-    j["step"] = "host loop (cpu): no Backend op for SGD yet";
+    j["step"] = device_ ? "Backend::graphsgd_step on " + backend_name_ + " (one warp, serial)"
+                        : std::string("host loop (cpu)");
     return j;
   }
 
@@ -151,14 +191,7 @@ class GraphSgdLane final : public Lane {
   void build(Arena& arena) {
     const CsrAllocate allocate = [&arena](std::size_t bytes, const char* what) { return arena.allocate(bytes, what); };
     g_ = build_csr(source_, CsrLayout{CsrRows::BySource, false, true, false}, allocate);
-    if (g_.weighted_edges != 0 && g_.weighted_edges != g_.source_edges)
-      throw LaneError("graphsgd: graph '" + source_.describe() + "': " + std::to_string(g_.weighted_edges) + " of " +
-                      std::to_string(g_.source_edges) +
-                      " edges have a rating (third column): expected all or none");
-    if (g_.weighted_edges == 0)
-      for (std::uint64_t u = 0; u < g_.vertices; ++u)
-        for (std::uint64_t e = g_.offsets[u]; e < g_.offsets[u + 1]; ++e)
-          g_.weights[e] = graphsgd_hashed_rating(static_cast<std::uint32_t>(u), g_.neighbors[e]);
+    fill_ratings(g_);
     const std::size_t floats = static_cast<std::size_t>(g_.vertices) * static_cast<std::size_t>(k_);
     user_ = arena.allocate_n<float>(floats, "graphsgd user vectors");
     item_ = arena.allocate_n<float>(floats, "graphsgd item vectors");
@@ -169,34 +202,86 @@ class GraphSgdLane final : public Lane {
       }
   }
 
-  float estimate(const float* p, const float* q) const {
-    float dot = 0.0f;
-    for (int k = 0; k < k_; ++k) dot += p[k] * q[k];
-    return dot;
+  // The backend step: CSR, ratings and initial vectors in host memory, uploaded into the arena by
+  // GraphSgdDeviceRun and dropped; the host keeps only the row offsets (for load()'s checks).
+  void build_backend(LaneContext& ctx) {
+    HostCsrMemory host;
+    Csr g = build_csr(source_, CsrLayout{CsrRows::BySource, false, true, false}, host.allocator());
+    fill_ratings(g);
+    if (g.vertices > 0xFFFFFFFFull) throw LaneError("graphsgd: the backend step takes at most 2^32 - 1 vertices");
+    const std::size_t floats = static_cast<std::size_t>(g.vertices) * static_cast<std::size_t>(k_);
+    std::vector<float> user(floats), item(floats);
+    for (std::uint64_t v = 0; v < g.vertices; ++v)
+      for (int k = 0; k < k_; ++k) {
+        user[v * k_ + k] = graphsgd_initial_latent(init_seed_, false, v, k, k_);
+        item[v * k_ + k] = graphsgd_initial_latent(init_seed_, true, v, k, k_);
+      }
+    device_ = std::make_unique<GraphSgdDeviceRun>(
+        ctx, GraphSgdHostGraph{g.offsets, g.neighbors, g.weights, g.vertices, g.edges},
+        GraphSgdConfig{k_, step_, lambda_, iterations_, tolerance_, slice_edges_, kMaxRmseHistory}, user.data(),
+        item.data());
+    host_offsets_.assign(g.offsets, g.offsets + g.vertices + 1);
+    g_.vertices = g.vertices;
+    g_.edges = g.edges;
+    g_.weighted_edges = g.weighted_edges;
+    backend_name_ = ctx.backend.name();
   }
 
-  // Edges [edge_, edge_ + count) of row row_, in order.
+  std::uint64_t offset(std::uint64_t row) const { return device_ ? host_offsets_[row] : g_.offsets[row]; }
+
+  // The device's state as the host step keeps it: save() and report() read these members.
+  void take_snapshot() const {
+    GraphSgdDeviceRun::Snapshot s = device_->snapshot();
+    auto& self = const_cast<GraphSgdLane&>(*this);  // a cache of the device's state, nothing else
+    self.pass_ = static_cast<Pass>(s.at.pass);
+    self.row_ = s.at.row;
+    self.edge_ = s.at.edge;
+    self.iteration_ = s.state.iterations;
+    self.squared_error_ = s.state.squared_error;
+    self.edges_visited_ = s.state.edges;
+    self.finished_ = s.state.done != 0;
+    self.rmse_ = std::move(s.rmse);
+    self.last_rmse_ = s.state.rmse;
+    self.snapshot_user_ = std::move(s.user);
+    self.snapshot_item_ = std::move(s.item);
+    self.user_ = self.snapshot_user_.data();
+    self.item_ = self.snapshot_item_.data();
+  }
+
+  // After load_host() read a state into the members (vectors into the snapshot buffers).
+  void restore_snapshot() {
+    GraphSgdDeviceRun::Snapshot s;
+    s.at = GraphSgdDeviceRun::Position{static_cast<std::uint32_t>(pass_), row_, edge_};
+    s.state.squared_error = squared_error_;
+    s.state.rmse = last_rmse_;
+    s.state.edges = edges_visited_;
+    s.state.iterations = iteration_;
+    s.state.done = finished_ ? 1u : 0u;
+    s.rmse = rmse_;
+    s.user = snapshot_user_;
+    s.item = snapshot_item_;
+    device_->restore(std::move(s));
+  }
+
+  void fill_ratings(Csr& g) const {
+    if (g.weighted_edges != 0 && g.weighted_edges != g.source_edges)
+      throw LaneError("graphsgd: graph '" + source_.describe() + "': " + std::to_string(g.weighted_edges) + " of " +
+                      std::to_string(g.source_edges) + " edges have a rating (third column): expected all or none");
+    if (g.weighted_edges == 0)
+      for (std::uint64_t u = 0; u < g.vertices; ++u)
+        for (std::uint64_t e = g.offsets[u]; e < g.offsets[u + 1]; ++e)
+          g.weights[e] = graphsgd_hashed_rating(static_cast<std::uint32_t>(u), g.neighbors[e]);
+  }
+
+  // Edges [edge_, edge_ + count) of row row_, in order (the CPU backend's graphsgd_step: its bits).
   void update_edges(std::uint64_t count) {
-    float* p = user_ + row_ * k_;
-    for (std::uint64_t e = edge_; e < edge_ + count; ++e) {
-      float* q = item_ + static_cast<std::uint64_t>(g_.neighbors[e]) * k_;
-      const float err = g_.weights[e] - estimate(p, q);
-      for (int k = 0; k < k_; ++k) {
-        const float pk = p[k], qk = q[k];
-        p[k] = pk + step_ * (err * qk - lambda_ * pk);
-        q[k] = qk + step_ * (err * pk - lambda_ * qk);
-      }
-    }
+    cpu::graphsgd_update_edges(user_ + row_ * k_, item_, g_.neighbors, g_.weights, edge_, edge_ + count, k_, step_,
+                               lambda_);
   }
 
   void measure_edges(std::uint64_t count) {
-    const float* p = user_ + row_ * k_;
-    double sum = squared_error_;
-    for (std::uint64_t e = edge_; e < edge_ + count; ++e) {
-      const float err = g_.weights[e] - estimate(p, item_ + static_cast<std::uint64_t>(g_.neighbors[e]) * k_);
-      sum += static_cast<double>(err) * static_cast<double>(err);
-    }
-    squared_error_ = sum;
+    squared_error_ = cpu::graphsgd_measure_edges(user_ + row_ * k_, item_, g_.neighbors, g_.weights, edge_,
+                                                 edge_ + count, k_, squared_error_);
   }
 
   void end_pass() {
@@ -232,6 +317,11 @@ class GraphSgdLane final : public Lane {
   double squared_error_ = 0.0, last_rmse_ = 0.0;
   std::vector<double> rmse_;
   bool finished_ = false;
+  // the step through the backend (step = backend, or auto on a device backend)
+  std::unique_ptr<GraphSgdDeviceRun> device_;
+  std::string backend_name_;
+  std::vector<std::uint64_t> host_offsets_;
+  std::vector<float> snapshot_user_, snapshot_item_;  // the device's vectors, for save() and load()
 };
 
 }  // namespace

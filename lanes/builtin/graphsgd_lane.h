@@ -20,13 +20,23 @@
 //   lambda = 0.05        L2 regularisation                                       [0, 10]
 //   iterations = 10      iterations to run                                       [1, 10^8]
 //   tolerance = 0        finished early once an iteration's RMSE is below this   [0, 1e9]
-//   slice_edges = 32768  edges per step (~1-3 ms at K = 16 here)                 [1, 2^40]
+//   slice_edges = 32768  edges per step (~1-3 ms at K = 16 here; 4096 by default on a device
+//                        backend, where a slice runs serially in one warp)      [1, 2^40]
 //   init_seed = 1        latent vectors start uniform in [0, 1/sqrt(K)), hashed from this,
 //                        the vertex and k (independent of any order)
+//   step = auto          host: the loop in the arena (the CPU backend only); backend: through
+//                        Backend::graphsgd_step (graphsgd_lane_device.h: graph and vectors in the
+//                        arena, device memory on a GPU); auto: host on the CPU backend, backend on
+//                        a device. The CPU backend's op is the host loop (the same bits); a GPU's
+//                        is one warp per slice, serial in the same edge order, whose dot products
+//                        round differently (deterministic, not the CPU's bits). Both save the
+//                        same state: it resumes in either step.
 // Ratings: a file's third column where every line has one; none: rating 1..5 hashed from
 // (u, v), so an unweighted SNAP graph (com-Orkut) gets fixed ratings; a file that mixes both is
-// refused. Work unit: edges (edge visits of both passes). Runs on the CPU (host loop in the
-// arena: there is no Backend op for it yet, so runs_on_device() is false).
+// refused. Work unit: edges (edge visits of both passes). runs_on_device() is true: on a device
+// backend the lane runs the backend step there. Serial on purpose: Gardenia's GPU SGD updates
+// edges in parallel without locks (Hogwild), so its results change with the thread order, which
+// the lanes may not (the same bits on every run and after a resume).
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -300,6 +300,11 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::pagerank_step(step);
   }
+  void bfs_step(const BfsStep& step, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::bfs_step(step);
+  }
+  void graphsgd_step(const GraphSgdStep& step, Stream&) override { cpu::graphsgd_step(step); }  // serial
 
   double measure_matmul_gflops(int n, int reps) override {
     ThreadScope t(threads_);

@@ -190,6 +190,9 @@ double lm_head_cross_entropy_vocab_parallel(OnednnBf16Gemm& g, float* losses, fl
 
 // PageRank's bounded step: Backend::pagerank_step (runtime/backend.h), synchronously.
 void pagerank_step(const PagerankStep& step);
+// The graph lanes' bounded steps: Backend::bfs_step and graphsgd_step (ops_graph.cpp), synchronously.
+void bfs_step(const BfsStep& step);
+void graphsgd_step(const GraphSgdStep& step);
 
 // ---- The Llama family (runtime/backend.h has the contracts) ----
 // RMSNorm: out = weight * (x * rstd); backward: dinp (+=), dweight (+=).

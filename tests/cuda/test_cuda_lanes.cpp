@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "datasets/token_store.h"
+#include "lanes/builtin/bfs_lane.h"
+#include "lanes/builtin/graphsgd_lane.h"
 #include "lanes/builtin/imageproc_lane.h"
 #include "lanes/builtin/pagerank_lane.h"
 #include "lanes/builtin/prefill_lane.h"
@@ -126,6 +128,7 @@ struct LaneSetup {
   bool prefill = false, smalltrain = false;
   int greedy_fails_at = 0;  // 0: no greedy lane
   bool pagerank = false, imageproc = false;
+  bool graph_lanes = false;  // bfs and graphsgd
   std::string output_root;  // the lanes' output directories (imageproc writes files)
 };
 
@@ -156,6 +159,15 @@ void train_stage(Topology& topo, Backend* backend, int rank, int pp, const LaneS
                      LaneOptions("pagerank", {{"generate", "rmat"}, {"scale", "8"}, {"edge_factor", "4"},
                                               {"slice_edges", "300"}, {"max_iterations", "1000"}, {"tolerance", "0"}},
                                  "test")});
+  if (lanes.graph_lanes) {
+    specs.push_back({make_bfs_lane(), LaneOptions("bfs", {{"generate", "rmat"}, {"scale", "8"}, {"edge_factor", "4"},
+                                                           {"slice_edges", "300"}, {"traversals", "100000"}},
+                                                  "test")});
+    specs.push_back({make_graphsgd_lane(),
+                     LaneOptions("graphsgd", {{"generate", "rmat"}, {"scale", "7"}, {"edge_factor", "4"},
+                                              {"slice_edges", "100"}, {"iterations", "100000"}, {"latent_dim", "8"}},
+                                 "test")});
+  }
   if (lanes.imageproc)
     specs.push_back({make_imageproc_lane(),
                      LaneOptions("imageproc", {{"generate", "1000"}, {"width", "32"}, {"height", "24"}, {"out_width", "16"}, {"out_height", "12"}}, "test")});
@@ -307,6 +319,29 @@ TEST_F(CudaEmulatedLanes, PagerankRunsOnTheDeviceImageprocOnTheCpuAndNoBitChange
     EXPECT_GT(pagerank.lane_s, 0) << "event timing";
     EXPECT_EQ(pagerank.report.at("precision"), "fp32");
     EXPECT_GT(pagerank.report.at("edges_processed").get<std::uint64_t>(), 0u);
+  }
+}
+
+// bfs and graphsgd run their Backend steps on the lane stream in the gaps; training's bits stay.
+TEST_F(CudaEmulatedLanes, BfsAndGraphSgdRunOnTheDeviceAndNoBitChanges) {
+  LaneSetup setup;
+  setup.graph_lanes = true;
+  const std::vector<StageResult> on = train_two_stages(setup, corpus_);
+  for (int rank = 0; rank < kPipelineStages; ++rank) {
+    const StageResult& r = on[rank];
+    ASSERT_EQ(r.error, "") << "rank " << rank;
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    expect_bit_identical(r.run, (*off_)[0].run);
+    for (const char* name : {"bfs", "graphsgd"}) {
+      SCOPED_TRACE(name);
+      EXPECT_TRUE(r.on_device.at(name));
+      const LaneStats& lane = r.summary.lanes.at(name);
+      EXPECT_EQ(lane.runs_on, "device");
+      EXPECT_FALSE(lane.quarantined) << lane.quarantine_reason;
+      EXPECT_GT(lane.steps, lane.calibration_steps) << "no step ran in a gap";
+      EXPECT_GT(lane.units, lane.calibration_units);
+      EXPECT_NE(lane.report.at("step").get<std::string>().find("Backend::"), std::string::npos);
+    }
   }
 }
 

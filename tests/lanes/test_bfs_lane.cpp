@@ -69,7 +69,7 @@ TEST(BfsLane, DepthsMatchAQueueBfsDirectedAndUndirected) {
                         {"undirected", undirected ? "true" : "false"}});
     auto lane = builtin_lane_factories().at("bfs")();
     lane->setup(run.ctx);
-    EXPECT_FALSE(lane->runs_on_device());
+    EXPECT_TRUE(lane->runs_on_device());  // on a device backend it runs the pull step there
     int steps = 0;
     for (; !lane->finished(); ++steps) {
       EXPECT_LE(lane->step(run.ctx), 50.0);  // bounded slices
@@ -138,6 +138,60 @@ TEST(BfsLane, SeveralTraversalsAndSaveLoadMidLevelResumeExactly) {
   auto other = make_bfs_lane();
   other->setup(d.ctx);
   EXPECT_THROW(other->load(state), LaneError);
+}
+
+// step = backend on the CPU backend: the pull step through Backend::bfs_step (what a GPU runs)
+// gives the host push step's depths, reached vertices and level sizes for every traversal (BFS
+// depths do not depend on visit order); only "edges scanned" counts another thing. Saved
+// mid-pass it resumes to the same report; a host step's state is refused with a clear error.
+TEST(BfsLane, BackendPullStepGivesTheHostStepsTraversalsAndResumes) {
+  std::map<std::string, std::string> opts = {{"generate", "rmat"}, {"scale", "9"}, {"edge_factor", "6"},
+                                             {"undirected", "true"}, {"traversals", "3"}, {"source", "510"},
+                                             {"slice_edges", "97"}, {"write_depths", "true"}};
+  LaneEnv host("bfs", opts);
+  auto push = make_bfs_lane();
+  push->setup(host.ctx);
+  run_to_end(*push, host.ctx);
+  opts["step"] = "backend";
+  LaneEnv a("bfs", opts);
+  auto pull = make_bfs_lane();
+  pull->setup(a.ctx);
+  int steps = 0;
+  for (; !pull->finished() && steps < 1000000; ++steps) pull->step(a.ctx);
+  pull->teardown(a.ctx);
+  const auto want = push->report(), got = pull->report();
+  EXPECT_NE(got["step"].get<std::string>().find("Backend::bfs_step"), std::string::npos) << got["step"];
+  EXPECT_EQ(got["traversals_done"], 3);
+  ASSERT_EQ(got["traversals"].size(), 3u);
+  for (int t = 0; t < 3; ++t)
+    for (const char* key : {"source", "reached", "levels", "level_sizes"})
+      EXPECT_EQ(got["traversals"][t][key], want["traversals"][t][key]) << "traversal " << t << " " << key;
+  EXPECT_GT(got["edges_scanned"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(testing_io::read_file(a.dir + "/depths.txt"), testing_io::read_file(host.dir + "/depths.txt"));
+  EXPECT_GT(steps, 30);  // bounded slices: many steps
+
+  LaneEnv b("bfs", opts);
+  auto first = make_bfs_lane();
+  first->setup(b.ctx);
+  for (int i = 0; i < steps / 2 + 3; ++i) first->step(b.ctx);  // mid-pass of the traversal from 0
+  ASSERT_FALSE(first->finished());
+  const std::string state = first->save();
+  LaneEnv c("bfs", opts);
+  auto second = make_bfs_lane();
+  second->setup(c.ctx);
+  second->load(state);
+  run_to_end(*second, c.ctx);
+  second->teardown(c.ctx);
+  EXPECT_EQ(second->report(), got);
+  EXPECT_EQ(testing_io::read_file(c.dir + "/depths.txt"), testing_io::read_file(a.dir + "/depths.txt"));
+  try {
+    second->load(push->save());
+    FAIL() << "a host step's state was loaded into the backend step";
+  } catch (const LaneError& e) {
+    EXPECT_NE(std::string(e.what()).find("[lane.bfs] step"), std::string::npos) << e.what();
+  }
+  LaneEnv bad("bfs", {{"generate", "rmat"}, {"scale", "4"}, {"step", "gpu"}});
+  EXPECT_THROW(make_bfs_lane()->setup(bad.ctx), LaneError);
 }
 
 TEST(BfsLane, SourceOutsideTheGraphIsRefused) {

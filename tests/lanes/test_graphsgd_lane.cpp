@@ -84,7 +84,7 @@ TEST(GraphSgdLane, WeightedFileMatchesReference) {
   auto lane = builtin_lane_factories().at("graphsgd")();
   lane->setup(run.ctx);
   EXPECT_EQ(lane->work_unit(), "edges");
-  EXPECT_FALSE(lane->runs_on_device());
+  EXPECT_TRUE(lane->runs_on_device());  // on a device backend it runs the backend step there
   double units = 0;
   for (int steps = 0; !lane->finished(); ++steps) {
     const double u = lane->step(run.ctx);
@@ -151,6 +151,53 @@ TEST(GraphSgdLane, SaveLoadInEitherPassResumesExactly) {
   auto other = make_graphsgd_lane();
   other->setup(d.ctx);
   EXPECT_THROW(other->load(straight->save()), LaneError);
+}
+
+// step = backend on the CPU backend: Backend::graphsgd_step is the host loop, so the same bits,
+// and both steps save the same state: a state saved mid-pass by either resumes in the other.
+TEST(GraphSgdLane, BackendStepOnTheCpuGivesTheHostLoopsBitsAndStatesCrossOver) {
+  std::map<std::string, std::string> opts = {{"generate", "rmat"}, {"scale", "7"}, {"edge_factor", "6"},
+                                             {"slice_edges", "100"}, {"iterations", "3"}, {"latent_dim", "12"}};
+  LaneEnv a("graphsgd", opts);
+  auto host = make_graphsgd_lane();
+  host->setup(a.ctx);
+  run_to_end(*host, a.ctx);
+  auto backend_opts = opts;
+  backend_opts["step"] = "backend";
+  LaneEnv b("graphsgd", backend_opts);
+  auto backend = make_graphsgd_lane();
+  backend->setup(b.ctx);
+  double units = 0;
+  for (int steps = 0; !backend->finished() && steps < 100000; ++steps) {
+    const double u = backend->step(b.ctx);
+    EXPECT_LE(u, 100.0);
+    units += u;
+  }
+  EXPECT_EQ(units, 3.0 * 2 * 768);
+  EXPECT_EQ(backend->save(), host->save());  // vectors, RMSEs, counters: every bit
+  auto want = host->report(), got = backend->report();
+  EXPECT_NE(got["step"].get<std::string>().find("Backend::graphsgd_step"), std::string::npos);
+  want.erase("step");
+  got.erase("step");
+  EXPECT_EQ(got, want);
+
+  for (const bool host_first : {true, false}) {
+    for (int stop : {12, 20}) {  // inside the first RMSE pass, inside the second update pass
+      LaneEnv c("graphsgd", host_first ? opts : backend_opts);
+      auto first = make_graphsgd_lane();
+      first->setup(c.ctx);
+      for (int i = 0; i < stop; ++i) first->step(c.ctx);
+      const std::string state = first->save();
+      LaneEnv d("graphsgd", host_first ? backend_opts : opts);
+      auto second = make_graphsgd_lane();
+      second->setup(d.ctx);
+      second->load(state);
+      run_to_end(*second, d.ctx);
+      EXPECT_EQ(second->save(), host->save()) << (host_first ? "host -> backend" : "backend -> host") << " at " << stop;
+    }
+  }
+  LaneEnv bad("graphsgd", {{"generate", "rmat"}, {"scale", "4"}, {"step", "gpu"}});
+  EXPECT_THROW(make_graphsgd_lane()->setup(bad.ctx), LaneError);
 }
 
 TEST(GraphSgdLane, MixedRatingsAndSmallQuotaAreRefused) {

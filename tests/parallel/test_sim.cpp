@@ -263,7 +263,7 @@ TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
 TEST(SimMemory, SequenceParallelIsTheMemoryModelsAndMessagesAreOneTpRanksRows) {
   for (bool sp : {false, true}) {
     JobSpec job;
-    job.model = small_model();
+    job.model = small_gpt();
     job.seq_len = 32;
     job.micro_batch = 2;
     job.tp = 2;
@@ -278,7 +278,7 @@ TEST(SimMemory, SequenceParallelIsTheMemoryModelsAndMessagesAreOneTpRanksRows) {
     spec.sequence_parallel = sp;
     const JobShape shape = job_shape(job);
     for (int stage = 0; stage < 2; ++stage)
-      EXPECT_DOUBLE_EQ(shape.stage_memory_bytes(job.schedule, 4)[stage],
+      EXPECT_DOUBLE_EQ(job_memory_bytes(job, 4)[stage],
                        predict_rank_memory(spec, stage, 0, testing::cpu_backend()).total())
           << "sp " << sp << " stage " << stage;
     const double activation = 2.0 * 32 * job.model.d_model;
@@ -290,7 +290,7 @@ TEST(SimMemory, SequenceParallelIsTheMemoryModelsAndMessagesAreOneTpRanksRows) {
     EXPECT_EQ(shape.virtual_stages[0].tp_all_reduces_bwd_weight, 0);
   }
   JobSpec zb;
-  zb.model = small_model();
+  zb.model = small_gpt();
   zb.seq_len = 32;
   zb.tp = 2;
   zb.sequence_parallel = true;
@@ -299,7 +299,7 @@ TEST(SimMemory, SequenceParallelIsTheMemoryModelsAndMessagesAreOneTpRanksRows) {
   EXPECT_EQ(split.virtual_stages[0].tp_all_reduces_bwd, 2 * 4);
   EXPECT_EQ(split.virtual_stages[0].tp_all_reduces_bwd_weight, 2 * 4);
   JobSpec odd;
-  odd.model = small_model();
+  odd.model = small_gpt();
   odd.seq_len = 31;
   odd.micro_batch = 1;
   odd.tp = 2;

@@ -505,6 +505,7 @@ std::vector<OpCase> all_cases(std::uint32_t seed) {
                      }});
   }
   add_pagerank_cases(cases, rng);
+  add_graph_cases(cases, rng);
   add_llama_cases(cases, rng);
   add_cnn_cases(cases, rng);
   return cases;

@@ -62,6 +62,8 @@ std::vector<OpCase> all_cases(std::uint32_t seed);
 
 // The PageRank step's case (backend_op_cases_pagerank.cpp), appended by all_cases.
 void add_pagerank_cases(std::vector<OpCase>& cases, std::mt19937& rng);
+// The BFS and graph SGD steps' cases (backend_op_cases_graph.cpp), appended by all_cases.
+void add_graph_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // The Llama family's cases (backend_op_cases_llama.cpp), appended by all_cases.
 void add_llama_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // The CNN lanes' ops' cases, appended by all_cases: the window ops (backend_op_cases_cnn.cpp),

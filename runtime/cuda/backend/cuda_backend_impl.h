@@ -167,6 +167,8 @@ class CudaBackendImpl final : public CudaBackend {
                     float grad_scale, Stream& s) override;
   double measure_matmul_gflops(int n, int reps) override;
   void pagerank_step(const PagerankStep& step, Stream& s) override;  // cuda_backend_pagerank.cpp
+  void bfs_step(const BfsStep& step, Stream& s) override;            // cuda_backend_graph.cpp
+  void graphsgd_step(const GraphSgdStep& step, Stream& s) override;  // cuda_backend_graph.cpp
 
   // The Llama family's ops (cuda_backend_llama.cpp).
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
