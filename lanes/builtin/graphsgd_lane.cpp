@@ -1,7 +1,7 @@
 #include "lanes/builtin/graphsgd_lane.h"
 
 #include "lanes/builtin/graphsgd_lane_device.h"
-#include "runtime/cpu/graphsgd_edges.h"
+#include "runtime/graphsgd_edges.h"
 
 #include <algorithm>
 #include <cmath>
@@ -275,12 +275,12 @@ class GraphSgdLane final : public Lane {
 
   // Edges [edge_, edge_ + count) of row row_, in order (the CPU backend's graphsgd_step: its bits).
   void update_edges(std::uint64_t count) {
-    cpu::graphsgd_update_edges(user_ + row_ * k_, item_, g_.neighbors, g_.weights, edge_, edge_ + count, k_, step_,
+    graphsgd_edges::graphsgd_update_edges(user_ + row_ * k_, item_, g_.neighbors, g_.weights, edge_, edge_ + count, k_, step_,
                                lambda_);
   }
 
   void measure_edges(std::uint64_t count) {
-    squared_error_ = cpu::graphsgd_measure_edges(user_ + row_ * k_, item_, g_.neighbors, g_.weights, edge_,
+    squared_error_ = graphsgd_edges::graphsgd_measure_edges(user_ + row_ * k_, item_, g_.neighbors, g_.weights, edge_,
                                                  edge_ + count, k_, squared_error_);
   }
 

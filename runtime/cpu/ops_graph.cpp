@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "runtime/cpu/cpu_ops.h"
-#include "runtime/cpu/graphsgd_edges.h"
+#include "runtime/graphsgd_edges.h"
 #include "runtime/graph_step_finish.h"
 
 namespace pipelane::cpu {
@@ -51,8 +51,8 @@ void graphsgd_step(const GraphSgdStep& a) {
     while (a.offsets[row + 1] <= e) ++row;
     const std::uint64_t end = a.offsets[row + 1] < a.edge_end ? a.offsets[row + 1] : a.edge_end;
     float* p = a.user + row * static_cast<std::uint64_t>(K);
-    if (a.pass == 0) graphsgd_update_edges(p, a.item, a.items, a.ratings, e, end, K, a.learning_rate, a.lambda);
-    else sum = graphsgd_measure_edges(p, a.item, a.items, a.ratings, e, end, K, sum);
+    if (a.pass == 0) graphsgd_edges::graphsgd_update_edges(p, a.item, a.items, a.ratings, e, end, K, a.learning_rate, a.lambda);
+    else sum = graphsgd_edges::graphsgd_measure_edges(p, a.item, a.items, a.ratings, e, end, K, sum);
     e = end;
   }
   s.squared_error = sum;

@@ -32,7 +32,7 @@ static __global__ void graphsgd_kernel(GraphSgdStep a) {
     if (a.pass == 0) {
       for (int k = lane; k < K; k += 32) {
         const float pk = p[k], qk = q[k];
-        p[k] = fmaf(lr, fmaf(err, qk, -(lambda * pk)), pk);  // the CPU loop's fmas (runtime/cpu/graphsgd_edges.h)
+        p[k] = fmaf(lr, fmaf(err, qk, -(lambda * pk)), pk);  // the CPU loop's fmas (runtime/graphsgd_edges.h)
         q[k] = fmaf(lr, fmaf(err, pk, -(lambda * qk)), qk);
       }
     } else {

@@ -1,5 +1,8 @@
-// Gardenia's SGD over a run of edges, serially: the graphsgd lane's host loop and the CPU
-// backend's Backend::graphsgd_step are these two functions, so both give the same bits. Every
+// Gardenia's SGD over a run of edges, serially: the definition of Backend::graphsgd_step's
+// update and RMSE passes (runtime/backend.h), which the CPU backend's op and the graphsgd lane's
+// host loop (a lane in host memory, with no backend op to call) both are, so both give the same
+// bits. Serial reference code, not a kernel: the one place outside a backend that lanes may share
+// (tests/runtime/check_backend_boundary.sh allows this header and graph_step_finish.h). Every
 // multiply-add is an explicit fma: with -ffp-contract=fast (GCC's default) the compiler would
 // otherwise choose which products to fuse, and choose differently where it vectorises a loop
 // (the update) than where it does not, so two inlined copies could differ in the last bit. The
@@ -9,7 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace pipelane::cpu {
+namespace pipelane::graphsgd_edges {
 
 inline float graphsgd_estimate(const float* p, const float* q, int K) {
   float dot = 0.0f;
@@ -42,4 +45,4 @@ inline double graphsgd_measure_edges(const float* p, const float* item, const st
   return sum;
 }
 
-}  // namespace pipelane::cpu
+}  // namespace pipelane::graphsgd_edges
