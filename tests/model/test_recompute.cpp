@@ -12,12 +12,15 @@
 
 #include "model/gpt_model.h"
 #include "tests/model/thread_tp_comm.h"
+#include "tests/model/two_stage_run.h"
 #include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
 namespace {
 
-constexpr int kB = 2, kT = 8, kMicrobatches = 2;
+using two_stage_run::kB;
+using two_stage_run::kT;
+using two_stage_run::kMicrobatches;
 
 GptConfig gpt2_tiny() {
   GptConfig c;
@@ -37,7 +40,7 @@ GptConfig llama_tiny() {
   return c;
 }
 
-enum class Order { Combined, SplitInOrder, Interleaved };
+using two_stage_run::Order;
 
 struct StageRun {
   std::vector<double> losses;
@@ -48,64 +51,13 @@ struct StageRun {
 
 // kMicrobatches microbatches through stages [0, 2) (embedding) and [2, 4) (head), one after the other.
 StageRun run(const GptConfig& c, const RecomputeOptions& rc, Order order, TensorParallelComm* comm) {
-  const bool split = order != Order::Combined;
-  const std::vector<StageRange> ranges = {{0, 2, true, false}, {2, 4, false, true}};
-  struct Stage {
-    std::unique_ptr<GptStage> model;
-    std::unique_ptr<Arena> arena;
-    std::vector<float> params, grads;
-    std::vector<MicrobatchActivations> acts;
-    StageScratch scratch;
-  };
-  std::vector<Stage> st(ranges.size());
-  for (std::size_t k = 0; k < ranges.size(); ++k) {
-    Stage& s = st[k];
-    s.model = std::make_unique<GptStage>(c, ranges[k], testing::cpu_backend(), testing::cpu_stream(), comm, rc);
-    s.arena = std::make_unique<Arena>("recompute test", kMicrobatches * s.model->activation_bytes(kB, kT, split) +
-                                                            s.model->scratch_bytes(kB, kT));
-    s.params.assign(s.model->layout().total_floats(), 0.f);
-    s.grads.assign(s.params.size(), 0.f);
-    GptStage::init_parameters(s.model->layout(), s.params.data(), 11);
-    for (int m = 0; m < kMicrobatches; ++m) s.acts.push_back(s.model->allocate_activations(*s.arena, kB, kT, split));
-    s.scratch = s.model->allocate_scratch(*s.arena, kB, kT);
-  }
-  std::mt19937 g(7);
-  std::vector<std::vector<std::int32_t>> tokens(kMicrobatches), targets(kMicrobatches);
-  for (int m = 0; m < kMicrobatches; ++m)
-    for (int i = 0; i < kB * kT; ++i) tokens[m].push_back(g() % c.vocab_size), targets[m].push_back(g() % c.vocab_size);
+  std::vector<two_stage_run::Stage> st = two_stage_run::make_stages(c, comm, rc, false, order, "recompute test");
+  two_stage_run::Passes passes =
+      two_stage_run::run_passes(st, c, order, static_cast<std::size_t>(kB) * kT * c.d_model);
   StageRun r;
-  r.losses.assign(kMicrobatches, 0.0);
-  r.grad_input.assign(kMicrobatches, std::vector<float>(static_cast<std::size_t>(kB) * kT * c.d_model));
-  const float scale = 1.0f / (kMicrobatches * kB * kT);
-  auto F = [&](int m) {
-    r.losses[m] += st[0].model->forward(st[0].params.data(), st[0].grads.data(), st[0].acts[m], st[0].scratch,
-                                        tokens[m].data(), nullptr, nullptr, scale);
-    r.losses[m] += st[1].model->forward(st[1].params.data(), st[1].grads.data(), st[1].acts[m], st[1].scratch,
-                                        nullptr, st[0].acts[m].output(), targets[m].data(), scale);
-  };
-  auto B = [&](int m) {
-    const std::int32_t* tok[] = {tokens[m].data(), nullptr};
-    const float* gout[] = {r.grad_input[m].data(), nullptr};
-    float* gin[] = {nullptr, r.grad_input[m].data()};
-    for (int k = 1; k >= 0; --k) {
-      Stage& s = st[k];
-      if (split) s.model->backward_input(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
-      else s.model->backward(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
-    }
-  };
-  auto W = [&](int m) {
-    for (int k = 1; k >= 0; --k)
-      st[k].model->backward_weight(st[k].params.data(), st[k].grads.data(), st[k].acts[m], st[k].scratch,
-                                   k == 0 ? tokens[m].data() : nullptr);
-  };
-  for (int m = 0; m < kMicrobatches; ++m) {
-    F(m);
-    B(m);
-    if (order == Order::SplitInOrder) W(m);
-  }
-  if (order == Order::Interleaved)
-    for (int m = 0; m < kMicrobatches; ++m) W(m);
-  for (Stage& s : st) {
+  r.losses = std::move(passes.losses);
+  r.grad_input = std::move(passes.grad_input);
+  for (const two_stage_run::Stage& s : st) {
     r.grads.push_back(s.grads);
     r.high_water.push_back(s.arena->high_water());
   }
@@ -133,7 +85,7 @@ void expect_identical(const StageRun& got, const StageRun& want, const std::stri
 
 TEST(Recompute, BitIdenticalToNoneForEveryOrderFamilyAndTp) {
   for (const GptConfig& c : {gpt2_tiny(), llama_tiny()}) {
-    for (Order order : {Order::Combined, Order::SplitInOrder, Order::Interleaved}) {
+    for (Order order : {Order::Combined, Order::SplitInOrder, Order::AllBThenW}) {
       const std::string where = std::string(c.split_projections() ? "llama" : "gpt2") + " order " +
                                 std::to_string(static_cast<int>(order));
       const StageRun none = run(c, {}, order, nullptr);

@@ -29,6 +29,7 @@
 
 #include "model/gpt_model.h"
 #include "tests/model/thread_tp_comm.h"
+#include "tests/model/two_stage_run.h"
 #include "tests/support/cpu_backend_fixture.h"
 
 namespace pipelane {
@@ -36,7 +37,9 @@ namespace {
 
 using testing::ThreadTpGroup;
 
-constexpr int kB = 2, kT = 8, kMicrobatches = 2;
+using two_stage_run::kB;
+using two_stage_run::kT;
+using two_stage_run::kMicrobatches;
 constexpr double kNormTol = 1e-5;  // see the header: reassociated sums of 32 terms
 
 GptConfig gpt2_tiny() {
@@ -58,7 +61,7 @@ GptConfig llama_tiny() {
   return c;
 }
 
-enum class Order { Combined, SplitInOrder, AllBThenW };
+using two_stage_run::Order;
 
 struct RankRun {
   std::vector<double> losses;                  // per microbatch
@@ -69,66 +72,15 @@ struct RankRun {
 
 // One rank's kMicrobatches through stages [0, 2) (embedding) and [2, 4) (head).
 RankRun run_rank(const GptConfig& c, bool sp, const RecomputeOptions& rc, Order order, TensorParallelComm* comm) {
+  std::vector<two_stage_run::Stage> st = two_stage_run::make_stages(c, comm, rc, sp, order, "sp test");
   const bool split = order != Order::Combined;
-  const std::vector<StageRange> ranges = {{0, 2, true, false}, {2, 4, false, true}};
-  struct Stage {
-    std::unique_ptr<GptStage> model;
-    std::unique_ptr<Arena> arena;
-    std::vector<float> params, grads;
-    std::vector<MicrobatchActivations> acts;
-    StageScratch scratch;
-  };
-  std::vector<Stage> st(ranges.size());
   RankRun r;
-  for (std::size_t k = 0; k < ranges.size(); ++k) {
-    Stage& s = st[k];
-    s.model = std::make_unique<GptStage>(c, ranges[k], testing::cpu_backend(), testing::cpu_stream(), comm, rc, sp);
-    s.arena = std::make_unique<Arena>("sp test", kMicrobatches * s.model->activation_bytes(kB, kT, split) +
-                                                     s.model->scratch_bytes(kB, kT));
-    s.params.assign(s.model->layout().total_floats(), 0.f);
-    s.grads.assign(s.params.size(), 0.f);
-    GptStage::init_parameters(s.model->layout(), s.params.data(), 11);
-    for (int m = 0; m < kMicrobatches; ++m) s.acts.push_back(s.model->allocate_activations(*s.arena, kB, kT, split));
-    s.scratch = s.model->allocate_scratch(*s.arena, kB, kT);
-    r.activation_bytes.push_back(s.model->activation_bytes(kB, kT, split));
-  }
-  std::mt19937 g(7);
-  std::vector<std::vector<std::int32_t>> tokens(kMicrobatches), targets(kMicrobatches);
-  for (int m = 0; m < kMicrobatches; ++m)
-    for (int i = 0; i < kB * kT; ++i) tokens[m].push_back(g() % c.vocab_size), targets[m].push_back(g() % c.vocab_size);
+  for (const two_stage_run::Stage& s : st) r.activation_bytes.push_back(s.model->activation_bytes(kB, kT, split));
   const std::size_t message = static_cast<std::size_t>(st[0].model->sequence_rows(kB, kT)) * c.d_model;
-  r.losses.assign(kMicrobatches, 0.0);
-  r.grad_input.assign(kMicrobatches, std::vector<float>(message));
-  const float scale = 1.0f / (kMicrobatches * kB * kT);
-  auto F = [&](int m) {
-    r.losses[m] += st[0].model->forward(st[0].params.data(), st[0].grads.data(), st[0].acts[m], st[0].scratch,
-                                        tokens[m].data(), nullptr, nullptr, scale);
-    r.losses[m] += st[1].model->forward(st[1].params.data(), st[1].grads.data(), st[1].acts[m], st[1].scratch,
-                                        nullptr, st[0].acts[m].output(), targets[m].data(), scale);
-  };
-  auto B = [&](int m) {
-    const std::int32_t* tok[] = {tokens[m].data(), nullptr};
-    const float* gout[] = {r.grad_input[m].data(), nullptr};
-    float* gin[] = {nullptr, r.grad_input[m].data()};
-    for (int k = 1; k >= 0; --k) {
-      Stage& s = st[k];
-      if (split) s.model->backward_input(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
-      else s.model->backward(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
-    }
-  };
-  auto W = [&](int m) {
-    for (int k = 1; k >= 0; --k)
-      st[k].model->backward_weight(st[k].params.data(), st[k].grads.data(), st[k].acts[m], st[k].scratch,
-                                   k == 0 ? tokens[m].data() : nullptr);
-  };
-  for (int m = 0; m < kMicrobatches; ++m) {
-    F(m);
-    B(m);
-    if (order == Order::SplitInOrder) W(m);
-  }
-  if (order == Order::AllBThenW)
-    for (int m = 0; m < kMicrobatches; ++m) W(m);
-  for (Stage& s : st) {
+  two_stage_run::Passes passes = two_stage_run::run_passes(st, c, order, message);
+  r.losses = std::move(passes.losses);
+  r.grad_input = std::move(passes.grad_input);
+  for (two_stage_run::Stage& s : st) {
     s.model->reduce_sequence_parallel_gradients(s.grads.data());
     r.grads.push_back(s.grads);
   }
