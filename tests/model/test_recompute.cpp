@@ -22,23 +22,8 @@ using two_stage_run::kB;
 using two_stage_run::kT;
 using two_stage_run::kMicrobatches;
 
-GptConfig gpt2_tiny() {
-  GptConfig c;
-  c.layers = 4;
-  c.d_model = 32;
-  c.heads = 4;
-  c.max_seq_len = 8;
-  c.vocab_size = 61;
-  return c;
-}
-
-GptConfig llama_tiny() {
-  GptConfig c = gpt2_tiny();
-  c.apply_arch_defaults(ModelArch::Llama);
-  c.kv_heads = 2;
-  c.ffn_hidden = 48;
-  return c;
-}
+using two_stage_run::gpt2_tiny;
+using two_stage_run::llama_tiny;
 
 using two_stage_run::Order;
 

@@ -42,21 +42,10 @@ using two_stage_run::kT;
 using two_stage_run::kMicrobatches;
 constexpr double kNormTol = 1e-5;  // see the header: reassociated sums of 32 terms
 
-GptConfig gpt2_tiny() {
-  GptConfig c;
-  c.layers = 4;
-  c.d_model = 32;
-  c.heads = 4;
-  c.max_seq_len = 8;
-  c.vocab_size = 61;
-  return c;
-}
+using two_stage_run::gpt2_tiny;
 
 GptConfig llama_tiny() {
-  GptConfig c = gpt2_tiny();
-  c.apply_arch_defaults(ModelArch::Llama);
-  c.kv_heads = 2;
-  c.ffn_hidden = 48;
+  GptConfig c = two_stage_run::llama_tiny();
   c.bias = BiasKind::All;  // the row-parallel biases too: computed from every row under sp
   return c;
 }

@@ -17,6 +17,26 @@ namespace pipelane::two_stage_run {
 
 constexpr int kB = 2, kT = 8, kMicrobatches = 2;
 
+// The models it runs: a GPT-2 of 4 layers (d 32, 4 heads, 61 tokens) and the same as a Llama
+// (RMSNorm, RoPE, SwiGLU of width 48, 2 kv heads).
+inline GptConfig gpt2_tiny() {
+  GptConfig c;
+  c.layers = 4;
+  c.d_model = 32;
+  c.heads = 4;
+  c.max_seq_len = kT;
+  c.vocab_size = 61;
+  return c;
+}
+
+inline GptConfig llama_tiny() {
+  GptConfig c = gpt2_tiny();
+  c.apply_arch_defaults(ModelArch::Llama);
+  c.kv_heads = 2;
+  c.ffn_hidden = 48;
+  return c;
+}
+
 // Combined: backward() per microbatch; SplitInOrder: backward_input then backward_weight per
 // microbatch; AllBThenW: every microbatch's backward_input, then every backward_weight.
 enum class Order { Combined, SplitInOrder, AllBThenW };
