@@ -70,6 +70,9 @@ const char* op_kind_name(OpKind op) {
     case OpKind::Dropout: return "dropout";
     case OpKind::ClassifierCrossEntropy: return "classifier_cross_entropy";
     case OpKind::SgdMomentum: return "sgd_momentum_update";
+    case OpKind::CastToBf16: return "cast_to_bf16";
+    case OpKind::CastFromBf16: return "cast_from_bf16";
+    case OpKind::RoundToBf16: return "round_to_bf16";
     case OpKind::Count: break;
   }
   return "?";

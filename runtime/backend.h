@@ -17,7 +17,8 @@
 // overwritten =, except layernorm's dinp which accumulates: a layernorm's input is always the
 // residual stream, whose gradient is a sum). N = rows (B*T), C = channels, row-major. Reductions
 // run over a fixed partition, so results do not depend on the thread count of our own kernels.
-// supports(op, dtype) says what a backend can run.
+// supports(op, dtype) says what a backend can run. The three bf16-storage casts (below) are the
+// ops whose buffers are bf16: supports(CastToBf16 | CastFromBf16 | RoundToBf16, BF16).
 //
 // Compute precision (compute_precision(), chosen when the backend is made): F32, or BF16 the way
 // PyTorch's autocast runs bf16: every buffer stays fp32 (weights as masters, gradients, optimizer
@@ -81,9 +82,15 @@ enum class OpKind : std::uint8_t {
   // defaults as the Llama family's; CPU and CUDA have them all.
   CnnIm2col, CnnCol2im, BatchNormForward, BatchNormBackward, BatchNormStatistics, MaxPoolForward, MaxPoolBackward,
   AvgPoolForward, AvgPoolBackward, ReluForward, ReluBackward, Dropout, ClassifierCrossEntropy, SgdMomentum,
+  // bf16 storage (issue 23): fp32 <-> bf16 buffers, and fp32 values rounded to bf16 in place.
+  CastToBf16, CastFromBf16, RoundToBf16,
   Count  // not an op
 };
 const char* op_kind_name(OpKind op);
+// The ops with a bf16 buffer: what supports(op, DType::BF16) says yes to on CPU and CUDA.
+inline bool is_bf16_cast(OpKind op) {
+  return op == OpKind::CastToBf16 || op == OpKind::CastFromBf16 || op == OpKind::RoundToBf16;
+}
 
 // The collectives of a tensor-parallel group, handed to the one op that needs them mid-kernel
 // (the vocab-parallel head). Each reduces element-wise over the group, in place.
@@ -307,7 +314,8 @@ class Backend {
   virtual std::unique_ptr<Event> create_event() = 0;
 
   // --- the op table ---
-  // Whether the op can run on buffers of `dtype` (every backend: F32).
+  // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts,
+  // BF16 for the casts).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
   virtual DType compute_precision() const = 0;
@@ -440,6 +448,17 @@ class Backend {
   // Stream-ordered, never wait.
   virtual void bfs_step(const BfsStep& step, Stream& s) = 0;
   virtual void graphsgd_step(const GraphSgdStep& step, Stream& s) = 0;
+
+  // ---- bf16 storage ([train] storage = bf16: activations kept and sent in bf16; see
+  // model/gpt_model.h). A bf16 buffer holds std::uint16_t: the top half of the fp32 bit pattern.
+  // out[i] = in[i] rounded to the nearest bf16, ties to even; a NaN stays a NaN (its sign and
+  // quiet bit kept; the payload may change), infinities stay infinite.
+  virtual void cast_to_bf16(std::uint16_t* out, const float* in, std::size_t n, Stream& s) = 0;
+  // out[i] = in[i] in fp32: exact (every bf16 is an fp32).
+  virtual void cast_from_bf16(float* out, const std::uint16_t* in, std::size_t n, Stream& s) = 0;
+  // x[i] = x[i] rounded to the nearest bf16 as cast_to_bf16 rounds, kept in fp32: the values bf16
+  // storage would give back, where nothing is stored (a recomputed layer).
+  virtual void round_to_bf16(float* x, std::size_t n, Stream& s) = 0;
 
   // Best sustained fp32 matmul throughput over `reps` n x n x n products, in GFLOP/s: a measured
   // peak for MFU.

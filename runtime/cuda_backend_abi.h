@@ -11,12 +11,13 @@ namespace pipelane {
 class Backend;
 class DeviceComm;  // runtime/backend_registry.h
 
-inline constexpr int kCudaBackendAbiVersion = 11;  // 5: attention = cudnn; 6: Backend::pagerank_step;
+inline constexpr int kCudaBackendAbiVersion = 12;  // 5: attention = cudnn; 6: Backend::pagerank_step;
                                                    // 7: the Llama family's ops (Backend vtable);
                                                    // 8: Backend::sum_squares_each;
                                                    // 9: DeviceComm::reduce_scatter_sum;
                                                    // 10: the CNN lanes' ops (Backend vtable);
                                                    // 11: Backend::bfs_step, graphsgd_step
+                                                   // 12: the bf16-storage casts (Backend vtable)
 
 struct CudaBackendCreateOptions {
   int device_index = 0;

@@ -119,7 +119,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
 
   bool supports(OpKind op, DType dtype) const override {
-    return op != OpKind::Count && dtype == DType::F32;
+    return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && is_bf16_cast(op)));
   }
   DType compute_precision() const override { return bf16_ ? DType::BF16 : DType::F32; }
 
@@ -238,6 +238,18 @@ class CpuBackend final : public Backend {
   void scale(float* x, float factor, std::size_t n, Stream&) override {
     ThreadScope t(threads_);
     cpu::scale_inplace(x, factor, n);
+  }
+  void cast_to_bf16(std::uint16_t* out, const float* in, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::cast_to_bf16(out, in, n);
+  }
+  void cast_from_bf16(float* out, const std::uint16_t* in, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::cast_from_bf16(out, in, n);
+  }
+  void round_to_bf16(float* x, std::size_t n, Stream&) override {
+    ThreadScope t(threads_);
+    cpu::round_to_bf16_inplace(x, n);
   }
   double sum_squares(const float* x, std::size_t n, Stream&) override {
     ThreadScope t(threads_);

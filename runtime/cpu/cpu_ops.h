@@ -125,6 +125,10 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
 // Sum of squares in double, over fixed blocks so the result does not depend on the thread count.
 double sum_squares(const float* x, std::size_t n);
 void scale_inplace(float* x, float s, std::size_t n);
+// bf16 storage (Backend::cast_to_bf16 / cast_from_bf16 / round_to_bf16; bf16_round.h's rounding).
+void cast_to_bf16(std::uint16_t* out, const float* in, std::size_t n);
+void cast_from_bf16(float* out, const std::uint16_t* in, std::size_t n);
+void round_to_bf16_inplace(float* x, std::size_t n);
 
 // One AdamW step on a tensor (PyTorch's AdamW: decoupled weight decay, bias correction).
 // grad_scale multiplies the gradient first (global-norm clipping). t is the 1-based step.

@@ -1,6 +1,9 @@
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
 #include "runtime/cpu/cpu_ops.h"
 
@@ -53,6 +56,29 @@ void add_bias(float* out, const float* bias, int N, int C) {
 void scale_inplace(float* x, float s, std::size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (std::size_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void cast_to_bf16(std::uint16_t* out, const float* in, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    const float r = round_to_bf16(in[i]);
+    std::memcpy(&u, &r, sizeof u);
+    out[i] = static_cast<std::uint16_t>(u >> 16);
+  }
+}
+
+void cast_from_bf16(float* out, const std::uint16_t* in, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(in[i]) << 16;
+    std::memcpy(out + i, &u, sizeof u);
+  }
+}
+
+void round_to_bf16_inplace(float* x, std::size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (std::size_t i = 0; i < n; ++i) x[i] = round_to_bf16(x[i]);
 }
 
 double sum_squares(const float* x, std::size_t n) {

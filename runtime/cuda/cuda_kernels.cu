@@ -66,6 +66,7 @@ PIPELANE_INSTANTIATE_OPS(float)
 PIPELANE_INSTANTIATE_OPS(bf16)
 template void convert_from_float<bf16>(bf16*, const float*, std::size_t, cudaStream_t);
 template void convert_to_float<bf16>(float*, const bf16*, std::size_t, cudaStream_t);
+void round_to_bf16(float* x, std::size_t n, cudaStream_t stream) { for_each_element(RoundToBf16{x}, n, stream); }
 
 // Not a storage-type op: the pagerank lane's step is fp32.
 template void pagerank_step<float>(const PagerankStep&, cudaStream_t);

@@ -103,6 +103,8 @@ void convert_from_float(floatX* out, const float* in, std::size_t n, cudaStream_
 // out[i] = in[i] in fp32 (exact): a bf16 result of a cuDNN graph back to fp32 storage.
 template <typename floatX>
 void convert_to_float(float* out, const floatX* in, std::size_t n, cudaStream_t stream);
+// x[i] = float(bf16(x[i])) (nearest even), in place: Backend::round_to_bf16.
+void round_to_bf16(float* x, std::size_t n, cudaStream_t stream);
 template <typename floatX>
 void matmul_backward_bias(float* dbias, const floatX* dout, int N, int OC, float* scratch,
                           cudaStream_t stream);

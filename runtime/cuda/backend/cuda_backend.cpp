@@ -121,9 +121,10 @@ std::unique_ptr<Event> CudaBackendImpl::create_event() {
   return std::make_unique<CudaEvent>();
 }
 
-// Every op of the table, the Llama family's included (cuda_backend_llama.cpp), on fp32 buffers.
+// Every op of the table, the Llama family's included (cuda_backend_llama.cpp), on fp32 buffers;
+// the bf16-storage casts on bf16 buffers too.
 bool CudaBackendImpl::supports(OpKind op, DType dtype) const {
-  return op != OpKind::Count && dtype == DType::F32;
+  return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && is_bf16_cast(op)));
 }
 
 CudaBackendStats CudaBackendImpl::stats() const {
@@ -234,6 +235,22 @@ void CudaBackendImpl::scale(float* x, float factor, std::size_t n, Stream& s) {
   const cudaStream_t h = enter(s);
   expect_device("scale", {x});
   cuda::scale_inplace<float>(x, factor, n, h);
+}
+// bf16 storage: a bf16 buffer is std::uint16_t above runtime/, __nv_bfloat16 (the same two bytes) here.
+void CudaBackendImpl::cast_to_bf16(std::uint16_t* out, const float* in, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("cast_to_bf16", {out, in});
+  cuda::convert_from_float<cuda::bf16>(reinterpret_cast<cuda::bf16*>(out), in, n, h);
+}
+void CudaBackendImpl::cast_from_bf16(float* out, const std::uint16_t* in, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("cast_from_bf16", {out, in});
+  cuda::convert_to_float<cuda::bf16>(out, reinterpret_cast<const cuda::bf16*>(in), n, h);
+}
+void CudaBackendImpl::round_to_bf16(float* x, std::size_t n, Stream& s) {
+  const cudaStream_t h = enter(s);
+  expect_device("round_to_bf16", {x});
+  cuda::round_to_bf16(x, n, h);
 }
 double CudaBackendImpl::sum_squares(const float* x, std::size_t n, Stream& s) {
   const cudaStream_t h = enter(s);

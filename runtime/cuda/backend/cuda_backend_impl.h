@@ -150,6 +150,9 @@ class CudaBackendImpl final : public CudaBackend {
   void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) override;
   void add_bias(float* out, const float* bias, int N, int C, Stream& s) override;
   void scale(float* x, float factor, std::size_t n, Stream& s) override;
+  void cast_to_bf16(std::uint16_t* out, const float* in, std::size_t n, Stream& s) override;
+  void cast_from_bf16(float* out, const std::uint16_t* in, std::size_t n, Stream& s) override;
+  void round_to_bf16(float* x, std::size_t n, Stream& s) override;
   double sum_squares(const float* x, std::size_t n, Stream& s) override;
   void sum_squares_each(double* sums, const float* const* xs, const std::size_t* ns, std::size_t count,
                         Stream& s) override;

@@ -113,6 +113,12 @@ struct ConvertToFloat {
   __device__ void operator()(std::size_t i) const { out[i] = to_float(in[i]); }
 };
 
+// x[i] rounded to bf16 (nearest even) and kept in fp32: bf16 storage's values without storing.
+struct RoundToBf16 {
+  float* x;
+  __device__ void operator()(std::size_t i) const { x[i] = to_float(from_float<__nv_bfloat16>(x[i])); }
+};
+
 template <typename floatX>
 void convert_from_float(floatX* out, const float* in, std::size_t n, cudaStream_t stream) {
   for_each_element(ConvertFromFloat<floatX>{out, in}, n, stream);
