@@ -1,5 +1,6 @@
 #include "model/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -20,12 +21,16 @@ TensorParallelShard shard_of(const TensorParallelComm* tp) {
 }  // namespace
 
 GptStage::GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
-                   TensorParallelComm* tp, RecomputeOptions recompute, bool sequence_parallel)
+                   TensorParallelComm* tp, RecomputeOptions recompute, bool sequence_parallel, DType storage)
     : layout_(cfg, range, shard_of(tp)), backend_(backend), stream_(stream),
-      tp_(tp && tp->size() > 1 ? tp : nullptr), sequence_parallel_(sequence_parallel), recompute_(recompute),
-      recompute_plan_(plan_recompute(recompute, range.num_layers())) {
+      tp_(tp && tp->size() > 1 ? tp : nullptr), sequence_parallel_(sequence_parallel), storage_(storage),
+      recompute_(recompute), recompute_plan_(plan_recompute(recompute, range.num_layers())) {
   if (sequence_parallel && !tp_)
     throw std::invalid_argument("sequence parallelism splits the sequence over tensor-parallel ranks: it needs tp > 1");
+  if (storage != DType::F32 && storage != DType::BF16)
+    throw std::invalid_argument(std::string("storage ") + dtype_name(storage) + ": expected f32 or bf16");
+  if (storage == DType::BF16 && !backend.supports(OpKind::CastToBf16, DType::BF16))
+    throw std::invalid_argument("backend " + backend.name() + " has no bf16 buffers (cast_to_bf16)");
   check_backend_supports_config();
 }
 
@@ -94,7 +99,7 @@ void GptStage::sum_partials(float* partial, const Dims& d) const {
 // gradients, which live from B to W whatever forward kept.
 template <typename Alloc>
 LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
-                                      bool split_backward) const {
+                                      bool split_backward, StoredLayer* stored) const {
   // n: the residual stream's rows on this rank (all N without sequence parallelism).
   const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n), C = d.C, CA = d.CA,
                     CM = d.CM, KV = d.KV;
@@ -105,23 +110,34 @@ LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps k
   const std::size_t saved = split ? backend_.attention_gqa_saved_floats(d.B, d.T, d.NH, d.hs)
                                   : backend_.attention_saved_floats(d.B, d.T, d.CA, d.NH);
   LayerActivations x{};
+  // A value of kLayerValues: fp32 here, or under bf16 storage bf16 in `stored` (whose sizes
+  // layer_value_sizes says; 0 there: it stays fp32 here).
+  const auto sizes = stored ? layer_value_sizes(d) : std::array<std::size_t, kLayerValueCount>{};
+  const auto value = [&](float* LayerActivations::*member, std::size_t count, const char* what) {
+    for (std::size_t i = 0; i < kLayerValueCount; ++i)
+      if (kLayerValues[i] == member && sizes[i] != 0) {
+        stored->values[i] = reinterpret_cast<std::uint16_t*>(alloc((count + 1) / 2, what));
+        return;
+      }
+    x.*member = alloc(count, what);
+  };
   if (keeps != LayerKeeps::Output) {
-    x.ln1 = alloc(n * C, "activations.ln1");
+    value(&LayerActivations::ln1, n * C, "activations.ln1");
     if (layernorm) x.ln1_mean = alloc(n, "activations.ln1_mean");
     x.ln1_rstd = alloc(n, "activations.ln1_rstd");
-    x.qkv = alloc(qkv, "activations.qkv");
-    if (split) x.q = x.qkv, x.k = x.qkv + N * CA, x.v = x.k + N * KV;
-    if (keeps == LayerKeeps::Everything) x.att = alloc(saved, "activations.att");
-    x.atty = alloc(N * CA, "activations.atty");
-    x.res_attn = alloc(n * C, "activations.res_attn");
-    x.ln2 = alloc(n * C, "activations.ln2");
+    value(&LayerActivations::qkv, qkv, "activations.qkv");
+    if (split && x.qkv) x.q = x.qkv, x.k = x.qkv + N * CA, x.v = x.k + N * KV;
+    if (keeps == LayerKeeps::Everything) value(&LayerActivations::att, saved, "activations.att");
+    value(&LayerActivations::atty, N * CA, "activations.atty");
+    value(&LayerActivations::res_attn, n * C, "activations.res_attn");
+    value(&LayerActivations::ln2, n * C, "activations.ln2");
     if (layernorm) x.ln2_mean = alloc(n, "activations.ln2_mean");
     x.ln2_rstd = alloc(n, "activations.ln2_rstd");
-    x.fch = alloc(N * CM, "activations.fch");
-    if (swiglu) x.up = alloc(N * CM, "activations.up");
-    x.fch_gelu = alloc(N * CM, "activations.fch_gelu");
+    value(&LayerActivations::fch, N * CM, "activations.fch");
+    if (swiglu) value(&LayerActivations::up, N * CM, "activations.up");
+    value(&LayerActivations::fch_gelu, N * CM, "activations.fch_gelu");
   }
-  if (keeps != LayerKeeps::Output || ends_group) x.res_out = alloc(n * C, "activations.res_out");
+  if (keeps != LayerKeeps::Output || ends_group) value(&LayerActivations::res_out, n * C, "activations.res_out");
   if (split_backward) {
     x.d_res_out = alloc(n * C, "activations.d_res_out");
     x.d_fch = alloc(N * CM, "activations.d_fch");
@@ -143,10 +159,16 @@ MicrobatchActivations GptStage::plan_activations(Alloc&& alloc, int B, int T,
   MicrobatchActivations a;
   a.B = B;
   a.T = T;
-  a.input = alloc(n * C, "activations.input");
+  if (bf16_storage()) {
+    a.input_bf16 = reinterpret_cast<std::uint16_t*>(alloc((n * C + 1) / 2, "activations.input"));
+    a.stored.resize(static_cast<std::size_t>(range().num_layers()));
+  } else {
+    a.input = alloc(n * C, "activations.input");
+  }
   for (int l = 0; l < range().num_layers(); ++l) {
     const LayerRecompute& r = recompute_plan_[l];
-    a.layers.push_back(plan_layer(alloc, d, r.keeps, r.ends_group(l), split_backward));
+    a.layers.push_back(plan_layer(alloc, d, r.keeps, r.ends_group(l), split_backward,
+                                  bf16_storage() ? &a.stored[l] : nullptr));
   }
   if (range().has_head) {
     a.lnf = alloc(N * C, "activations.lnf");  // all rows: the head reads every row
@@ -199,6 +221,13 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   if (sequence_parallel_) {
     s.gathered = alloc(N * C, "scratch.gathered");
     s.dres_full = alloc(N * C, "scratch.dres_full");
+  }
+  if (bf16_storage()) {
+    const bool any_kept = std::any_of(recompute_plan_.begin(), recompute_plan_.end(),
+                                      [](const LayerRecompute& r) { return r.keeps != LayerKeeps::Output; });
+    if (any_kept) s.storage_layers.push_back(plan_layer(alloc, d, LayerKeeps::Everything, true, false));
+    s.storage_x = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.x");
+    s.storage_dx = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.dx");
   }
   return s;
 }

@@ -10,7 +10,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <array>
 #include <functional>
+#include <iterator>
 #include <initializer_list>
 #include <vector>
 
@@ -43,6 +45,21 @@ struct LayerActivations {
   float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1, *d_up;
 };
 
+// bf16 storage (GptStage's `storage` = BF16): the values a layer keeps, each in bf16, indexed as
+// kLayerValues (null where the layer keeps nothing of that value, or the config lacks it).
+// Everything else a layer keeps stays fp32 in its LayerActivations: the norms' statistics, a
+// backend's attention state when it is not the probabilities (cuDNN's softmax statistics), and
+// the split backward's gradients.
+inline constexpr float* LayerActivations::*kLayerValues[] = {
+    &LayerActivations::ln1, &LayerActivations::qkv,  &LayerActivations::att, &LayerActivations::atty,
+    &LayerActivations::res_attn, &LayerActivations::ln2, &LayerActivations::fch, &LayerActivations::up,
+    &LayerActivations::fch_gelu, &LayerActivations::res_out};
+inline constexpr std::size_t kLayerValueCount = std::size(kLayerValues);
+struct StoredLayer {
+  std::array<std::uint16_t*, kLayerValueCount> values{};
+  std::uint16_t* res_out() const { return values[kLayerValueCount - 1]; }
+};
+
 // Everything forward keeps for backward, for one microbatch of B x T tokens. Under tensor
 // parallelism qkv/att/atty hold this rank's heads only ([N,3C/tp], [B,NH/tp,T,T], [N,C/tp]) and
 // fch/fch_gelu its hidden units ([N,4C/tp]); everything [N,C] is replicated. With sequence
@@ -55,6 +72,10 @@ struct MicrobatchActivations {
   int B = 0, T = 0;
   float* input = nullptr;  // [B,T,C] (or this rank's rows): the embedding's output, or what upstream sent
   std::vector<LayerActivations> layers;
+  // bf16 storage only (else null and empty): the input in bf16 (`input` is then null) and each
+  // layer's values (layers[l] then holds only what stays fp32).
+  std::uint16_t* input_bf16 = nullptr;
+  std::vector<StoredLayer> stored;
   float *lnf = nullptr, *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
   float* dlnf = nullptr;            // [B,T,C] (or this rank's rows) head gradient, computed during forward (see below)
   bool head_grad_ready = false;
@@ -62,7 +83,11 @@ struct MicrobatchActivations {
   bool split_backward = false;
   float* d_input = nullptr;          // [B,T,C] first stage, split only: the embedding's gradient
   bool weight_grad_pending = false;  // backward_input ran, backward_weight has not yet
-  const float* output() const { return layers.empty() ? input : layers.back().res_out; }
+  // The stage's output as sent downstream: fp32, or bf16 under bf16 storage (GptStage::storage).
+  const void* output() const {
+    if (input_bf16) return stored.empty() ? static_cast<const void*>(input_bf16) : stored.back().res_out();
+    return layers.empty() ? input : layers.back().res_out;
+  }
 };
 
 // Buffers reused by every microbatch's forward and backward pass.
@@ -85,6 +110,13 @@ struct StageScratch {
   // Sequence parallelism only: the all-gathered norm output [N,C] a column-parallel layer reads
   // (forward, and again for its weight gradient), and the all-gathered residual gradient [N,C].
   float *gathered = nullptr, *dres_full = nullptr;
+  // bf16 storage only: the fp32 layer a layer's forward runs in and its backward reads its
+  // widened values from (one, empty when every layer is a full recompute's; the next layer's
+  // forward runs in it too: layer_forward reads its input, the previous res_out, only before it
+  // writes its own res_out); a layer's widened input [n,C]; the fp32 input gradient before it is
+  // sent in bf16 [n,C].
+  std::vector<LayerActivations> storage_layers;
+  float *storage_x = nullptr, *storage_dx = nullptr;
 };
 
 class GptStage {
@@ -103,8 +135,15 @@ class GptStage {
   // outputs (forward's `input`, backward's `grad_output` and `grad_input`) are then this rank's
   // rows only. The norms' weight gradients become partial sums over this rank's rows:
   // reduce_sequence_parallel_gradients completes them once a step.
+  // `storage` (F32, or BF16, meant with a backend of compute precision BF16 - the trainer asks
+  // for both - since only then do the GEMMs read what bf16 storage keeps, and recomputation stays
+  // bit-identical to none; Megatron-LM's --bf16 beside autocast's bf16 GEMM operands): under BF16 every
+  // activation a layer keeps for backward is kept in bf16 (see gpt_bf16_storage.cpp for what
+  // exactly), and the stage's input, output and their gradients are bf16 buffers: half the bytes
+  // kept and sent. Parameters, gradients, optimizer state and the norms' statistics stay fp32.
   GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Stream& stream,
-           TensorParallelComm* tp = nullptr, RecomputeOptions recompute = {}, bool sequence_parallel = false);
+           TensorParallelComm* tp = nullptr, RecomputeOptions recompute = {}, bool sequence_parallel = false,
+           DType storage = DType::F32);
 
   const ParamLayout& layout() const { return layout_; }
   const GptConfig& config() const { return layout_.config(); }
@@ -113,6 +152,11 @@ class GptStage {
   Stream& stream() const { return stream_; }
   const RecomputeOptions& recompute() const { return recompute_; }
   bool sequence_parallel() const { return sequence_parallel_; }
+  // F32 or BF16: the dtype of kept activations and of the stage's input, output and gradients.
+  DType storage() const { return storage_; }
+  // Bytes of a stage input, output or gradient for a microbatch: sequence_rows * d_model values
+  // of storage().
+  std::size_t io_bytes(int B, int T) const;
   // Rows of the [B*T, C] residual stream this rank holds: B*T, or B*T/tp with sequence
   // parallelism (std::invalid_argument when tp does not divide B*T). Stage inputs, outputs and
   // their gradients are sequence_rows * d_model floats.
@@ -146,16 +190,17 @@ class GptStage {
   // fused with its forward, as in llm.c: the logits block is consumed while it is hot instead of
   // being stored or recomputed. That adds the head's share to grads (wte) already here, so
   // gradients must not be zeroed between a microbatch's forward and its backward.
+  // `input`, `grad_output` and `grad_input` (here and below) hold storage() values: fp32, or bf16.
   double forward(const float* params, float* grads, MicrobatchActivations& acts,
-                 StageScratch& scratch, const std::int32_t* tokens, const float* input,
+                 StageScratch& scratch, const std::int32_t* tokens, const void* input,
                  const std::int32_t* targets, float loss_scale) const;
 
   // Backward of the same microbatch. Non-last stages: `grad_output` [B,T,C] is the gradient of
   // this stage's output. Parameter gradients accumulate into `grads`; non-first stages write the
   // input gradient to `grad_input`.
   void backward(const float* params, float* grads, MicrobatchActivations& acts,
-                StageScratch& scratch, const std::int32_t* tokens, const float* grad_output,
-                float* grad_input) const;
+                StageScratch& scratch, const std::int32_t* tokens, const void* grad_output,
+                void* grad_input) const;
 
   // The same backward split in two for zero-bubble schedules (ZB-H1), on activations allocated
   // with split_backward = true (std::logic_error otherwise). backward_input followed, any time
@@ -165,8 +210,8 @@ class GptStage {
   // parallelism all of the backward's collectives (the column-parallel input-gradient
   // all-reduces) happen here.
   void backward_input(const float* params, float* grads, MicrobatchActivations& acts,
-                      StageScratch& scratch, const std::int32_t* tokens, const float* grad_output,
-                      float* grad_input) const;
+                      StageScratch& scratch, const std::int32_t* tokens, const void* grad_output,
+                      void* grad_input) const;
   // W: the weight-gradient half of the same microbatch: every matmul dW/db, every LayerNorm's
   // weight/bias, ln_f, and on the first stage wte/wpe (the head's wte share was already added in
   // forward). No communication. Must follow that microbatch's backward_input (std::logic_error
@@ -254,20 +299,44 @@ class GptStage {
   // full-recompute layer's live in the workspace, its d_* in `a`); the input of layer l as
   // backward sees it; a full group rerun into the workspace, ending at layer l; the attention
   // core's state rebuilt for a selective layer.
+    // stored: null, or (bf16 storage) where the values go instead, in bf16.
   template <typename Alloc>
   LayerActivations plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
-                              bool split_backward) const;
+                              bool split_backward, StoredLayer* stored = nullptr) const;
   void layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                      const float* x, const Dims& d) const;
   LayerActivations forward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
   LayerActivations backward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
-  const float* backward_input_of(const MicrobatchActivations& a, const StageScratch& s, int l) const;
+  const float* backward_input_of(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
   void recompute_group(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
   void recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const;
   // Before layer l's backward (whole, B, or W when `weight_half`): whatever recomputation it needs.
   void before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d,
                              bool weight_half) const;
-  void embed(const float* params, MicrobatchActivations& a, StageScratch& s, const std::int32_t* tokens) const;
+  void embed(const float* params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const;
+  // bf16 storage (gpt_bf16_storage.cpp; each does nothing, or the fp32 thing, under F32).
+  bool bf16_storage() const { return storage_ == DType::BF16; }
+  // Elements of each kLayerValues entry of a layer (0: the config lacks it, or it stays fp32).
+  std::array<std::size_t, kLayerValueCount> layer_value_sizes(const Dims& d) const;
+  // After layer l's forward into h: its output rounded to bf16 in place (the next layer's input)
+  // and every value it keeps stored in bf16.
+  void store_layer(const MicrobatchActivations& a, const LayerActivations& h, int l, const Dims& d) const;
+  // After a rerun of a layer (full recompute) into h: every value rounded to bf16 in place, the
+  // values backward would have widened from storage.
+  void round_layer(const LayerActivations& h, const Dims& d) const;
+  // Before layer l's backward: its stored values widened into its fp32 workspace.
+  void load_layer(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
+  // The stage's input (l = 0) or layer l-1's output, fp32: `input`/res_out itself, or its bf16
+  // copy widened into s.storage_x.
+  const float* kept_layer_input(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
+  // The stage's input from upstream (storage() values) kept, and returned in fp32 for layer 0.
+  const float* take_input(MicrobatchActivations& a, StageScratch& s, const void* input, const Dims& d) const;
+  // A gradient from downstream (storage() values) into fp32 `dx`, and an fp32 input gradient
+  // into the storage() buffer sent upstream.
+  void take_gradient(float* dx, const void* grad_output, const Dims& d) const;
+  void send_gradient(void* grad_input, const float* dx, const Dims& d) const;
+  // The embedding's output (fp32 in `x`) kept: rounded and stored in bf16 under BF16.
+  void keep_embedding(MicrobatchActivations& a, float* x, const Dims& d) const;
   void embed_backward(float* grads, const MicrobatchActivations& a, const float* dx, const std::int32_t* tokens) const;
 
   std::function<void()> between_layers_;
@@ -277,6 +346,7 @@ class GptStage {
   Stream& stream_;
   TensorParallelComm* tp_ = nullptr;  // null when tp == 1
   bool sequence_parallel_ = false;    // only with tp_
+  DType storage_ = DType::F32;
   RecomputeOptions recompute_;
   std::vector<LayerRecompute> recompute_plan_;  // one per layer of the range
 };

@@ -19,6 +19,16 @@ LayerActivations with_gradients_of(LayerActivations view, const LayerActivations
   view.d_up = own.d_up;
   return view;
 }
+// bf16 storage: a layer's fp32 workspace with what the microbatch keeps in fp32 itself (the norms'
+// statistics, a non-probability attention state, the split backward's gradients).
+LayerActivations with_fp32_state_of(LayerActivations workspace, const LayerActivations& own) {
+  workspace.ln1_mean = own.ln1_mean;
+  workspace.ln1_rstd = own.ln1_rstd;
+  workspace.ln2_mean = own.ln2_mean;
+  workspace.ln2_rstd = own.ln2_rstd;
+  if (own.att) workspace.att = own.att;
+  return with_gradients_of(workspace, own);
+}
 }  // namespace
 
 void GptStage::layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
@@ -37,9 +47,12 @@ LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& 
   const LayerRecompute& r = recompute_plan_[l];
   LayerActivations h = a.layers[l];
   if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att;
-  if (r.keeps != LayerKeeps::Output) return h;
+  if (r.keeps != LayerKeeps::Output) {
+    if (!bf16_storage()) return h;
+    return with_fp32_state_of(s.storage_layers.front(), h);
+  }
   LayerActivations w = s.recompute_layers[l - r.group_first];
-  if (r.ends_group(l)) w.res_out = h.res_out;
+  if (r.ends_group(l) && !bf16_storage()) w.res_out = h.res_out;  // bf16: store_layer keeps it
   return w;
 }
 
@@ -53,20 +66,21 @@ LayerActivations GptStage::backward_view(MicrobatchActivations& a, StageScratch&
 
 // The input of layer l: the stage's input or the previous layer's output, which every layer
 // keeps unless it is inside a full-recompute group (then the workspace holds it after the rerun).
-const float* GptStage::backward_input_of(const MicrobatchActivations& a, const StageScratch& s, int l) const {
+const float* GptStage::backward_input_of(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const {
   const LayerRecompute& r = recompute_plan_[l];
   if (r.keeps == LayerKeeps::Output && l > r.group_first) return s.recompute_layers[l - 1 - r.group_first].res_out;
-  return l == 0 ? a.input : a.layers[l - 1].res_out;
+  return kept_layer_input(a, s, l, d);
 }
 
 // Layers [group_first, l] of l's group again, from the group's kept input into the workspace.
 void GptStage::recompute_group(const float* params, MicrobatchActivations& a, StageScratch& s, int l,
                                const Dims& d) const {
   const int first = recompute_plan_[l].group_first;
-  const float* x = first == 0 ? a.input : a.layers[first - 1].res_out;
+  const float* x = kept_layer_input(a, s, first, d);
   for (int k = first; k <= l; ++k) {
     LayerActivations& h = s.recompute_layers[k - first];
     layer_forward(params, h, layout_.layers[k], s, x, d);
+    round_layer(h, d);
     x = h.res_out;
     layer_done();
   }
@@ -79,6 +93,11 @@ void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch&
     backend_.attention_forward(s.recompute_atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
   else
     backend_.attention_forward_gqa(s.recompute_atty, h.att, h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
+  if (bf16_storage()) {  // what none would have widened from storage
+    const std::size_t probabilities = layer_value_sizes(d)[2];
+    static_assert(kLayerValues[2] == &LayerActivations::att);
+    if (probabilities != 0) backend_.round_to_bf16(h.att, probabilities, stream_);
+  }
 }
 
 // The weight half (W) needs no attention-core state, but every other forward activation: a full
@@ -86,6 +105,7 @@ void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch&
 void GptStage::before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l,
                                      const Dims& d, bool weight_half) const {
   const LayerRecompute& r = recompute_plan_[l];
+  if (r.keeps != LayerKeeps::Output) load_layer(a, s, l, d);
   if (r.keeps == LayerKeeps::Output && r.ends_group(l)) recompute_group(params, a, s, l, d);
   if (r.keeps == LayerKeeps::AllButAttentionCore && !weight_half)
     recompute_attention_core(forward_view(a, s, l), s, d);

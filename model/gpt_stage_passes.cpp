@@ -9,10 +9,9 @@
 
 namespace pipelane {
 
-// The first stage's token (and learned position) embedding of `tokens` into a.input.
-void GptStage::embed(const float* params, MicrobatchActivations& a, StageScratch& s, const std::int32_t* tokens) const {
+// The first stage's token (and learned position) embedding of `tokens` into `out` [n,C].
+void GptStage::embed(const float* params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const {
   const ParamLayout& L = layout_;
-  const Dims d = dims(a.B, a.T);
   const bool learned = config().has_learned_positions();
   if (sequence_parallel_) {
     // Every row's partial lookup, reduce-scattered: this rank's rows of the sum, then their
@@ -21,23 +20,23 @@ void GptStage::embed(const float* params, MicrobatchActivations& a, StageScratch
     backend_.embedding_lookup_local(s.proj, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
     sum_partials(s.proj, d);
-    backend_.copy(a.input, s.proj, d.nC * sizeof(float), stream_);
+    backend_.copy(out, s.proj, d.nC * sizeof(float), stream_);
     for (int row = d.row0; learned && row < d.row0 + d.n;) {
       const int t = row % d.T, run = std::min(d.T - t, d.row0 + d.n - row);
-      backend_.add_inplace(a.input + static_cast<std::size_t>(row - d.row0) * d.C,
+      backend_.add_inplace(out + static_cast<std::size_t>(row - d.row0) * d.C,
                            params + L.wpe + static_cast<std::size_t>(t) * d.C, static_cast<std::size_t>(run) * d.C,
                            stream_);
       row += run;
     }
   } else if (tp_) {
-    backend_.embedding_lookup_local(a.input, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+    backend_.embedding_lookup_local(out, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
-    reduce_sum(a.input, d.NC);
-    if (learned) backend_.add_positions(a.input, params + L.wpe, d.B, d.T, d.C, stream_);
+    reduce_sum(out, d.NC);
+    if (learned) backend_.add_positions(out, params + L.wpe, d.B, d.T, d.C, stream_);
   } else if (learned) {
-    backend_.embedding_forward(a.input, tokens, params + L.wte, params + L.wpe, d.B, d.T, d.C, stream_);
+    backend_.embedding_forward(out, tokens, params + L.wte, params + L.wpe, d.B, d.T, d.C, stream_);
   } else {
-    backend_.embedding_lookup_local(a.input, tokens, params + L.wte, d.N, d.C, 0, L.vocab_local(), stream_);
+    backend_.embedding_lookup_local(out, tokens, params + L.wte, d.N, d.C, 0, L.vocab_local(), stream_);
   }
 }
 
@@ -57,7 +56,7 @@ void GptStage::embed_backward(float* grads, const MicrobatchActivations& a, cons
 }
 
 double GptStage::forward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
-                         const std::int32_t* tokens, const float* input, const std::int32_t* targets,
+                         const std::int32_t* tokens, const void* input, const std::int32_t* targets,
                          float loss_scale) const {
   const GptConfig& cfg = config();
   const ParamLayout& L = layout_;
@@ -66,13 +65,19 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
   if (a.weight_grad_pending)
     throw std::logic_error("GptStage::forward: these activations still wait for their backward_weight");
 
-  if (range().has_embedding) embed(params, a, s, tokens);
-  else backend_.copy(a.input, input, d.nC * sizeof(float), stream_);
-
-  const float* x = a.input;
+  const float* x = nullptr;
+  if (range().has_embedding) {
+    float* e = bf16_storage() ? s.storage_x : a.input;
+    embed(params, e, d, s, tokens);
+    keep_embedding(a, e, d);
+    x = e;
+  } else {
+    x = take_input(a, s, input, d);
+  }
   for (int l = 0; l < static_cast<int>(a.layers.size()); ++l) {
     LayerActivations h = forward_view(a, s, l);
     layer_forward(params, h, L.layers[l], s, x, d);
+    store_layer(a, h, l, d);
     x = h.res_out;
     layer_done();
   }
@@ -121,22 +126,24 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
 // are still computed from every row (gathered), the norms' from this rank's rows only
 // (reduce_sequence_parallel_gradients sums them).
 void GptStage::backward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
-                        const std::int32_t* tokens, const float* grad_output, float* grad_input) const {
+                        const std::int32_t* tokens, const void* grad_output, void* grad_input) const {
   const ParamLayout& L = layout_;
   const Dims d = dims(a.B, a.T);
+  const int nl = static_cast<int>(a.layers.size());
   if (range().has_head) {
     if (!a.head_grad_ready) throw std::logic_error("GptStage::backward: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
     backend_.memset_zero(s.dres, d.nC * sizeof(float), stream_);
-    norm_backward(s.dres, grads, a.dlnf, a.output(), params, L.lnfw, L.lnfb, a.lnf_mean, a.lnf_rstd, d.n);
+    norm_backward(s.dres, grads, a.dlnf, kept_layer_input(a, s, nl, d), params, L.lnfw, L.lnfb, a.lnf_mean,
+                  a.lnf_rstd, d.n);
   } else {
-    backend_.copy(s.dres, grad_output, d.nC * sizeof(float), stream_);
+    take_gradient(s.dres, grad_output, d);
   }
-  for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
+  for (int l = nl - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     before_layer_backward(params, a, s, l, d, false);
     const LayerActivations h = backward_view(a, s, l);
-    const float* x = backward_input_of(a, s, l);
+    const float* x = backward_input_of(a, s, l, d);
     const float* dln2 = mlp_backward(params, grads, h, o, s, d);  // res_out = res_attn + mlp(norm2(res_attn))
     norm_backward(s.dres, grads, dln2, h.res_attn, params, o.ln2w, o.ln2b, h.ln2_mean, h.ln2_rstd, d.n);
     const float* dln1 = attention_backward(params, grads, h, o, s, d);  // res_attn = x + attention(norm1(x))
@@ -144,7 +151,7 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
     layer_done();
   }
   if (range().has_embedding) embed_backward(grads, a, gather_rows(s.dres, s.dres_full, d), tokens);
-  else backend_.copy(grad_input, s.dres, d.nC * sizeof(float), stream_);
+  else send_gradient(grad_input, s.dres, d);
 }
 
 // backward() split for zero-bubble schedules. backward_input runs backward()'s input-gradient ops
@@ -155,7 +162,7 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
 // weight-gradient calls on those buffers; each gradient tensor receives one += per microbatch
 // either way, so the results are bit-identical.
 void GptStage::backward_input(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
-                              const std::int32_t* tokens, const float* grad_output, float* grad_input) const {
+                              const std::int32_t* tokens, const void* grad_output, void* grad_input) const {
   (void)grads;   // all of this stage's parameter gradients are W's (or, for the head, forward's)
   (void)tokens;  // only the embedding's backward (W) needs them
   if (!a.split_backward)
@@ -169,25 +176,26 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
   const int nl = static_cast<int>(a.layers.size());
   // Where the gradient of layer l's input goes: layer l-1's d_res_out, or for l == 0 the stage's
   // input gradient (kept for the embedding's W on the first stage, else the caller's grad_input).
-  auto grad_of_layer_input = [&](int l) -> float* {
-    if (l > 0) return a.layers[l - 1].d_res_out;
-    return range().has_embedding ? a.d_input : grad_input;
-  };
+  // (fp32: under bf16 storage the stage's input gradient is made in s.storage_dx and sent in bf16.)
+  float* const stage_input_grad = range().has_embedding ? a.d_input
+                                  : bf16_storage()      ? s.storage_dx
+                                                        : static_cast<float*>(grad_input);
+  auto grad_of_layer_input = [&](int l) -> float* { return l > 0 ? a.layers[l - 1].d_res_out : stage_input_grad; };
   float* dtop = grad_of_layer_input(nl);  // gradient of the stage's output
   if (range().has_head) {
     if (!a.head_grad_ready)
       throw std::logic_error("GptStage::backward_input: forward ran without gradients (grads == null)");
     a.head_grad_ready = false;
     backend_.memset_zero(dtop, d.nC * sizeof(float), stream_);
-    norm_backward_input(dtop, a.dlnf, a.output(), params, L.lnfw, a.lnf_mean, a.lnf_rstd, d.n);
+    norm_backward_input(dtop, a.dlnf, kept_layer_input(a, s, nl, d), params, L.lnfw, a.lnf_mean, a.lnf_rstd, d.n);
   } else if (dtop != grad_output) {
-    backend_.copy(dtop, grad_output, d.nC * sizeof(float), stream_);
+    take_gradient(dtop, grad_output, d);
   }
   for (int l = nl - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     before_layer_backward(params, a, s, l, d, false);
     LayerActivations h = backward_view(a, s, l);
-    const float* x = backward_input_of(a, s, l);
+    const float* x = backward_input_of(a, s, l, d);
     mlp_backward_input(params, h, o, s, d);
     backend_.copy(h.d_res_attn, h.d_res_out, d.nC * sizeof(float), stream_);
     norm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params, o.ln2w, h.ln2_mean, h.ln2_rstd, d.n);
@@ -197,6 +205,7 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
     norm_backward_input(dx, h.d_ln1, x, params, o.ln1w, h.ln1_mean, h.ln1_rstd, d.n);
     layer_done();
   }
+  if (!range().has_embedding && stage_input_grad != grad_input) send_gradient(grad_input, stage_input_grad, d);
   a.weight_grad_pending = true;
 }
 
@@ -209,12 +218,13 @@ void GptStage::backward_weight(const float* params, float* grads, MicrobatchActi
   const ParamLayout& L = layout_;
   const Dims d = dims(a.B, a.T);
   if (range().has_head)
-    norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf, a.output(), a.lnf_mean, a.lnf_rstd, d.n);
+    norm_backward_params(grads, L.lnfw, L.lnfb, a.dlnf, kept_layer_input(a, s, static_cast<int>(a.layers.size()), d),
+                         a.lnf_mean, a.lnf_rstd, d.n);
   for (int l = static_cast<int>(a.layers.size()) - 1; l >= 0; --l) {
     const LayerOffsets& o = L.layers[l];
     before_layer_backward(params, a, s, l, d, true);
     const LayerActivations h = backward_view(a, s, l);
-    const float* x = backward_input_of(a, s, l);
+    const float* x = backward_input_of(a, s, l, d);
     mlp_backward_weight(params, grads, h, o, s, d);
     norm_backward_params(grads, o.ln2w, o.ln2b, h.d_ln2, h.res_attn, h.ln2_mean, h.ln2_rstd, d.n);
     attention_backward_weight(params, grads, h, o, s, d);

@@ -41,6 +41,10 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     throw std::invalid_argument("memory model: sequence parallelism needs tp to divide micro_batch * seq_len");
   if (spec.element_bytes != 4 && spec.element_bytes != 2)
     throw std::invalid_argument("memory model: element_bytes " + std::to_string(spec.element_bytes) + ": expected 4 or 2");
+  if (spec.storage != DType::F32 && spec.storage != DType::BF16)
+    throw std::invalid_argument(std::string("memory model: storage ") + dtype_name(spec.storage) + ": expected f32 or bf16");
+  if (spec.storage == DType::BF16 && spec.element_bytes != 4)
+    throw std::invalid_argument("memory model: storage bf16 is sized as allocated: element_bytes must be 4");
   validate_schedule_spec(spec.schedule);
   const ScheduleSpec& sched = spec.schedule;
   if (stage < 0 || stage >= sched.pp || tp_rank < 0 || tp_rank >= spec.tp)
@@ -62,11 +66,13 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     ch.range = ranges[ch.virtual_stage];
     ch.in_flight = in_flight[c];
     const GptStage model(spec.model, ch.range, sizing, *stream, spec.tp > 1 ? &group : nullptr, spec.recompute,
-                         spec.sequence_parallel);
+                         spec.sequence_parallel, spec.storage);
     ch.parameters = aligned(model.layout().total_floats() * 4.0) / 4.0;
     ch.activation_bytes = model.activation_bytes(spec.micro_batch, spec.seq_len, split) * storage;
     ch.scratch_bytes = model.scratch_bytes(spec.micro_batch, spec.seq_len) * storage;
-    ch.message_bytes = aligned(message_floats / (spec.sequence_parallel ? spec.tp : 1) * 4.0) * storage;
+    ch.message_bytes =
+        aligned(message_floats / (spec.sequence_parallel ? spec.tp : 1) * static_cast<double>(dtype_size(spec.storage))) *
+        storage;
     const double P = ch.parameters;
     // The distributed optimizer's shard: this dp rank's pieces and the tails every rank keeps
     // (parallel/optimizer_shards.h), as the executor allocates it.
@@ -96,8 +102,10 @@ double layer_activation_bytes(const MemorySpec& spec, Backend& sizing) {
   SizingGroup group(0, spec.tp);
   TensorParallelComm* tp = spec.tp > 1 ? &group : nullptr;
   // A stage of one layer minus a stage of none: the layer's buffers alone.
-  const GptStage one(spec.model, {0, 1, false, false}, sizing, *stream, tp, spec.recompute, spec.sequence_parallel);
-  const GptStage none(spec.model, {0, 0, false, false}, sizing, *stream, tp, spec.recompute, spec.sequence_parallel);
+  const GptStage one(spec.model, {0, 1, false, false}, sizing, *stream, tp, spec.recompute, spec.sequence_parallel,
+                     spec.storage);
+  const GptStage none(spec.model, {0, 0, false, false}, sizing, *stream, tp, spec.recompute, spec.sequence_parallel,
+                      spec.storage);
   const bool split = backward_is_split(spec.schedule.kind);
   const double bytes = static_cast<double>(one.activation_bytes(spec.micro_batch, spec.seq_len, split)) -
                        static_cast<double>(none.activation_bytes(spec.micro_batch, spec.seq_len, split));

@@ -11,7 +11,11 @@
 // Storage: element_bytes = 4 is pipelane's fp32 layout, exactly what the executor allocates;
 // element_bytes = 2 predicts the same layout in 16-bit storage (weights and gradients in 16 bits
 // beside fp32 master weights, Megatron's mixed precision: the same 16 bytes a parameter), which
-// pipelane does not store yet (`[train] precision = bf16` rounds GEMM operands only).
+// pipelane does not store (its weights and gradients stay fp32).
+// storage = BF16 (`[train] storage = bf16`) is what pipelane does store in bf16: the activations a
+// layer keeps and the p2p messages (GptStage's bf16 storage), sized exactly as allocated; the
+// scratch keeps fp32 workspaces for the layer being computed. element_bytes must then be 4 (the
+// 16-bit prediction above already halves activations).
 // optimizer_shards: the distributed optimizer (ZeRO-1, `[train] distributed_optimizer`) over that
 // many dp ranks keeps master weights and optimizer state for one shard (parallel/optimizer_shards.h:
 // about 1/dp, plus a tail of fewer than dp * 16 floats per segment that every rank keeps).
@@ -42,6 +46,7 @@ struct MemorySpec {
   int optimizer_shards = 1;   // the distributed optimizer (ZeRO-1): dp; 1: replicated
   std::size_t optimizer_bucket_floats = kShardBucketFloats;  // its buckets
   bool sequence_parallel = false;  // [parallel] sequence_parallel: rows of the residual stream split over tp
+  DType storage = DType::F32;      // [train] storage: BF16 keeps activations and messages in bf16
 };
 
 // One model chunk (virtual stage) of a rank.

@@ -21,9 +21,10 @@ using Clock = std::chrono::steady_clock;
 // One in-flight microbatch's memory for one chunk.
 struct Slot {
   MicrobatchActivations acts;
-  float* recv_input = nullptr;   // activation received from upstream
-  float* recv_grad = nullptr;    // gradient received from downstream
-  float* send_grad = nullptr;    // gradient for upstream
+  // p2p buffers of act_bytes, in the stage's storage dtype (fp32 or bf16)
+  void* recv_input = nullptr;   // activation received from upstream
+  void* recv_grad = nullptr;    // gradient received from downstream
+  void* send_grad = nullptr;    // gradient for upstream
   struct PendingSend {
     const void* reads;  // the buffer the send reads until it completes
     std::unique_ptr<Event> done;
@@ -58,6 +59,7 @@ struct PipelineExecutor::Impl {
   std::unique_ptr<Stream> comm;     // transfers and data-parallel collectives
   int pp, v, stage, m;
   std::size_t act_floats;  // B*T*C, or this rank's B*T*C/tp with sequence parallelism (what a p2p message holds)
+  std::size_t act_bytes;   // act_floats values of the storage dtype: 4 bytes each, 2 under bf16 storage
   std::vector<Instr> instrs;
   std::vector<Chunk> chunks;
   std::unique_ptr<Arena> arena;
@@ -87,6 +89,7 @@ struct PipelineExecutor::Impl {
     m.layers_per_stage = o.layers_per_stage;
     m.recompute = o.recompute;
     m.sequence_parallel = o.sequence_parallel;
+    m.storage = o.storage;
     m.optimizer_shards = o.distributed_optimizer ? t.dp->size() : 1;
     m.optimizer_bucket_floats = o.optimizer_bucket_floats;
     return m;
@@ -155,6 +158,7 @@ struct PipelineExecutor::Impl {
     // sequence-parallel p2p), 1/tp of the bytes; the next stage's rank of the same tp index
     // holds the same rows.
     act_floats = static_cast<std::size_t>(B) * T * o.model.d_model / (o.sequence_parallel ? t.tp->size() : 1);
+    act_bytes = act_floats * dtype_size(o.storage);
 
     const std::vector<int> peak = inflight_peak_per_chunk(instrs, o.schedule);
     predicted = predict_rank_memory(memory_spec(o, t), stage, t.me.tp, backend);
@@ -166,7 +170,7 @@ struct PipelineExecutor::Impl {
       ch.virtual_stage = c * pp + stage;
       ch.model = std::make_unique<GptStage>(o.model, ranges[ch.virtual_stage], backend, *compute,
                                             t.tp->size() > 1 ? &tp_comm : nullptr, o.recompute,
-                                            o.sequence_parallel);
+                                            o.sequence_parallel, o.storage);
       ch.slots.resize(peak[c]);
       // A turn that comes during a pass is handed on after the layer, not after the pass: a
       // pass can take longer than a message's turn (scripts/wan/README.md).
@@ -193,9 +197,9 @@ struct PipelineExecutor::Impl {
       ch.scratch = ch.model->allocate_scratch(*arena, B, T);
       for (Slot& s : ch.slots) {
         s.acts = ch.model->allocate_activations(*arena, B, T, split_backward);
-        s.recv_input = arena->allocate_n<float>(act_floats, "p2p.recv_input");
-        s.recv_grad = arena->allocate_n<float>(act_floats, "p2p.recv_grad");
-        s.send_grad = arena->allocate_n<float>(act_floats, "p2p.send_grad");
+        s.recv_input = arena->allocate(act_bytes, "p2p.recv_input");
+        s.recv_grad = arena->allocate(act_bytes, "p2p.recv_grad");
+        s.send_grad = arena->allocate(act_bytes, "p2p.send_grad");
       }
       staging.assign(n, 0.f);
       GptStage::init_parameters(ch.model->layout(), staging.data(), o.seed);
@@ -295,7 +299,7 @@ struct PipelineExecutor::Impl {
     std::unique_ptr<Event> free_to_write = backend.create_event();
     free_to_write->record(*compute);
     free_to_write->wait_on(*comm);
-    std::unique_ptr<Event> arrived = plane.recv(buffer, act_floats * sizeof(float), in.peer_stage, *comm);
+    std::unique_ptr<Event> arrived = plane.recv(buffer, act_bytes, in.peer_stage, *comm);
     const double waited = wait_for(*arrived, iteration, gap_id, kind);
     arrived->wait_on(*compute);
     return waited;
@@ -305,7 +309,7 @@ struct PipelineExecutor::Impl {
     std::unique_ptr<Event> produced = backend.create_event();
     produced->record(*compute);
     produced->wait_on(*comm);
-    return plane.send(buffer, act_floats * sizeof(float), peer, *comm);
+    return plane.send(buffer, act_bytes, peer, *comm);
   }
   // A send of the list: one with a WAN turn is posted when its turn comes (now or later: the
   // stage goes on either way). Striping a cross-site message over several connections is the
@@ -315,7 +319,7 @@ struct PipelineExecutor::Impl {
     std::unique_ptr<Event> produced = backend.create_event();
     produced->record(*compute);
     produced->wait_on(*comm);
-    return turns->send(plane, buffer, act_floats * sizeof(float), in, *comm);
+    return turns->send(plane, buffer, act_bytes, in, *comm);
   }
 
   const std::int32_t* rows(const std::int32_t* base, int mb) const {
@@ -450,7 +454,7 @@ struct PipelineExecutor::Impl {
 
   // A receive of the list, into its microbatch slot's `buffer` once the slot's sends reading it
   // are done.
-  double receive_into(StepRun& run, const Instr& in, int gap, DataPlane& plane, float* Slot::*buffer) {
+  double receive_into(StepRun& run, const Instr& in, int gap, DataPlane& plane, void* Slot::*buffer) {
     Slot& slot = acquire(chunks[in.chunk], in.microbatch);
     settle_before_writing(slot, slot.*buffer);
     return receive(plane, slot.*buffer, in, run.step_number, gap, in.wait);
@@ -472,8 +476,8 @@ struct PipelineExecutor::Impl {
     Slot& slot = acquire(ch, in.microbatch);
     settle_before_writing(slot, slot.send_grad);
     const std::int32_t* tok = ch.first() ? rows(run.tokens, in.microbatch) : nullptr;
-    const float* grad_out = ch.last() ? nullptr : slot.recv_grad;
-    float* grad_in = ch.first() ? nullptr : slot.send_grad;
+    const void* grad_out = ch.last() ? nullptr : slot.recv_grad;
+    void* grad_in = ch.first() ? nullptr : slot.send_grad;
     if (split_backward) {
       ch.model->backward_input(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
     } else {
@@ -657,7 +661,7 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
       s.settle_before_writing(slot, nullptr);
       if (!ch.first()) {
         std::unique_ptr<Event> arrived =
-            s.topo.pp_forward->recv(slot.recv_input, s.act_floats * sizeof(float), s.prev_stage(), *s.comm);
+            s.topo.pp_forward->recv(slot.recv_input, s.act_bytes, s.prev_stage(), *s.comm);
         arrived->synchronize();
         arrived->wait_on(*s.compute);
       }

@@ -44,6 +44,9 @@ struct ExecutorOptions {
   // micro_batch * seq_len): the residual stream, the norms and the p2p messages split by rows
   // over the tp ranks.
   bool sequence_parallel = false;
+  // F32, or BF16 ([train] storage = bf16, with a backend of bf16 compute): activations kept in bf16
+  // and every stage-to-stage message in bf16, half the bytes (GptStage's storage).
+  DType storage = DType::F32;
   // ZeRO-1 over the dp group (parallel/sharded_adamw.h): each dp rank keeps AdamW moments for its
   // shard only. With dp = 1 there is nothing to shard: the replicated optimizer runs, bit for bit.
   bool distributed_optimizer = false;

@@ -131,7 +131,7 @@ RunResult run(const GptConfig& c, const std::vector<StageRange>& ranges, TensorP
   auto calls = [&] { return counting ? counting->calls : 0; };
 
   auto F = [&](int m) {
-    const float* in = nullptr;
+    const void* in = nullptr;
     for (int k = 0; k < S; ++k) {
       StageState& s = *stages[k];
       res.losses[m] += s.stage->forward(s.params.data(), s.grads.data(), s.acts[m], s.scratch,

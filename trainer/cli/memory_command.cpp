@@ -35,6 +35,7 @@ MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   m.layers_per_stage = o.parallel.layers_per_stage;
   m.recompute = recompute_options_from(o.train);
   m.sequence_parallel = o.parallel.sequence_parallel;
+  m.storage = o.train.storage == "bf16" && element_bytes == 4 ? DType::BF16 : DType::F32;
   m.element_bytes = element_bytes;
   m.optimizer_shards = o.train.distributed_optimizer ? dp : 1;
   return m;
@@ -56,8 +57,11 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
                spec.tp, spec.sequence_parallel ? " (sequence parallel)" : "", spec.schedule.pp,
                o.parallel.schedule.c_str(), spec.schedule.microbatches,
                describe(spec.recompute).c_str(),
-               element_bytes == 4 ? "fp32 (pipelane's layout, what it allocates)"
-                                  : "16-bit (pipelane's layout at 2 bytes an element; predicted only, not stored so yet)");
+               element_bytes != 4 ? "16-bit (pipelane's layout at 2 bytes an element; predicted only: weights and "
+                                    "gradients are not stored so yet)"
+               : spec.storage == DType::BF16 ? "bf16 activations and messages, fp32 weights and gradients (storage = "
+                                               "bf16: what it allocates)"
+                                             : "fp32 (pipelane's layout, what it allocates)");
   if (o.train.distributed_optimizer)
     std::fprintf(out, "  distributed optimizer: master weights and AdamW state of a %s\n",
                  o.parallel.dp > 1 ? ("1/" + std::to_string(o.parallel.dp) + " shard (dp " + std::to_string(o.parallel.dp) +
@@ -90,6 +94,7 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
   std::fprintf(out, "\n");
   MemorySpec sixteen = spec;
   sixteen.element_bytes = 2;
+  sixteen.storage = DType::F32;  // the 16-bit prediction halves the fp32 layout
   const auto mib = [](double bytes) { return bytes / (1024.0 * 1024.0); };
   std::fprintf(out, "  one layer's activations, one microbatch: %.1f MiB in this layout (%.1f MiB at 16 bits); "
                "Korthikanti et al. (16-bit): %.1f MiB\n",

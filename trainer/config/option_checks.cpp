@@ -70,6 +70,11 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
                       ": [train] global_batch = " + std::to_string(train.global_batch) +
                       " is not a multiple of micro_batch = " + std::to_string(train.micro_batch));
   }
+  if (train.storage == "bf16" && train.precision != "bf16") {
+    throw ConfigError(location_of(settings, "train.storage", "train.precision") +
+                      ": [train] storage = bf16 keeps activations in bf16 for bf16 GEMMs: it needs precision = bf16 "
+                      "(precision is " + train.precision + ")");
+  }
   if (train.min_lr > train.lr) {
     throw ConfigError(location_of(settings, "train.min_lr", "train.lr") + ": [train] min_lr = " +
                       format_number(train.min_lr) + " is greater than lr = " + format_number(train.lr));

@@ -199,6 +199,11 @@ std::vector<OptionKey> train_option_keys() {
             "the LM head) read bf16-rounded operands and accumulate in fp32; weights (fp32 masters), "
             "gradients, AdamW state, activations, losses and norms stay fp32, so activation memory is "
             "not halved (cpu: an emulation, the reference for cuda)")
+      .text("storage", &TrainLoopOptions::storage, {"fp32", "bf16"},
+            "fp32, or bf16 (with precision = bf16, Megatron-LM's --bf16 for activations): every activation a "
+            "layer keeps for backward and every stage-to-stage message (activations and their gradients) in "
+            "bf16, half the bytes; the norms' statistics, weights (fp32 masters), gradients and AdamW state "
+            "stay fp32. Trains within bf16's tolerance of fp32, not bit-identically")
       .text("recompute", &TrainLoopOptions::recompute, {"none", "selective", "full"},
             "activation recomputation: none; selective (the attention core's softmax state rebuilt in "
             "backward); full (layers keep only their input and rerun their forward before their backward). "

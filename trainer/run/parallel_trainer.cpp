@@ -53,6 +53,7 @@ ExecutorOptions executor_options(const TrainOptions& o, const Topology& t) {
   e.wan = wan_route_for(wan_setup(o, t.grid.dims()), t.world_rank);
   e.recompute = recompute_options_from(o.train);
   e.sequence_parallel = o.parallel.sequence_parallel;
+  e.storage = o.train.storage == "bf16" ? DType::BF16 : DType::F32;
   e.distributed_optimizer = o.train.distributed_optimizer;
   return e;
 }

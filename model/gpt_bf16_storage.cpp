@@ -1,0 +1,110 @@
+// bf16 storage inside GptStage's passes (GptStage's `storage` = BF16; Megatron-LM's --bf16 beside
+// autocast's bf16 GEMM operands). What it means here:
+//   - A layer's forward runs in fp32 in a workspace (StageScratch::storage_layers, or a full
+//     recompute's), with the backend's bf16 compute: every GEMM rounds its operands to bf16.
+//   - After it, the values the layer keeps (kLayerValues: the norms' outputs, q/k/v, the
+//     attention's probabilities and output, the MLP's activations, the residual stream) are stored
+//     in bf16: half the bytes of every in-flight microbatch. The norms' statistics, a backend's
+//     non-probability attention state (cuDNN's softmax statistics: rounding a log-sum-exp to 8
+//     bits would move every probability) and gradients stay fp32, as in Megatron.
+//   - The residual stream between layers is bf16: a layer's output is rounded before the next
+//     layer (and the head) reads it, so what backward widens from storage is what forward read.
+//     Inside a layer, forward reads its fp32 intermediates; backward reads their bf16 copies. For
+//     the GEMMs that is the same value (they round their operands anyway); the element-wise
+//     backwards (norms, GeLU/SwiGLU, softmax) see their input rounded, as under Megatron's bf16.
+//   - Recomputation keeps results bit-identical to recompute = none under bf16 storage too: a
+//     rerun layer's values are rounded as storage would have rounded them (round_layer), and the
+//     selective rerun's probabilities likewise (they equal forward's: the score GEMM's operands
+//     are bf16-rounded in both).
+//   - The stage's input, output and their gradients are bf16 buffers: stage-to-stage transfers
+//     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
+#include "model/gpt_model.h"
+
+namespace pipelane {
+
+std::array<std::size_t, kLayerValueCount> GptStage::layer_value_sizes(const Dims& d) const {
+  const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n);
+  const bool split = config().split_projections(), swiglu = config().mlp == MlpKind::SwiGlu;
+  const std::size_t saved = split ? backend_.attention_gqa_saved_floats(d.B, d.T, d.NH, d.hs)
+                                  : backend_.attention_saved_floats(d.B, d.T, d.CA, d.NH);
+  const bool probabilities = saved == static_cast<std::size_t>(d.B) * d.NH * d.T * d.T;
+  std::array<std::size_t, kLayerValueCount> sizes{};
+  const auto set = [&](float* LayerActivations::*member, std::size_t count) {
+    for (std::size_t i = 0; i < kLayerValueCount; ++i)
+      if (kLayerValues[i] == member) sizes[i] = count;
+  };
+  set(&LayerActivations::ln1, n * d.C);
+  set(&LayerActivations::qkv, split ? N * (d.CA + 2 * d.KV) : N * 3 * d.CA);
+  set(&LayerActivations::att, probabilities ? saved : 0);
+  set(&LayerActivations::atty, N * d.CA);
+  set(&LayerActivations::res_attn, n * d.C);
+  set(&LayerActivations::ln2, n * d.C);
+  set(&LayerActivations::fch, N * d.CM);
+  set(&LayerActivations::up, swiglu ? N * d.CM : 0);
+  set(&LayerActivations::fch_gelu, N * d.CM);
+  set(&LayerActivations::res_out, n * d.C);
+  return sizes;
+}
+
+std::size_t GptStage::io_bytes(int B, int T) const {
+  return static_cast<std::size_t>(sequence_rows(B, T)) * config().d_model * dtype_size(storage_);
+}
+
+void GptStage::store_layer(const MicrobatchActivations& a, const LayerActivations& h, int l, const Dims& d) const {
+  if (!bf16_storage()) return;
+  backend_.round_to_bf16(h.res_out, d.nC, stream_);
+  const auto sizes = layer_value_sizes(d);
+  const StoredLayer& stored = a.stored[l];
+  for (std::size_t i = 0; i < kLayerValueCount; ++i)
+    if (stored.values[i]) backend_.cast_to_bf16(stored.values[i], h.*kLayerValues[i], sizes[i], stream_);
+}
+
+void GptStage::round_layer(const LayerActivations& h, const Dims& d) const {
+  if (!bf16_storage()) return;
+  const auto sizes = layer_value_sizes(d);
+  for (std::size_t i = 0; i < kLayerValueCount; ++i)
+    if (sizes[i] != 0 && h.*kLayerValues[i]) backend_.round_to_bf16(h.*kLayerValues[i], sizes[i], stream_);
+}
+
+void GptStage::load_layer(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const {
+  if (!bf16_storage()) return;
+  const auto sizes = layer_value_sizes(d);
+  const LayerActivations& workspace = s.storage_layers.front();
+  const StoredLayer& stored = a.stored[l];
+  for (std::size_t i = 0; i < kLayerValueCount; ++i)
+    if (stored.values[i]) backend_.cast_from_bf16(workspace.*kLayerValues[i], stored.values[i], sizes[i], stream_);
+}
+
+const float* GptStage::kept_layer_input(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const {
+  if (!bf16_storage()) return l == 0 ? a.input : a.layers[l - 1].res_out;
+  backend_.cast_from_bf16(s.storage_x, l == 0 ? a.input_bf16 : a.stored[l - 1].res_out(), d.nC, stream_);
+  return s.storage_x;
+}
+
+const float* GptStage::take_input(MicrobatchActivations& a, StageScratch& s, const void* input, const Dims& d) const {
+  if (!bf16_storage()) {
+    backend_.copy(a.input, input, d.nC * sizeof(float), stream_);
+    return a.input;
+  }
+  backend_.copy(a.input_bf16, input, d.nC * sizeof(std::uint16_t), stream_);
+  backend_.cast_from_bf16(s.storage_x, a.input_bf16, d.nC, stream_);
+  return s.storage_x;
+}
+
+void GptStage::take_gradient(float* dx, const void* grad_output, const Dims& d) const {
+  if (bf16_storage()) backend_.cast_from_bf16(dx, static_cast<const std::uint16_t*>(grad_output), d.nC, stream_);
+  else backend_.copy(dx, grad_output, d.nC * sizeof(float), stream_);
+}
+
+void GptStage::send_gradient(void* grad_input, const float* dx, const Dims& d) const {
+  if (bf16_storage()) backend_.cast_to_bf16(static_cast<std::uint16_t*>(grad_input), dx, d.nC, stream_);
+  else backend_.copy(grad_input, dx, d.nC * sizeof(float), stream_);
+}
+
+void GptStage::keep_embedding(MicrobatchActivations& a, float* x, const Dims& d) const {
+  if (!bf16_storage()) return;
+  backend_.round_to_bf16(x, d.nC, stream_);
+  backend_.cast_to_bf16(a.input_bf16, x, d.nC, stream_);
+}
+
+}  // namespace pipelane
