@@ -60,6 +60,9 @@ struct InstrRecord {
   // The process's CPU seconds during it, measured only with a gap filler (the interference
   // estimate's compute, which other processes taking the core must not count); < 0: not measured.
   double cpu_s = -1;
+  // A transfer's message (Send/Recv, Fwd or Bwd): its bytes, the stage's storage dtype's (bf16
+  // storage: half of fp32's); 0 for every other instruction.
+  std::size_t bytes = 0;
 };
 
 struct StepStats {

@@ -17,8 +17,9 @@ std::vector<TraceEvent> trace_events(const std::vector<StepStats>& steps, const 
     events.push_back({"step", "step", world_rank, us(st.start_s), us(st.end_s - st.start_s),
                       {integer_arg("index", static_cast<std::int64_t>(k)), integer_arg("step", step_numbers.at(k))}});
     for (const InstrRecord& r : st.records) {
-      events.push_back({op_name(r.instr.op), "instr", world_rank, us(r.start_s), us(r.end_s - r.start_s),
-                        {integer_arg("microbatch", r.instr.microbatch), integer_arg("chunk", r.instr.chunk)}});
+      std::vector<TraceArg> args{integer_arg("microbatch", r.instr.microbatch), integer_arg("chunk", r.instr.chunk)};
+      if (r.bytes > 0) args.push_back(integer_arg("bytes", static_cast<std::int64_t>(r.bytes)));
+      events.push_back({op_name(r.instr.op), "instr", world_rank, us(r.start_s), us(r.end_s - r.start_s), args});
       if (r.wait_s > 0)  // the wait ends when the instruction does (the transfer arrived, then it returned)
         events.push_back({std::string("wait: ") + wait_kind_name(r.instr.wait), "wait", world_rank,
                           us(r.end_s - r.wait_s), us(r.wait_s), {text_arg("kind", wait_kind_name(r.instr.wait))}});

@@ -1,0 +1,152 @@
+// bf16 storage ([train] storage = bf16) through the executor, as threads of this process: against
+// fp32 (and against bf16 compute with fp32 storage, autocast) on pp 2 with each schedule, tp x pp
+// and dp x pp. It trains within llm.c's bf16 loss tolerance of fp32; every stage-to-stage message
+// is half the bytes (the instruction records the trace is written from); the arena holds exactly
+// what the memory model predicted, with half the activation bytes; and recomputation and lanes
+// leave its results bit for bit as they are.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "tests/parallel/threaded_executor_job.h"
+
+namespace pipelane {
+namespace {
+
+using threaded_job::JobOut;
+using threaded_job::JobSpec;
+
+GptConfig tiny_model() {
+  GptConfig c;
+  c.layers = 4;
+  c.d_model = 32;
+  c.heads = 4;
+  c.max_seq_len = 16;
+  c.vocab_size = 61;
+  return c;
+}
+
+struct Case {
+  const char* name;
+  ParallelDims dims;
+  ScheduleKind kind;
+  int v;
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+};
+
+JobSpec spec_for(const Case& c, DType compute, DType storage, RecomputeOptions rc = {}, bool filler = false) {
+  JobSpec s;
+  s.dims = c.dims;
+  s.options.model = tiny_model();
+  s.options.schedule = {c.kind, c.dims.pp, c.v, 0};
+  s.options.micro_batch = 2;
+  s.options.seq_len = 16;
+  s.options.seed = 5;
+  s.options.recompute = rc;
+  s.options.storage = storage;
+  s.global_microbatches = 4;
+  s.steps = 4;
+  s.filler = filler;
+  s.compute = compute;
+  return s;
+}
+
+class Bf16Storage : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Bf16Storage, TrainsWithinBf16ToleranceOfFp32WithHalfTheBytesAsPredicted) {
+  const Case& c = GetParam();
+  const JobOut fp32 = threaded_job::run(spec_for(c, DType::F32, DType::F32));
+  const JobOut autocast = threaded_job::run(spec_for(c, DType::BF16, DType::F32));
+  const JobOut stored = threaded_job::run(spec_for(c, DType::BF16, DType::BF16));
+  ASSERT_EQ(stored.loss.size(), fp32.loss.size());
+  bool differs_from_autocast = false;
+  for (std::size_t s = 0; s < fp32.loss.size(); ++s) {
+    const double scale = 1.0 / (4 * 2 * 16);
+    const double f = fp32.loss[s] * scale, a = autocast.loss[s] * scale, b = stored.loss[s] * scale;
+    std::printf("%s step %zu: loss fp32 %.7f, bf16 compute %.7f, bf16 storage %.7f\n", c.name, s + 1, f, a, b);
+    EXPECT_TRUE(std::isfinite(b) && std::isfinite(stored.grad_norm[s])) << "step " << s + 1;
+    // llm.c's test_gpt2.cu accepts a bf16 run's per-step loss within 0.05 of the fp32 reference.
+    EXPECT_NEAR(b, f, 0.05) << c.name << " step " << s + 1;
+    differs_from_autocast |= std::memcmp(&stored.loss[s], &autocast.loss[s], sizeof(double)) != 0;
+  }
+  EXPECT_TRUE(differs_from_autocast) << "bf16 storage is not on: its losses equal fp32 storage's bit for bit";
+  EXPECT_LT(stored.loss.back(), stored.loss.front()) << "it does not train";
+  for (int r = 0; r < c.dims.world(); ++r) {
+    const threaded_job::RankOut &f = fp32.ranks[r], &b = stored.ranks[r];
+    // The same transfers, each half the bytes: bf16 activations forward, bf16 gradients backward.
+    ASSERT_EQ(b.transfer_bytes.size(), f.transfer_bytes.size()) << "rank " << r;
+    for (std::size_t k = 0; k < f.transfer_bytes.size(); ++k)
+      ASSERT_EQ(2 * b.transfer_bytes[k], f.transfer_bytes[k]) << "rank " << r << " transfer " << k;
+    EXPECT_EQ(b.high_water, b.predicted) << "rank " << r;
+    std::printf("%s rank %d: arena %zu bytes fp32, %zu bf16 compute, %zu bf16 storage; activations predicted "
+                "%.0f -> %.0f\n",
+                c.name, r, f.high_water, autocast.ranks[r].high_water, b.high_water, f.activations, b.activations);
+    // Less: a layer's values are halved (measured per layer below); what stays fp32 is the norms'
+    // statistics, the head's buffers (the final norm's output, the losses, the head's gradient)
+    // and the split backward's gradients.
+    EXPECT_LT(b.activations, f.activations) << "rank " << r;
+  }
+}
+
+// Recomputation reruns the same kernels and rounds what it reruns as storage rounds what it keeps;
+// a gap filler computes in every wait. Neither may change a bit under bf16 storage.
+TEST_P(Bf16Storage, RecomputeAndLanesChangeNoBit) {
+  const Case& c = GetParam();
+  const JobOut none = threaded_job::run(spec_for(c, DType::BF16, DType::BF16));
+  const RecomputeOptions kinds[] = {{RecomputeKind::Selective, RecomputeMethod::Uniform, 1},
+                                    {RecomputeKind::Full, RecomputeMethod::Uniform, 1},
+                                    {RecomputeKind::Full, RecomputeMethod::Block, 1}};
+  for (const RecomputeOptions& rc : kinds) {
+    const std::string what = std::string(c.name) + " " + describe(rc);
+    const JobOut got = threaded_job::run(spec_for(c, DType::BF16, DType::BF16, rc, /*filler=*/true));
+    EXPECT_GT(got.filler_steps, 0) << what;
+    EXPECT_EQ(got.loss, none.loss) << what;  // exact
+    EXPECT_EQ(got.grad_norm, none.grad_norm) << what;
+    for (int r = 0; r < c.dims.world(); ++r) {
+      EXPECT_TRUE(got.ranks[r].params == none.ranks[r].params) << what << " rank " << r << " parameters";
+      EXPECT_TRUE(got.ranks[r].grads == none.ranks[r].grads) << what << " rank " << r << " gradients";
+      EXPECT_EQ(got.ranks[r].high_water, got.ranks[r].predicted) << what << " rank " << r;
+    }
+  }
+}
+
+// One layer's activations, as the memory model sizes them from GptStage's layout: every value a layer
+// keeps is halved; what stays fp32 is the norms' statistics (4 floats a row for GPT-2's two
+// LayerNorms, 2 for Llama's RMSNorms, against 16*C + heads*T = 576 value floats a row for GPT-2 and
+// more for Llama's SwiGLU) and each buffer's alignment (under 64 bytes on each of ~15 buffers,
+// against ~37 KiB of values): 0.5 plus under 1%.
+TEST(Bf16StorageMemory, ALayerKeepsHalfItsBytes) {
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  GptConfig llama = tiny_model();
+  llama.apply_arch_defaults(ModelArch::Llama);
+  llama.kv_heads = 2;
+  for (const GptConfig& model : {tiny_model(), llama}) {
+    MemorySpec spec;
+    spec.model = model;
+    spec.micro_batch = 2;
+    spec.seq_len = 16;
+    const double fp32 = layer_activation_bytes(spec, *cpu);
+    spec.storage = DType::BF16;
+    const double bf16 = layer_activation_bytes(spec, *cpu);
+    std::printf("%s: one layer keeps %.0f bytes in fp32, %.0f in bf16 (%.4f)\n", arch_name(model.arch), fp32, bf16,
+                bf16 / fp32);
+    EXPECT_GE(bf16, 0.5 * fp32);
+    EXPECT_LE(bf16, 0.51 * fp32);
+  }
+}
+
+const Case kCases[] = {
+    {"pp2_1f1b", {1, 1, 2}, ScheduleKind::OneFOneB, 1},
+    {"pp2_zbh1", {1, 1, 2}, ScheduleKind::ZeroBubbleH1, 1},
+    {"pp2_interleaved", {1, 1, 2}, ScheduleKind::Interleaved, 2},
+    {"tp2_pp2", {2, 1, 2}, ScheduleKind::OneFOneB, 1},
+    {"dp2_pp2", {1, 2, 2}, ScheduleKind::OneFOneB, 1},
+};
+INSTANTIATE_TEST_SUITE_P(Grids, Bf16Storage, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace pipelane
