@@ -10,7 +10,8 @@
 namespace pipelane {
 
 // The first stage's token (and learned position) embedding of `tokens` into `out` [n,C].
-void GptStage::embed(const float* params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const {
+void GptStage::embed(const float* params, float* out, const Dims& d, StageScratch& s,
+                     const std::int32_t* tokens) const {
   const ParamLayout& L = layout_;
   const bool learned = config().has_learned_positions();
   if (sequence_parallel_) {

@@ -49,16 +49,20 @@ struct Stage {
   StageScratch scratch;
 };
 
-// The two stages, parameters from seed 11, each arena sized for kMicrobatches in flight.
+// The two stages, parameters from seed 11, each arena sized for kMicrobatches in flight. On the
+// fixture's CPU backend, or on `backend` and `stream` (which outlive the stages) with `storage`.
 inline std::vector<Stage> make_stages(const GptConfig& c, TensorParallelComm* comm, const RecomputeOptions& rc,
-                                      bool sequence_parallel, Order order, const std::string& arena_name) {
+                                      bool sequence_parallel, Order order, const std::string& arena_name,
+                                      DType storage = DType::F32, Backend* own_backend = nullptr,
+                                      Stream* own_stream = nullptr) {
+  Backend& backend = own_backend ? *own_backend : testing::cpu_backend();
+  Stream& stream = own_stream ? *own_stream : testing::cpu_stream();
   const bool split = order != Order::Combined;
   const std::vector<StageRange> ranges = {{0, 2, true, false}, {2, 4, false, true}};
   std::vector<Stage> st(ranges.size());
   for (std::size_t k = 0; k < ranges.size(); ++k) {
     Stage& s = st[k];
-    s.model = std::make_unique<GptStage>(c, ranges[k], testing::cpu_backend(), testing::cpu_stream(), comm, rc,
-                                         sequence_parallel);
+    s.model = std::make_unique<GptStage>(c, ranges[k], backend, stream, comm, rc, sequence_parallel, storage);
     s.arena = std::make_unique<Arena>(arena_name, kMicrobatches * s.model->activation_bytes(kB, kT, split) +
                                                       s.model->scratch_bytes(kB, kT));
     s.params.assign(s.model->layout().total_floats(), 0.f);
