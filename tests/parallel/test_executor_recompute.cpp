@@ -5,20 +5,14 @@
 // and parameters. The arena's high-water mark drops, and the memory model predicted it.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstring>
-#include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "parallel/pipeline_executor.h"
-#include "parallel/thread_planes.h"
-#include "runtime/cpu/cpu_backend.h"
+#include "tests/parallel/threaded_executor_job.h"
 
 namespace pipelane {
 namespace {
+
+using threaded_job::JobOut;
 
 GptConfig tiny_model() {
   GptConfig c;
@@ -32,93 +26,19 @@ GptConfig tiny_model() {
 
 constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 4, kSteps = 2;
 
-// A lane stand-in: real arithmetic on its own backend in every wait, until the transfer is there.
-class ComputingFiller final : public GapFiller {
- public:
-  ComputingFiller() : backend_(make_cpu_backend(1)), stream_(backend_->create_stream(StreamPriority::Low)) {
-    a_.assign(64 * 64, 0.5f), b_.assign(64 * 64, 0.25f), c_.assign(64 * 64, 0.f);
-  }
-  void fill(int, int, WaitKind, const std::function<bool()>& arrived) override {
-    do {
-      backend_->matmul_forward(c_.data(), a_.data(), b_.data(), nullptr, 64, 64, 64, *stream_);
-      ++steps;
-    } while (!arrived());
-  }
-  void end_iteration(int) override {}
-  int steps = 0;
-
- private:
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Stream> stream_;
-  std::vector<float> a_, b_, c_;
-};
-
-struct RankOut {
-  std::vector<float> params, grads;  // every chunk's, back to back
-  std::size_t high_water = 0, predicted = 0;
-  int min_in_flight = 0;  // over the rank's chunks
-};
-struct JobOut {
-  std::vector<double> loss, grad_norm;
-  std::vector<RankOut> ranks;
-  int filler_steps = 0;
-};
-
 JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, RecomputeOptions rc, bool filler_on) {
-  ThreadJob job(dims);
-  JobOut out;
-  out.ranks.resize(dims.world());
-  std::mutex mutex;
-  std::vector<std::string> errors(dims.world());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < dims.world(); ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const std::unique_ptr<Backend> backend = make_cpu_backend(1);
-        ExecutorOptions o;
-        o.model = tiny_model();
-        o.schedule = {kind, dims.pp, v, kGlobalMicrobatches / dims.dp};
-        o.micro_batch = kMicroBatch;
-        o.seq_len = kSeq;
-        o.seed = 5;
-        o.recompute = rc;
-        PipelineExecutor exec(o, topo, *backend);
-        ComputingFiller filler;
-        if (filler_on) exec.set_gap_filler(&filler);
-        const float loss_scale = 1.0f / (kGlobalMicrobatches * kMicroBatch * kSeq);
-        for (int step = 0; step < kSteps; ++step) {
-          std::vector<std::int32_t> tok, tgt;
-          for (int k = 0; k < o.schedule.microbatches * kMicroBatch * kSeq; ++k) {
-            const int g = (k / (kMicroBatch * kSeq)) * dims.dp + topo.me.dp;
-            tok.push_back((step * 131 + g * 31 + k * 7) % 61);
-            tgt.push_back((step * 131 + g * 31 + k * 7 + 1) % 61);
-          }
-          const StepStats st = exec.step(tok.data(), tgt.data(), loss_scale, 1e-2f, step + 1);
-          if (rank == 0) out.loss.push_back(st.loss_sum), out.grad_norm.push_back(st.grad_norm);
-        }
-        RankOut mine;
-        for (const ChunkState& c : exec.chunk_states()) {
-          const std::size_t n = c.layout->total_floats(), at = mine.params.size();
-          mine.params.resize(at + n), mine.grads.resize(at + n);
-          backend->copy(mine.params.data() + at, c.params, n * sizeof(float), exec.compute_stream());
-          backend->copy(mine.grads.data() + at, c.grads, n * sizeof(float), exec.compute_stream());
-        }
-        exec.compute_stream().synchronize();
-        mine.high_water = exec.arena_high_water();
-        mine.predicted = static_cast<std::size_t>(exec.predicted_memory().total());
-        mine.min_in_flight = kGlobalMicrobatches;
-        for (const ChunkMemory& ch : exec.predicted_memory().chunks) mine.min_in_flight = std::min(mine.min_in_flight, ch.in_flight);
-        std::lock_guard lock(mutex);
-        out.ranks[rank] = std::move(mine);
-        out.filler_steps += filler.steps;
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  return out;
+  threaded_job::JobSpec s;
+  s.dims = dims;
+  s.options.model = tiny_model();
+  s.options.schedule = {kind, dims.pp, v, 0};  // microbatches: the runner's, per replica
+  s.options.micro_batch = kMicroBatch;
+  s.options.seq_len = kSeq;
+  s.options.seed = 5;
+  s.options.recompute = rc;
+  s.global_microbatches = kGlobalMicrobatches;
+  s.steps = kSteps;
+  s.filler = filler_on;
+  return threaded_job::run(s);
 }
 
 struct Case {

@@ -18,17 +18,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "parallel/pipeline_executor.h"
-#include "parallel/thread_planes.h"
-#include "runtime/cpu/cpu_backend.h"
+#include "tests/parallel/threaded_executor_job.h"
 
 namespace pipelane {
 namespace {
+
+using threaded_job::JobOut;
 
 constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 4, kSteps = 3;
 constexpr double kTol = 1e-5;  // see the header
@@ -48,15 +46,6 @@ GptConfig model_of(ModelArch arch) {
   return c;
 }
 
-struct RankOut {
-  std::vector<float> params, grads;  // every chunk's, back to back
-  std::size_t high_water = 0, predicted = 0;
-};
-struct JobOut {
-  std::vector<double> loss, grad_norm;
-  std::vector<RankOut> ranks;
-};
-
 struct Case {
   const char* name;
   ParallelDims dims;  // tp, dp, pp
@@ -68,57 +57,19 @@ struct Case {
 };
 
 JobOut run_job(const Case& c, bool sp, RecomputeOptions rc = {}) {
-  ThreadJob job(c.dims);
-  JobOut out;
-  out.ranks.resize(c.dims.world());
-  std::mutex mutex;
-  std::vector<std::string> errors(c.dims.world());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < c.dims.world(); ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const std::unique_ptr<Backend> backend = make_cpu_backend(1);
-        ExecutorOptions o;
-        o.model = model_of(c.arch);
-        o.schedule = {c.kind, c.dims.pp, c.v, kGlobalMicrobatches / c.dims.dp};
-        o.micro_batch = kMicroBatch;
-        o.seq_len = kSeq;
-        o.seed = 5;
-        o.recompute = rc;
-        o.sequence_parallel = sp;
-        o.distributed_optimizer = c.distributed_optimizer;
-        PipelineExecutor exec(o, topo, *backend);
-        const float loss_scale = 1.0f / (kGlobalMicrobatches * kMicroBatch * kSeq);
-        for (int step = 0; step < kSteps; ++step) {
-          std::vector<std::int32_t> tok, tgt;
-          for (int k = 0; k < o.schedule.microbatches * kMicroBatch * kSeq; ++k) {
-            const int g = (k / (kMicroBatch * kSeq)) * c.dims.dp + topo.me.dp;
-            tok.push_back((step * 131 + g * 31 + k * 7) % 61);
-            tgt.push_back((step * 131 + g * 31 + k * 7 + 1) % 61);
-          }
-          const StepStats st = exec.step(tok.data(), tgt.data(), loss_scale, 1e-2f, step + 1);
-          if (rank == 0) out.loss.push_back(st.loss_sum), out.grad_norm.push_back(st.grad_norm);
-        }
-        RankOut mine;
-        for (const ChunkState& s : exec.chunk_states()) {
-          const std::size_t n = s.layout->total_floats(), at = mine.params.size();
-          mine.params.resize(at + n), mine.grads.resize(at + n);
-          backend->copy(mine.params.data() + at, s.params, n * sizeof(float), exec.compute_stream());
-          backend->copy(mine.grads.data() + at, s.grads, n * sizeof(float), exec.compute_stream());
-        }
-        exec.compute_stream().synchronize();
-        mine.high_water = exec.arena_high_water();
-        mine.predicted = static_cast<std::size_t>(exec.predicted_memory().total());
-        std::lock_guard lock(mutex);
-        out.ranks[rank] = std::move(mine);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < c.dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  return out;
+  threaded_job::JobSpec s;
+  s.dims = c.dims;
+  s.options.model = model_of(c.arch);
+  s.options.schedule = {c.kind, c.dims.pp, c.v, 0};  // microbatches: the runner's, per replica
+  s.options.micro_batch = kMicroBatch;
+  s.options.seq_len = kSeq;
+  s.options.seed = 5;
+  s.options.recompute = rc;
+  s.options.sequence_parallel = sp;
+  s.options.distributed_optimizer = c.distributed_optimizer;
+  s.global_microbatches = kGlobalMicrobatches;
+  s.steps = kSteps;
+  return threaded_job::run(s);
 }
 
 // max |a - b| / max |b|

@@ -14,18 +14,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "parallel/optimizer_shards.h"
-#include "parallel/pipeline_executor.h"
-#include "parallel/thread_planes.h"
 #include "runtime/arena.h"
-#include "runtime/cpu/cpu_backend.h"
+#include "tests/parallel/threaded_executor_job.h"
 
 namespace pipelane {
 namespace {
@@ -52,14 +48,7 @@ struct LayoutState {
 };
 using GridState = std::map<std::pair<int, int>, LayoutState>;  // by (pp, tp)
 
-struct RankOut {
-  std::vector<float> params;  // every chunk's, back to back
-  std::size_t high_water = 0, predicted = 0;
-  double optimizer_bytes = 0;  // predicted
-};
-struct JobOut {
-  std::vector<double> loss, grad_norm;
-  std::vector<RankOut> ranks;
+struct JobOut : threaded_job::JobOut {
   GridState state;  // at the end, from dp rank 0 of each (pp, tp)
 };
 
@@ -85,68 +74,39 @@ void move_state(PipelineExecutor& exec, const CheckpointView& view, LayoutState&
 
 JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, bool distributed, float grad_clip,
                const GridState* start = nullptr, int first_step = 1) {
-  ThreadJob job(dims);
-  JobOut out;
-  out.ranks.resize(dims.world());
+  threaded_job::JobSpec s;
+  s.dims = dims;
+  s.options.model = tiny_model();
+  s.options.schedule = {kind, dims.pp, v, 0};  // microbatches: the runner's, per replica
+  s.options.micro_batch = kMicroBatch;
+  s.options.seq_len = kSeq;
+  s.options.seed = 5;
+  s.options.grad_clip = grad_clip;
+  s.options.distributed_optimizer = distributed;
+  s.options.optimizer_bucket_floats = kBucketFloats;
+  s.global_microbatches = kGlobalMicrobatches;
+  s.steps = kSteps;
+  s.first_step = first_step;
+  s.before_steps = [&](PipelineExecutor& exec, const Topology& topo) {
+    EXPECT_EQ(exec.optimizer_sharded(), distributed && dims.dp > 1);
+    if (start) {  // as a resume does: every rank reads the whole state, keeps its shard
+      const CheckpointView view = exec.checkpoint_view(false);
+      LayoutState host = start->at({topo.me.pp, topo.me.tp});
+      move_state(exec, view, host, false);
+      exec.keep_loaded_moments(view);
+    }
+  };
+  GridState state;
   std::mutex mutex;
-  std::vector<std::string> errors(dims.world());
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < dims.world(); ++rank)
-    threads.emplace_back([&, rank] {
-      try {
-        Topology topo = job.topology(rank);
-        const std::unique_ptr<Backend> backend = make_cpu_backend(1);
-        ExecutorOptions o;
-        o.model = tiny_model();
-        o.schedule = {kind, dims.pp, v, kGlobalMicrobatches / dims.dp};
-        o.micro_batch = kMicroBatch;
-        o.seq_len = kSeq;
-        o.seed = 5;
-        o.grad_clip = grad_clip;
-        o.distributed_optimizer = distributed;
-        o.optimizer_bucket_floats = kBucketFloats;
-        PipelineExecutor exec(o, topo, *backend);
-        EXPECT_EQ(exec.optimizer_sharded(), distributed && dims.dp > 1);
-        if (start) {  // as a resume does: every rank reads the whole state, keeps its shard
-          const CheckpointView view = exec.checkpoint_view(false);
-          LayoutState host = start->at({topo.me.pp, topo.me.tp});
-          move_state(exec, view, host, false);
-          exec.keep_loaded_moments(view);
-        }
-        const float loss_scale = 1.0f / (kGlobalMicrobatches * kMicroBatch * kSeq);
-        for (int step = first_step - 1; step < first_step - 1 + kSteps; ++step) {
-          std::vector<std::int32_t> tok, tgt;
-          for (int k = 0; k < o.schedule.microbatches * kMicroBatch * kSeq; ++k) {
-            const int g = (k / (kMicroBatch * kSeq)) * dims.dp + topo.me.dp;
-            tok.push_back((step * 131 + g * 31 + k * 7) % 61);
-            tgt.push_back((step * 131 + g * 31 + k * 7 + 1) % 61);
-          }
-          const StepStats st = exec.step(tok.data(), tgt.data(), loss_scale, 1e-2f, step + 1);
-          if (rank == 0) out.loss.push_back(st.loss_sum), out.grad_norm.push_back(st.grad_norm);
-        }
-        RankOut mine;
-        for (const ChunkState& c : exec.chunk_states()) {
-          const std::size_t n = c.layout->total_floats(), at = mine.params.size();
-          mine.params.resize(at + n);
-          backend->copy(mine.params.data() + at, c.params, n * sizeof(float), exec.compute_stream());
-        }
-        exec.compute_stream().synchronize();
-        mine.high_water = exec.arena_high_water();
-        mine.predicted = static_cast<std::size_t>(exec.predicted_memory().total());
-        mine.optimizer_bytes = exec.predicted_memory().optimizer;
-        const CheckpointView view = exec.checkpoint_view(true);  // collective over dp
-        LayoutState state;
-        move_state(exec, view, state, true);
-        std::lock_guard lock(mutex);
-        out.ranks[rank] = std::move(mine);
-        if (topo.me.dp == 0) out.state[{topo.me.pp, topo.me.tp}] = std::move(state);
-      } catch (const std::exception& e) {
-        errors[rank] = e.what();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  for (int r = 0; r < dims.world(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  return out;
+  s.after_steps = [&](PipelineExecutor& exec, const Topology& topo) {
+    const CheckpointView view = exec.checkpoint_view(true);  // collective over dp
+    LayoutState mine;
+    move_state(exec, view, mine, true);
+    std::lock_guard lock(mutex);
+    if (topo.me.dp == 0) state[{topo.me.pp, topo.me.tp}] = std::move(mine);
+  };
+  threaded_job::JobOut job = threaded_job::run(s);
+  return {std::move(job), std::move(state)};
 }
 
 // The two norms are square roots of sums of the same non-negative terms (each gradient element's
@@ -208,7 +168,7 @@ void expect_same_training(const Case& c, float grad_clip) {
     // The arena is what the memory model predicted, and the moments shrank to the shard.
     EXPECT_EQ(zero.ranks[r].high_water, zero.ranks[r].predicted) << what << " rank " << r;
     EXPECT_LT(zero.ranks[r].high_water, replicated.ranks[r].high_water) << what << " rank " << r;
-    EXPECT_LT(zero.ranks[r].optimizer_bytes, replicated.ranks[r].optimizer_bytes / c.dims.dp * 1.1)
+    EXPECT_LT(zero.ranks[r].optimizer, replicated.ranks[r].optimizer / c.dims.dp * 1.1)
         << what << " rank " << r;
   }
 }

@@ -2,7 +2,8 @@
 // tests that compare two runs differing in one feature: every rank trains `steps` steps of the
 // same deterministic tokens (a global microbatch g of step s holds tokens (s*131 + g*31 + k*7) %
 // vocab), then hands back its parameters, gradients, arena high-water mark and the memory model's
-// prediction, and the bytes of every transfer it made.
+// prediction, and the bytes of every transfer it made. Hooks on each rank's thread let a test load
+// a state before the first step and read one out after the last.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -46,6 +47,7 @@ struct RankOut {
   std::vector<float> params, grads;  // every chunk's, back to back
   std::size_t high_water = 0, predicted = 0;
   double activations = 0;                    // the memory model's activations category
+  double optimizer = 0;                      // and its optimizer-state category
   int min_in_flight = 0;                     // over the rank's chunks
   std::vector<std::size_t> transfer_bytes;   // every Send/Recv of every step, in order
 };
@@ -55,13 +57,21 @@ struct JobOut {
   int filler_steps = 0;
 };
 
+// Called on each rank's thread with its executor and place in the grid.
+using RankHook = std::function<void(PipelineExecutor&, const Topology&)>;
+
 struct JobSpec {
   ParallelDims dims;
   ExecutorOptions options;  // its schedule's microbatches are per replica: global_microbatches / dp
   int global_microbatches = 4;
   int steps = 2;
+  int first_step = 1;  // steps first_step .. first_step + steps - 1 (their data and AdamW's t)
   bool filler = false;
   DType compute = DType::F32;  // each rank's CPU backend (1 thread)
+  RankHook before_steps;  // e.g. load a checkpoint's state, as a resume does
+  // After the RankOut is recorded: its high-water mark is training's alone, whatever the hook does
+  // (e.g. checkpoint_view(true), a collective every rank must call).
+  RankHook after_steps;
 };
 
 inline JobOut run(const JobSpec& spec) {
@@ -82,10 +92,11 @@ inline JobOut run(const JobSpec& spec) {
         PipelineExecutor exec(o, topo, *backend);
         ComputingFiller filler;
         if (spec.filler) exec.set_gap_filler(&filler);
+        if (spec.before_steps) spec.before_steps(exec, topo);
         const int tokens = o.micro_batch * o.seq_len, vocab = o.model.vocab_size;
         const float loss_scale = 1.0f / static_cast<float>(spec.global_microbatches * tokens);
         RankOut mine;
-        for (int step = 0; step < spec.steps; ++step) {
+        for (int step = spec.first_step - 1; step < spec.first_step - 1 + spec.steps; ++step) {
           std::vector<std::int32_t> tok, tgt;
           for (int k = 0; k < o.schedule.microbatches * tokens; ++k) {
             const int g = (k / tokens) * dims.dp + topo.me.dp;
@@ -107,9 +118,11 @@ inline JobOut run(const JobSpec& spec) {
         mine.high_water = exec.arena_high_water();
         mine.predicted = static_cast<std::size_t>(exec.predicted_memory().total());
         mine.activations = exec.predicted_memory().activations;
+        mine.optimizer = exec.predicted_memory().optimizer;
         mine.min_in_flight = spec.global_microbatches;
         for (const ChunkMemory& ch : exec.predicted_memory().chunks)
           mine.min_in_flight = std::min(mine.min_in_flight, ch.in_flight);
+        if (spec.after_steps) spec.after_steps(exec, topo);
         std::lock_guard lock(mutex);
         out.ranks[rank] = std::move(mine);
         out.filler_steps += filler.steps;
