@@ -36,9 +36,10 @@ inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
 // to `filler` when one is given (lanes).
 inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,
                             int seq, int microbatches, int steps, GapFiller* filler = nullptr,
-                            bool sequence_parallel = false) {
+                            bool sequence_parallel = false, DType storage = DType::F32) {
   ExecutorOptions o;
   o.sequence_parallel = sequence_parallel;
+  o.storage = storage;
   o.model = model;
   o.schedule = {ScheduleKind::OneFOneB, pp, 1, microbatches};
   o.micro_batch = micro_batch;
@@ -96,10 +97,10 @@ inline TrainRun train_tiny_on_threads(const ParallelDims& dims,
   return got;
 }
 
-// The tiny GPT on one process (one stage), `steps` steps.
-inline TrainRun train_one_process(Backend& backend, int steps = 3) {
+// The tiny GPT on one process (one stage), `steps` steps; `storage` BF16: bf16 storage.
+inline TrainRun train_one_process(Backend& backend, int steps = 3, DType storage = DType::F32) {
   Topology topo = Topology::single_process(backend);
-  return train_tiny(topo, backend, 1, steps);
+  return train_steps(topo, backend, tiny_gpt(), 1, 2, 8, 2, steps, nullptr, false, storage);
 }
 
 // max_s |a[s] - b[s]|

@@ -85,6 +85,30 @@ TEST(CudaAutocast, TrainingMatchesTheCpuBackendInBf16) {
   }
 }
 
+// bf16 storage on the emulated CUDA backend (its casts are the kernels' __float2bfloat16_rn)
+// against the CPU backend's: the same argument and bound as above, the effect now bf16 storage's
+// (with bf16 compute) against fp32: the stored values are fp32 values the two backends computed,
+// rounded to bf16 by the same rule, so they differ only where a value straddles a midpoint.
+TEST(CudaAutocast, TrainingWithBf16StorageMatchesTheCpuBackend) {
+  const int steps = 4;
+  const TrainRun fp32 = train_one_process(*make_cpu_backend(1), steps);
+  const TrainRun want = train_one_process(*make_cpu_backend(1, DType::BF16), steps, DType::BF16);
+  const TrainRun autocast = train_one_process(*make_cpu_backend(1, DType::BF16), steps);
+  const TrainRun got = train_one_process(*cuda_backend_for_test(DType::BF16), steps, DType::BF16);
+  ASSERT_EQ(got.loss.size(), want.loss.size());
+  EXPECT_NE(want.loss, autocast.loss) << "bf16 storage is not on";
+  const double loss_effect = largest_difference(want.loss, fp32.loss);
+  const double norm_effect = largest_difference(want.grad_norm, fp32.grad_norm);
+  for (std::size_t s = 0; s < want.loss.size(); ++s) {
+    std::printf("step %zu: loss cpu fp32 %.9f cpu bf16 storage %.9f cuda-emulated %.9f; grad norm %.7f %.7f %.7f\n",
+                s + 1, fp32.loss[s], want.loss[s], got.loss[s], fp32.grad_norm[s], want.grad_norm[s],
+                got.grad_norm[s]);
+    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * loss_effect) << "step " << s + 1;
+    EXPECT_NEAR(got.grad_norm[s], want.grad_norm[s], 1e-5 * want.grad_norm[s] + 0.25 * norm_effect)
+        << "step " << s + 1;
+  }
+}
+
 #endif
 
 }  // namespace
