@@ -83,6 +83,23 @@ TEST(RankResults, EncodingsComeBackAsTheyWere) {
   EXPECT_TRUE(decode_trace_events(encode_trace_events({})).empty());
 }
 
+// A transfer's record carries its message's bytes into the trace (bf16 storage: half of fp32's);
+// other instructions get no bytes argument.
+TEST(RankResults, TraceEventsOfTransfersCarryTheirBytes) {
+  StepStats step;
+  step.records.push_back({Instr{Op::Fwd}, 0.0, 0.001, 0});
+  InstrRecord send{Instr{Op::SendFwd}, 0.001, 0.002, 0};
+  send.bytes = 8192;
+  step.records.push_back(send);
+  const std::vector<TraceEvent> events = trace_events({step}, {1}, 0, "rank 0");
+  const nlohmann::json j = as_json(events);
+  ASSERT_EQ(j.size(), 4u);  // the track's name, the step, the two instructions
+  EXPECT_EQ(j[2]["name"], "Fwd");
+  EXPECT_FALSE(j[2]["args"].contains("bytes"));
+  EXPECT_EQ(j[3]["name"], "SendFwd");
+  EXPECT_EQ(j[3]["args"]["bytes"], 8192);
+}
+
 TEST(RankResults, AMessageCutShortIsAnError) {
   const std::string bytes = encode_lane_summary(lane_summary(0));
   EXPECT_THROW(decode_lane_summary(bytes.substr(0, bytes.size() - 3)), std::runtime_error);
