@@ -3,7 +3,8 @@
 # of configs/tiny.ini (0.8M parameters, 4 layers, micro_batch 8, global_batch 16) with each feature
 # on and off - [train] recompute none / selective / full (one process, and pp 2 with 1F1B), [train]
 # distributed_optimizer off / on at dp 2 and dp 4 (4 ranks oversubscribed), and [parallel]
-# sequence_parallel off / on at tp 2 where this build has it (the dp runs: global_batch 32). Per run, rank 0's prediction by
+# sequence_parallel off / on at tp 2 where this build has it (the dp runs: global_batch 32), and
+# [train] storage fp32 / bf16 (with precision = bf16) in one process and at pp 2. Per run, rank 0's prediction by
 # category (`pipelane memory --json`, the memory model the executor sizes its arena with) beside
 # the arena's high-water mark from summary.json, for the rank the prediction is of.
 #   scripts/bench/memory_measured.sh [--steps N]
@@ -13,7 +14,7 @@ steps=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "memory_measured.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -69,6 +70,14 @@ if build/pipelane train --help 2>/dev/null | grep -q "sequence_parallel"; then
 else
   echo "  (this build has no [parallel] sequence_parallel: no row for it)" >&2
 fi
+for ranks in 1 2; do
+  for storage in fp32 bf16; do
+    where="one process"
+    [ "$ranks" = 2 ] && where="pp 2 (1f1b)"
+    measure "storage $storage (precision bf16), $where" "$ranks" --parallel.pp="$ranks" --train.precision=bf16 \
+      --train.storage=$storage
+  done
+done
 
 echo
 echo "configs/tiny.ini, $steps steps; rank 0 (stage 0): the memory model's prediction by category (MiB) and the arena's high-water mark"

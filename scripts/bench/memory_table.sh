@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's memory table: the memory model's prediction (pipelane memory) for GPT-2 XL 1.5B
 # (pp 8) and Llama 3 8B (tp 8) on 8 GPUs of 80 GB, micro_batch 1, with [train] recompute none /
-# selective / full, in pipelane's fp32 layout and the same layout at 16 bits, beside Korthikanti et
-# al.'s per-layer formula (16-bit). Predictions only: nothing is allocated.
+# selective / full, in pipelane's fp32 layout, with [train] storage = bf16 (what pipelane stores in
+# bf16: activations and messages; weights and gradients fp32) and the whole layout at 16 bits,
+# beside Korthikanti et al.'s per-layer formula (16-bit). Predictions only: nothing is allocated.
 #   scripts/bench/memory_table.sh            (needs build/pipelane)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,9 +11,11 @@ cd "$(dirname "$0")/../.."
 row() {  # model label, config, grid options
   local label=$1 config=$2; shift 2
   for recompute in none selective full; do
-    for storage in fp32 16bit; do
-      build/pipelane memory --config "$config" "$@" --train.recompute=$recompute --storage $storage \
-          --device-memory-gb 80 | awk -v label="$label" -v rc=$recompute -v st=$storage '
+    for storage in fp32 bf16 16bit; do
+      local as=(--storage "$storage") name=$storage
+      [ "$storage" = bf16 ] && as=(--storage fp32 --train.precision=bf16 --train.storage=bf16) name="bf16 activations"
+      build/pipelane memory --config "$config" "$@" --train.recompute=$recompute "${as[@]}" \
+          --device-memory-gb 80 | awk -v label="$label" -v rc=$recompute -v st="$name" '
         /^ +[0-9]+ / { if ($11 + 0 > most) { most = $11 + 0; states = $4 + $5 + $6 + $7; act = $8 } }
         /largest rank/ { fits = $NF == "fits" ? "yes" : "no" }
         /one layer.s activations/ {
