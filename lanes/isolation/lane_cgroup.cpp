@@ -238,9 +238,12 @@ LaneCgroupEvents LaneCgroup::events() const {
     if (g->v2) {
       e.oom_kills = keyed_value(g->dir + "/memory.events", "oom_kill");
       e.memory_failures = keyed_value(g->dir + "/memory.events", "max");
+      e.memory_peak = number_in(g->dir + "/memory.peak");
     } else {
       e.oom_kills = keyed_value(g->dir + "/memory.oom_control", "oom_kill");
       e.memory_failures = number_in(g->dir + "/memory.failcnt");
+      const bool memsw = fs::exists(g->dir + "/memory.memsw.max_usage_in_bytes");
+      e.memory_peak = number_in(g->dir + (memsw ? "/memory.memsw.max_usage_in_bytes" : "/memory.max_usage_in_bytes"));
     }
   }
   if (const Group* g = find("pids")) e.pids_refused = keyed_value(g->dir + "/pids.events", "max");

@@ -37,6 +37,9 @@ struct LaneCgroupEvents {
   std::uint64_t oom_kills = 0;      // processes the memory limit killed
   std::uint64_t memory_failures = 0;  // charges the memory limit refused (v1 failcnt, v2 max)
   std::uint64_t pids_refused = 0;   // forks the pids limit refused
+  // The most memory the group held (v1 memsw or memory max_usage_in_bytes, v2 memory.peak; 0 where
+  // the kernel does not say).
+  std::uint64_t memory_peak = 0;
 };
 
 // The cores this thread may run on (what mpirun bound the rank to, or every core), as a cpuset

@@ -186,15 +186,19 @@ void ProcessLane::worker_ended(const char* what) const {
   throw LaneCrash(message);
 }
 
+std::string ProcessLane::memory_limit_text() const {
+  return "its memory limit (cgroup memory " + mib(memory_limit_bytes_) +
+         ": the arena, as much again for its own allocations, and the worker's code; shared memory, memfd "
+         "and tmpfs pages count)";
+}
+
 void ProcessLane::check_cgroup_limits(const char* what) const {
   const LaneCgroupEvents e = cgroup_.events();
   std::string limit;
   // Only a kill counts: the limit being reached alone (failcnt) also happens when the kernel
   // reclaims a lane's page cache there, which is no fault.
   if (e.oom_kills > 0)
-    limit = "its memory limit (cgroup memory " + mib(memory_limit_bytes_) +
-            ": the arena, as much again for its own allocations, and the worker's code; shared memory, memfd "
-            "and tmpfs pages count)";
+    limit = memory_limit_text();
   else if (e.pids_refused > 0)
     limit = "its process limit (cgroup pids.max = " + std::to_string(launch_.pids_max) + ")";
   if (limit.empty()) return;
@@ -231,13 +235,19 @@ std::string ProcessLane::request(WorkerOp op, const std::string& payload, double
     case FrameStatus::Closed: worker_ended(what);
     case FrameStatus::Timeout: {
       const pid_t pid = keeper_;
+      // A worker that filled its memory to the limit may sit in the kernel's reclaim past its
+      // deadline before the OOM killer comes (shared memory cannot be reclaimed without swap): say
+      // that it was at its limit, read before the kill frees its pages.
+      const LaneCgroupEvents e = cgroup_.events();
+      const bool at_limit = memory_limit_bytes_ > 0 && e.memory_failures > 0 &&
+                            e.memory_peak + (std::uint64_t{1} << 20) >= memory_limit_bytes_;
       end_worker();
       char text[256];
       std::snprintf(text, sizeof text,
                     "%s did not return within its deadline of %.3g s: its worker process (%d) and everything it "
                     "started were killed",
                     what, deadline_s, static_cast<int>(pid));
-      throw LaneTimeout(text);
+      throw LaneTimeout(std::string(text) + (at_limit ? "; it had reached " + memory_limit_text() : ""));
     }
     case FrameStatus::TooLarge:
       if (op == WorkerOp::Save && limits_.state_bytes > 0) {

@@ -84,6 +84,7 @@ class ProcessLane final : public GuardedLane {
   // ends, the worker's tree is killed and LaneTimeout / LaneCrash thrown; a Fail reply becomes
   // the lane's error (LaneError, ArenaQuotaError, std::runtime_error).
   std::string request(WorkerOp op, const std::string& payload, double deadline_s, const char* what) const;
+  std::string memory_limit_text() const;  // "its memory limit (cgroup memory N MiB: ...)"
   [[noreturn]] void worker_ended(const char* what) const;
   void end_worker() const;  // kills the tree and reaps; idempotent
 
