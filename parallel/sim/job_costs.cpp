@@ -208,8 +208,11 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
   // stage. The distributed optimizer reduce-scatters them instead (the tails it all-reduces, fewer
   // than dp x 16 floats a segment, are left out) and all-gathers the updated parameters (fp32,
   // pipelane's masters) after the optimizer step: charged to OptimizerStep, the gather the next
-  // iteration's first forward waits for. On the first stage it is on the critical path; a stage
-  // that starts by receiving overlaps it with that wait in the executor, which this charges too.
+  // iteration's first forward waits for. On the first stage it is on the critical path. A stage
+  // that starts by receiving overlaps it with that wait in the executor: its first activation
+  // comes no sooner than the first stage's gather and the forwards of the stages before it (their
+  // first chunk's; sends and transfers left out, so this hides no more than the executor does),
+  // and only what its own gather takes beyond that is charged.
   dp_reduce_s_.assign(pp, std::vector<double>(spec.virtual_stages, 0.0));
   dp_gather_s_.assign(pp, 0.0);
   for (int s = 0; s < pp && job.dp > 1; ++s) {
@@ -223,6 +226,11 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
         dp_reduce_s_[s][c] = all_reduce_s(bytes, job.dp, link, algorithm_);
       }
     }
+  }
+  double before_first_activation = pp > 0 ? dp_gather_s_[0] : 0.0;
+  for (int s = 1; s < pp; ++s) {
+    before_first_activation += ops_.fwd[s - 1][0];
+    dp_gather_s_[s] = std::max(0.0, dp_gather_s_[s] - before_first_activation);
   }
   dp_free_.assign(pp, 0.0);
 

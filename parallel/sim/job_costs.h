@@ -140,7 +140,8 @@ class JobCostModel final : public SimCostModel {
   bool replicas_identical_ = true;
   std::map<std::pair<int, int>, LinkSpec> p2p_;  // (from, to) stage -> link
   std::vector<std::vector<double>> dp_reduce_s_;   // [stage][chunk]: all-reduce, or ZeRO's reduce-scatter
-  std::vector<double> dp_gather_s_;                // [stage]: ZeRO's all-gathers after OptimizerStep
+  std::vector<double> dp_gather_s_;                // [stage]: ZeRO's all-gathers after OptimizerStep, what of them
+                                                   // the stage's wait for its first activation does not hide
   std::map<std::pair<int, int>, double> link_free_;  // (from, to) -> when its last message is sent
   std::vector<double> dp_free_;                    // [stage] -> when its dp link is free
   double wan_lag_s_ = 0;  // the last pipeline's delay behind the simulated one (temporal sharing)
