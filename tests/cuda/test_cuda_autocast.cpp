@@ -65,24 +65,29 @@ TEST(CudaAutocast, Fp32ComputeIsUnchangedByTheMode) {
 // in energy, so the emulated-vs-CPU difference is at most sqrt(2^-8 / (1/12)) = 0.22 of the
 // bf16-vs-fp32 difference (its largest over the run, as both propagate through the same steps):
 // 0.25 of it, plus the fp32 parity tests' 1e-5 relative for what differs in fp32 already (expf
-// against the CPU's polynomial, GEMM rounding).
+// against the CPU's polynomial, GEMM rounding). This checks the emulated run `got` against the
+// CPU's `want` step by step with it.
+void expect_within_quarter_of_the_bf16_effect(const TrainRun& fp32, const TrainRun& want, const TrainRun& got) {
+  ASSERT_EQ(got.loss.size(), want.loss.size());
+  const double loss_effect = largest_difference(want.loss, fp32.loss);
+  const double norm_effect = largest_difference(want.grad_norm, fp32.grad_norm);
+  EXPECT_GT(loss_effect, 0.0) << "the CPU run is not in bf16";
+  for (std::size_t s = 0; s < want.loss.size(); ++s) {
+    std::printf("step %zu: loss cpu fp32 %.9f cpu bf16 %.9f cuda-emulated bf16 %.9f; grad norm %.7f %.7f %.7f\n",
+                s + 1, fp32.loss[s], want.loss[s], got.loss[s], fp32.grad_norm[s], want.grad_norm[s],
+                got.grad_norm[s]);
+    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * loss_effect) << "step " << s + 1;
+    EXPECT_NEAR(got.grad_norm[s], want.grad_norm[s], 1e-5 * want.grad_norm[s] + 0.25 * norm_effect)
+        << "step " << s + 1;
+  }
+}
+
 TEST(CudaAutocast, TrainingMatchesTheCpuBackendInBf16) {
   const int steps = 4;
   const TrainRun fp32 = train_one_process(*make_cpu_backend(1), steps);
   const TrainRun want = train_one_process(*make_cpu_backend(1, DType::BF16), steps);
   const TrainRun got = train_one_process(*cuda_backend_for_test(DType::BF16), steps);
-  ASSERT_EQ(got.loss.size(), want.loss.size());
-  const double loss_bf16_effect = largest_difference(want.loss, fp32.loss);
-  const double norm_bf16_effect = largest_difference(want.grad_norm, fp32.grad_norm);
-  EXPECT_GT(loss_bf16_effect, 0.0) << "the CPU run is not in bf16";
-  for (std::size_t s = 0; s < want.loss.size(); ++s) {
-    std::printf("step %zu: loss cpu fp32 %.9f cpu bf16 %.9f cuda-emulated bf16 %.9f; grad norm %.7f %.7f %.7f\n",
-                s + 1, fp32.loss[s], want.loss[s], got.loss[s], fp32.grad_norm[s], want.grad_norm[s],
-                got.grad_norm[s]);
-    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * loss_bf16_effect) << "step " << s + 1;
-    EXPECT_NEAR(got.grad_norm[s], want.grad_norm[s], 1e-5 * want.grad_norm[s] + 0.25 * norm_bf16_effect)
-        << "step " << s + 1;
-  }
+  expect_within_quarter_of_the_bf16_effect(fp32, want, got);
 }
 
 // bf16 storage on the emulated CUDA backend (its casts are the kernels' __float2bfloat16_rn)
@@ -95,18 +100,8 @@ TEST(CudaAutocast, TrainingWithBf16StorageMatchesTheCpuBackend) {
   const TrainRun want = train_one_process(*make_cpu_backend(1, DType::BF16), steps, DType::BF16);
   const TrainRun autocast = train_one_process(*make_cpu_backend(1, DType::BF16), steps);
   const TrainRun got = train_one_process(*cuda_backend_for_test(DType::BF16), steps, DType::BF16);
-  ASSERT_EQ(got.loss.size(), want.loss.size());
   EXPECT_NE(want.loss, autocast.loss) << "bf16 storage is not on";
-  const double loss_effect = largest_difference(want.loss, fp32.loss);
-  const double norm_effect = largest_difference(want.grad_norm, fp32.grad_norm);
-  for (std::size_t s = 0; s < want.loss.size(); ++s) {
-    std::printf("step %zu: loss cpu fp32 %.9f cpu bf16 storage %.9f cuda-emulated %.9f; grad norm %.7f %.7f %.7f\n",
-                s + 1, fp32.loss[s], want.loss[s], got.loss[s], fp32.grad_norm[s], want.grad_norm[s],
-                got.grad_norm[s]);
-    EXPECT_NEAR(got.loss[s], want.loss[s], 1e-5 * want.loss[s] + 0.25 * loss_effect) << "step " << s + 1;
-    EXPECT_NEAR(got.grad_norm[s], want.grad_norm[s], 1e-5 * want.grad_norm[s] + 0.25 * norm_effect)
-        << "step " << s + 1;
-  }
+  expect_within_quarter_of_the_bf16_effect(fp32, want, got);
 }
 
 #endif

@@ -19,16 +19,6 @@ namespace {
 using threaded_job::JobOut;
 using threaded_job::JobSpec;
 
-GptConfig tiny_model() {
-  GptConfig c;
-  c.layers = 4;
-  c.d_model = 32;
-  c.heads = 4;
-  c.max_seq_len = 16;
-  c.vocab_size = 61;
-  return c;
-}
-
 struct Case {
   const char* name;
   ParallelDims dims;
@@ -38,16 +28,9 @@ struct Case {
 };
 
 JobSpec spec_for(const Case& c, DType compute, DType storage, RecomputeOptions rc = {}, bool filler = false) {
-  JobSpec s;
-  s.dims = c.dims;
-  s.options.model = tiny_model();
-  s.options.schedule = {c.kind, c.dims.pp, c.v, 0};
-  s.options.micro_batch = 2;
-  s.options.seq_len = 16;
-  s.options.seed = 5;
+  JobSpec s = threaded_job::tiny_job(c.dims, c.kind, c.v);
   s.options.recompute = rc;
   s.options.storage = storage;
-  s.global_microbatches = 4;
   s.steps = 4;
   s.filler = filler;
   s.compute = compute;
@@ -120,10 +103,7 @@ TEST_P(Bf16Storage, RecomputeAndLanesChangeNoBit) {
 // against ~37 KiB of values): 0.5 plus under 1%.
 TEST(Bf16StorageMemory, ALayerKeepsHalfItsBytes) {
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
-  GptConfig llama = tiny_model();
-  llama.apply_arch_defaults(ModelArch::Llama);
-  llama.kv_heads = 2;
-  for (const GptConfig& model : {tiny_model(), llama}) {
+  for (const GptConfig& model : {threaded_job::tiny_gpt(), threaded_job::tiny_gpt(ModelArch::Llama)}) {
     MemorySpec spec;
     spec.model = model;
     spec.micro_batch = 2;

@@ -14,29 +14,14 @@ namespace {
 
 using threaded_job::JobOut;
 
-GptConfig tiny_model() {
-  GptConfig c;
-  c.layers = 4;
-  c.d_model = 32;
-  c.heads = 4;
-  c.max_seq_len = 16;
-  c.vocab_size = 61;
-  return c;
-}
+using threaded_job::tiny_gpt;
 
+// threaded_job::tiny_job's sizes.
 constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 4, kSteps = 2;
 
 JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, RecomputeOptions rc, bool filler_on) {
-  threaded_job::JobSpec s;
-  s.dims = dims;
-  s.options.model = tiny_model();
-  s.options.schedule = {kind, dims.pp, v, 0};  // microbatches: the runner's, per replica
-  s.options.micro_batch = kMicroBatch;
-  s.options.seq_len = kSeq;
-  s.options.seed = 5;
+  threaded_job::JobSpec s = threaded_job::tiny_job(dims, kind, v);
   s.options.recompute = rc;
-  s.global_microbatches = kGlobalMicrobatches;
-  s.steps = kSteps;
   s.filler = filler_on;
   return threaded_job::run(s);
 }
@@ -104,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Grids, ExecutorRecompute, ::testing::ValuesIn(kCases),
 TEST(MemoryModel, CategoriesScheduleStorageAndTheFormula) {
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
   MemorySpec spec;
-  spec.model = tiny_model();
+  spec.model = tiny_gpt();
   spec.schedule = {ScheduleKind::GPipe, 2, 1, 4};
   spec.micro_batch = kMicroBatch;
   spec.seq_len = kSeq;

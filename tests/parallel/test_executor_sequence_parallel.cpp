@@ -28,23 +28,9 @@ namespace {
 
 using threaded_job::JobOut;
 
-constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 4, kSteps = 3;
+constexpr int kSteps = 3;  // threaded_job::tiny_job's sizes otherwise
 constexpr double kTol = 1e-5;  // see the header
 
-GptConfig model_of(ModelArch arch) {
-  GptConfig c;
-  c.layers = 4;
-  c.d_model = 32;
-  c.heads = 4;
-  c.max_seq_len = 16;
-  c.vocab_size = 61;
-  if (arch == ModelArch::Llama) {
-    c.apply_arch_defaults(ModelArch::Llama);
-    c.kv_heads = 2;
-    c.ffn_hidden = 48;
-  }
-  return c;
-}
 
 struct Case {
   const char* name;
@@ -57,17 +43,10 @@ struct Case {
 };
 
 JobOut run_job(const Case& c, bool sp, RecomputeOptions rc = {}) {
-  threaded_job::JobSpec s;
-  s.dims = c.dims;
-  s.options.model = model_of(c.arch);
-  s.options.schedule = {c.kind, c.dims.pp, c.v, 0};  // microbatches: the runner's, per replica
-  s.options.micro_batch = kMicroBatch;
-  s.options.seq_len = kSeq;
-  s.options.seed = 5;
+  threaded_job::JobSpec s = threaded_job::tiny_job(c.dims, c.kind, c.v, c.arch);
   s.options.recompute = rc;
   s.options.sequence_parallel = sp;
   s.options.distributed_optimizer = c.distributed_optimizer;
-  s.global_microbatches = kGlobalMicrobatches;
   s.steps = kSteps;
   return threaded_job::run(s);
 }

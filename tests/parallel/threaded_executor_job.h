@@ -74,6 +74,38 @@ struct JobSpec {
   RankHook after_steps;
 };
 
+// The executor tests' model: 4 layers, d_model 32, 4 heads, 16 positions, 61 tokens; as a Llama
+// (RMSNorm, RoPE, SwiGLU of width 48, 2 kv heads) with arch = Llama.
+inline GptConfig tiny_gpt(ModelArch arch = ModelArch::Gpt2) {
+  GptConfig c;
+  c.layers = 4;
+  c.d_model = 32;
+  c.heads = 4;
+  c.max_seq_len = 16;
+  c.vocab_size = 61;
+  if (arch == ModelArch::Llama) {
+    c.apply_arch_defaults(ModelArch::Llama);
+    c.kv_heads = 2;
+    c.ffn_hidden = 48;
+  }
+  return c;
+}
+
+// A job of it on `dims` with schedule `kind` (v chunks a stage): microbatches of 2 x 16 tokens,
+// seed 5, 4 global microbatches, 2 steps. Callers set what their test varies.
+inline JobSpec tiny_job(ParallelDims dims, ScheduleKind kind, int v, ModelArch arch = ModelArch::Gpt2) {
+  JobSpec s;
+  s.dims = dims;
+  s.options.model = tiny_gpt(arch);
+  s.options.schedule = {kind, dims.pp, v, 0};  // microbatches: the runner's, per replica
+  s.options.micro_batch = 2;
+  s.options.seq_len = 16;
+  s.options.seed = 5;
+  s.global_microbatches = 4;
+  s.steps = 2;
+  return s;
+}
+
 inline JobOut run(const JobSpec& spec) {
   const ParallelDims dims = spec.dims;
   ThreadJob job(dims);
