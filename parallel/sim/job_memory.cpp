@@ -6,7 +6,7 @@
 
 namespace pipelane::sim {
 
-MemorySpec memory_spec_of(const JobSpec& job, int element_bytes) {
+MemorySpec memory_spec_of(const JobSpec& job, Precision precision) {
   MemorySpec m;
   m.model = job.model;
   m.schedule = job.schedule;
@@ -15,22 +15,22 @@ MemorySpec memory_spec_of(const JobSpec& job, int element_bytes) {
   m.seq_len = job.seq_len;
   m.layers_per_stage = job.layers_per_stage;
   m.recompute = job.recompute;
-  m.element_bytes = element_bytes;
+  m.storage = precision == Precision::Bf16 ? DType::BF16 : DType::F32;
   m.optimizer_shards = job.optimizer_shards();
   m.sequence_parallel = job.sequence_parallel;
   return m;
 }
 
-std::vector<RankMemory> job_memory(const JobSpec& job, int element_bytes) {
+std::vector<RankMemory> job_memory(const JobSpec& job, Precision precision) {
   // Sizes only: the CPU backend's rules (its attention keeps the probabilities [B, heads, T, T]),
   // as `pipelane memory` sizes them.
   const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
-  return predict_memory(memory_spec_of(job, element_bytes), *sizing);
+  return predict_memory(memory_spec_of(job, precision), *sizing);
 }
 
-std::vector<double> job_memory_bytes(const JobSpec& job, int element_bytes) {
+std::vector<double> job_memory_bytes(const JobSpec& job, Precision precision) {
   std::vector<double> out;
-  for (const RankMemory& r : job_memory(job, element_bytes)) out.push_back(r.total());
+  for (const RankMemory& r : job_memory(job, precision)) out.push_back(r.total());
   return out;
 }
 

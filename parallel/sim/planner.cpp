@@ -181,7 +181,7 @@ int fewest_block_layers(const JobSpec& job, const Cluster& cluster) {
   const auto fits = [&](int layers) {
     JobSpec j = job;
     j.recompute = layers == 0 ? RecomputeOptions{} : RecomputeOptions{RecomputeKind::Full, RecomputeMethod::Block, layers};
-    const std::vector<double> memory = job_memory_bytes(j, cluster.device.element_bytes());
+    const std::vector<double> memory = job_memory_bytes(j, cluster.device.precision);
     return *std::max_element(memory.begin(), memory.end()) <= cluster.device.memory_bytes;
   };
   JobSpec plain = job;
@@ -228,7 +228,7 @@ void try_candidate(const JobSpec& asked, const SimulationSetup& base, PlanResult
     }
     job_shape(job);  // a split the model does not allow is a shape rejection, before its memory
     setup.job = job;
-    const std::vector<double> memory = job_memory_bytes(job, cluster.device.element_bytes());
+    const std::vector<double> memory = job_memory_bytes(job, cluster.device.precision);
     const double most = *std::max_element(memory.begin(), memory.end());
     if (result.smallest_memory_needed < 0 || most < result.smallest_memory_needed) result.smallest_memory_needed = most;
     if (most > cluster.device.memory_bytes) {

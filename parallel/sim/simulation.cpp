@@ -25,7 +25,7 @@ std::string describe_memory_features(const JobSpec& job) {
 }
 
 std::vector<double> check_memory(const JobSpec& job, const Cluster& cluster) {
-  const std::vector<double> memory = job_memory_bytes(job, cluster.device.element_bytes());
+  const std::vector<double> memory = job_memory_bytes(job, cluster.device.precision);
   for (std::size_t s = 0; s < memory.size(); ++s)
     if (memory[s] > cluster.device.memory_bytes)
       throw DoesNotFit("stage " + std::to_string(s) + " needs " + gib(memory[s]) + " of training memory (tp " +

@@ -251,8 +251,13 @@ TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
       e.recompute = job.recompute;
       const PipelineExecutor executor(e, topo, testing::cpu_backend());
       // The simulator's memory is the memory model's, which sizes the arena.
-      EXPECT_DOUBLE_EQ(job_memory_bytes(job, 4)[0], static_cast<double>(executor.arena_bytes()))
+      EXPECT_DOUBLE_EQ(job_memory_bytes(job, Precision::Fp32)[0], static_cast<double>(executor.arena_bytes()))
           << schedule_kind_name(kind) << ", recompute " << recompute_kind_name(recompute);
+      // On a bf16 device: what the executor allocates under bf16 storage.
+      e.storage = DType::BF16;
+      const PipelineExecutor bf16(e, topo, testing::cpu_backend());
+      EXPECT_DOUBLE_EQ(job_memory_bytes(job, Precision::Bf16)[0], static_cast<double>(bf16.arena_bytes()))
+          << schedule_kind_name(kind) << ", recompute " << recompute_kind_name(recompute) << ", bf16 storage";
     }
 }
 
@@ -278,7 +283,7 @@ TEST(SimMemory, SequenceParallelIsTheMemoryModelsAndMessagesAreOneTpRanksRows) {
     spec.sequence_parallel = sp;
     const JobShape shape = job_shape(job);
     for (int stage = 0; stage < 2; ++stage)
-      EXPECT_DOUBLE_EQ(job_memory_bytes(job, 4)[stage],
+      EXPECT_DOUBLE_EQ(job_memory_bytes(job, Precision::Fp32)[stage],
                        predict_rank_memory(spec, stage, 0, testing::cpu_backend()).total())
           << "sp " << sp << " stage " << stage;
     const double activation = 2.0 * 32 * job.model.d_model;

@@ -78,7 +78,7 @@ TEST(SimLlama, StageMemoryIsTheExecutorsArena) {
     e.seq_len = job.seq_len;
     const PipelineExecutor executor(e, topo, testing::cpu_backend());
     // The simulator's memory is the memory model's, which sizes the arena.
-    EXPECT_DOUBLE_EQ(job_memory_bytes(job, 4)[0], static_cast<double>(executor.arena_bytes()))
+    EXPECT_DOUBLE_EQ(job_memory_bytes(job, Precision::Fp32)[0], static_cast<double>(executor.arena_bytes()))
         << schedule_kind_name(kind);
   }
 }

@@ -125,8 +125,9 @@ TEST(SimRecompute, LongerBackwardsLengthenTheBubblesTheLanesFill) {
 double aligned_floats(double floats) { return std::ceil(floats / 16) * 16; }  // the arena's 64 bytes
 
 TEST(SimZero, DistributedOptimizerLowersEachStagesMemoryByItsShardedState) {
-  // dp 4 on an H100 (16-bit storage): weights and gradients stay whole (2 + 2 bytes a parameter),
-  // the fp32 master weights and AdamW's m and v (4 + 4 + 4 bytes) are kept for the shard only.
+  // dp 4 on an H100 (bf16: what pipelane stores under precision = storage = bf16): the fp32
+  // weights are the masters and stay whole with the gradients (4 + 4 bytes a parameter); AdamW's m
+  // and v (4 + 4 bytes) are kept for the shard only. So on an fp32 device.
   SimulationSetup setup;
   setup.job = two_stage_job(ScheduleKind::OneFOneB, RecomputeKind::None);
   setup.job.micro_batch = 1;
@@ -144,19 +145,19 @@ TEST(SimZero, DistributedOptimizerLowersEachStagesMemoryByItsShardedState) {
     EXPECT_GE(c.optimizer_params, c.params / 4);
     EXPECT_LT(c.optimizer_params, c.params / 4 + 2 * 4 * 16);
     const double saved = replicated.stage_memory_bytes[s] - zero.stage_memory_bytes[s];
-    EXPECT_DOUBLE_EQ(saved, 12 * (aligned_floats(c.params) - aligned_floats(c.optimizer_params)));
-    EXPECT_NEAR(saved, 12 * c.params * 3 / 4, 12 * (2 * 4 * 16 + 16));
-    // In pipelane's fp32 storage the parameters are the masters: only m and v (8 bytes) shrink.
+    EXPECT_DOUBLE_EQ(saved, 8 * (aligned_floats(c.params) - aligned_floats(c.optimizer_params)));
+    EXPECT_NEAR(saved, 8 * c.params * 3 / 4, 8 * (2 * 4 * 16 + 16));
     JobSpec replicated_job = setup.job;
     replicated_job.distributed_optimizer = false;
-    EXPECT_DOUBLE_EQ(job_memory_bytes(replicated_job, 4)[s] - job_memory_bytes(setup.job, 4)[s],
+    EXPECT_DOUBLE_EQ(job_memory_bytes(replicated_job, Precision::Fp32)[s] -
+                         job_memory_bytes(setup.job, Precision::Fp32)[s],
                      8 * (aligned_floats(c.params) - aligned_floats(c.optimizer_params)));
   }
   // At dp 1 nothing is sharded: the same memory as the replicated optimizer.
   setup.job.dp = 1;
   JobSpec one = setup.job;
   one.distributed_optimizer = false;
-  EXPECT_EQ(job_memory_bytes(setup.job, 2), job_memory_bytes(one, 2));
+  EXPECT_EQ(job_memory_bytes(setup.job, Precision::Bf16), job_memory_bytes(one, Precision::Bf16));
 }
 
 TEST(SimZero, ReduceScatterBeforeAndAllGatherAfterAnOptimizerStepOverTheShard) {
@@ -220,9 +221,9 @@ PlanResult plan_on(double device_memory) {
 }
 
 TEST(PlannerMemory, RecomputesOnlyWhenNothingFitsWithoutAndThenAsLittleAsFits) {
-  const double none = job_memory_bytes(one_device_job(RecomputeKind::None), 2)[0];
-  const double selective = job_memory_bytes(one_device_job(RecomputeKind::Selective), 2)[0];
-  const double full = job_memory_bytes(one_device_job(RecomputeKind::Full), 2)[0];
+  const double none = job_memory_bytes(one_device_job(RecomputeKind::None), Precision::Bf16)[0];
+  const double selective = job_memory_bytes(one_device_job(RecomputeKind::Selective), Precision::Bf16)[0];
+  const double full = job_memory_bytes(one_device_job(RecomputeKind::Full), Precision::Bf16)[0];
   ASSERT_GT(none, selective);
   ASSERT_GT(selective, full);
 
@@ -263,9 +264,9 @@ TEST(PlannerMemory, BlockRecomputesTheFewestLayersThatFit) {
     JobSpec job = one_device_job(RecomputeKind::Full);
     job.recompute.method = RecomputeMethod::Block;
     job.recompute.layers = block_layers;
-    return job_memory_bytes(job, 2)[0];
+    return job_memory_bytes(job, Precision::Bf16)[0];
   };
-  const double none = job_memory_bytes(one_device_job(RecomputeKind::None), 2)[0];
+  const double none = job_memory_bytes(one_device_job(RecomputeKind::None), Precision::Bf16)[0];
   ASSERT_GT(memory_with(2), memory_with(3));  // each more layer recomputed keeps only its output
   PlanSpace space = one_device_space();
   space.recompute = {RecomputeKind::Full};
