@@ -118,6 +118,14 @@ void LaneSlot::teardown(const LaneLogger& logger) {
   torn_down = true;
   try {
     lane->teardown(*ctx);
+  } catch (const LaneCrash& error) {
+    // Its worker died after its last reply (a step that killed its own process, say): the
+    // summary says so, as it would have had the lane been asked for another step.
+    if (!stats.quarantined) {
+      stats.quarantined = true;
+      stats.quarantine_reason = "teardown: " + std::string(error.what());
+    }
+    logger("lane '" + name + "': teardown failed: " + error.what());
   } catch (const std::exception& error) {
     logger("lane '" + name + "': teardown failed: " + error.what());
   } catch (...) {

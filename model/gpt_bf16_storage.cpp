@@ -71,7 +71,8 @@ void GptStage::load_layer(const MicrobatchActivations& a, StageScratch& s, int l
   const auto sizes = layer_value_sizes(d);
   const LayerActivations& workspace = s.storage_layers.front();
   const StoredLayer& stored = a.stored[l];
-  for (std::size_t i = 0; i < kLayerValueCount; ++i)
+  // Not its output: no backward reads it (the next layer's input comes from kept_layer_input).
+  for (std::size_t i = 0; i + 1 < kLayerValueCount; ++i)
     if (stored.values[i]) backend_.cast_from_bf16(workspace.*kLayerValues[i], stored.values[i], sizes[i], stream_);
 }
 

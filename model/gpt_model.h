@@ -55,6 +55,7 @@ inline constexpr float* LayerActivations::*kLayerValues[] = {
     &LayerActivations::res_attn, &LayerActivations::ln2, &LayerActivations::fch, &LayerActivations::up,
     &LayerActivations::fch_gelu, &LayerActivations::res_out};
 inline constexpr std::size_t kLayerValueCount = std::size(kLayerValues);
+static_assert(kLayerValues[kLayerValueCount - 1] == &LayerActivations::res_out, "res_out is the last value");
 struct StoredLayer {
   std::array<std::uint16_t*, kLayerValueCount> values{};
   std::uint16_t* res_out() const { return values[kLayerValueCount - 1]; }

@@ -6,7 +6,9 @@
  *                group and, last, kill(-1, SIGKILL)
  *   spinner      starts a thread in create() that spins forever (and otherwise behaves)
  *   daemon       fork, setsid, fork: a daemon that appends to <output_dir>/daemon.txt every 10 ms
- *   memfd        3 x memfd_create, 200 MiB written into each (shared memory RLIMIT_AS cannot see)
+ *   memfd        3 x memfd_create, 200 MiB allocated in each (shared memory RLIMIT_AS cannot see);
+ *                fallocate, not write: it reaches the cgroup's limit in about a fifth of the time
+ *                (0.14 s against 0.63 s for 336 MiB here), well inside a step's 0.5 s deadline
  *   forkbomb     forks until fork fails; the children wait forever
  *   tamper       pwrites a digit into <output_dir>/../../../metrics.jsonl, flips a bit in every
  *                checkpoint file it finds below <output_dir>/../../../checkpoints, writes into /etc,
@@ -139,7 +141,8 @@ static void memfd_hog(void) {
   memset(chunk, 7, sizeof chunk);
   for (int i = 0; i < 3; ++i) {
     const int fd = memfd_create("hog", 0);
-    for (int mb = 0; fd >= 0 && mb < 200; ++mb)
+    if (fd >= 0 && fallocate(fd, 0, 0, (off_t)200 << 20) == 0) continue;
+    for (int mb = 0; fd >= 0 && mb < 200; ++mb)  /* a kernel without fallocate on memfd */
       if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk) break;
     /* kept open: the memory stays */
   }
