@@ -29,10 +29,7 @@ std::array<std::size_t, kLayerValueCount> GptStage::layer_value_sizes(const Dims
                                   : backend_.attention_saved_floats(d.B, d.T, d.CA, d.NH);
   const bool probabilities = saved == static_cast<std::size_t>(d.B) * d.NH * d.T * d.T;
   std::array<std::size_t, kLayerValueCount> sizes{};
-  const auto set = [&](float* LayerActivations::*member, std::size_t count) {
-    for (std::size_t i = 0; i < kLayerValueCount; ++i)
-      if (kLayerValues[i] == member) sizes[i] = count;
-  };
+  const auto set = [&](float* LayerActivations::*member, std::size_t count) { sizes[layer_value_index(member)] = count; };
   set(&LayerActivations::ln1, n * d.C);
   set(&LayerActivations::qkv, split ? N * (d.CA + 2 * d.KV) : N * 3 * d.CA);
   set(&LayerActivations::att, probabilities ? saved : 0);

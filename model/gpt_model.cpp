@@ -114,12 +114,9 @@ LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps k
   // layer_value_sizes says; 0 there: it stays fp32 here).
   const auto sizes = stored ? layer_value_sizes(d) : std::array<std::size_t, kLayerValueCount>{};
   const auto value = [&](float* LayerActivations::*member, std::size_t count, const char* what) {
-    for (std::size_t i = 0; i < kLayerValueCount; ++i)
-      if (kLayerValues[i] == member && sizes[i] != 0) {
-        stored->values[i] = reinterpret_cast<std::uint16_t*>(alloc((count + 1) / 2, what));
-        return;
-      }
-    x.*member = alloc(count, what);
+    const std::size_t i = layer_value_index(member);
+    if (stored && sizes[i] != 0) stored->values[i] = reinterpret_cast<std::uint16_t*>(alloc((count + 1) / 2, what));
+    else x.*member = alloc(count, what);
   };
   if (keeps != LayerKeeps::Output) {
     value(&LayerActivations::ln1, n * C, "activations.ln1");

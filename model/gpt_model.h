@@ -56,6 +56,12 @@ inline constexpr float* LayerActivations::*kLayerValues[] = {
     &LayerActivations::fch_gelu, &LayerActivations::res_out};
 inline constexpr std::size_t kLayerValueCount = std::size(kLayerValues);
 static_assert(kLayerValues[kLayerValueCount - 1] == &LayerActivations::res_out, "res_out is the last value");
+// The index of `member` in kLayerValues (kLayerValueCount: not a value).
+constexpr std::size_t layer_value_index(float* LayerActivations::*member) {
+  for (std::size_t i = 0; i < kLayerValueCount; ++i)
+    if (kLayerValues[i] == member) return i;
+  return kLayerValueCount;
+}
 struct StoredLayer {
   std::array<std::uint16_t*, kLayerValueCount> values{};
   std::uint16_t* res_out() const { return values[kLayerValueCount - 1]; }

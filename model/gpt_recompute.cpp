@@ -94,8 +94,7 @@ void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch&
   else
     backend_.attention_forward_gqa(s.recompute_atty, h.att, h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
   if (bf16_storage()) {  // what none would have widened from storage
-    const std::size_t probabilities = layer_value_sizes(d)[2];
-    static_assert(kLayerValues[2] == &LayerActivations::att);
+    const std::size_t probabilities = layer_value_sizes(d)[layer_value_index(&LayerActivations::att)];
     if (probabilities != 0) backend_.round_to_bf16(h.att, probabilities, stream_);
   }
 }

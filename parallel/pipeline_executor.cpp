@@ -626,8 +626,7 @@ StepStats PipelineExecutor::step(const std::int32_t* tokens, const std::int32_t*
     s.report(step_number, in);
     if (s.turns) s.turns->service();
     InstrRecord rec{in, s.now(), 0, 0};
-    const bool transfer = in.op == Op::SendFwd || in.op == Op::RecvFwd || in.op == Op::SendBwd || in.op == Op::RecvBwd;
-    if (transfer) rec.bytes = s.act_bytes;
+    if (is_transfer(in.op)) rec.bytes = s.act_bytes;
     const double cpu_start = s.filler ? process_cpu_seconds() : 0.0;
     rec.wait_s = s.run_instr(run, in, gap);
     s.start_grad_reduce(in, gap);
