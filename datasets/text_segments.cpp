@@ -9,7 +9,7 @@ namespace {
 
 constexpr std::size_t kReadBytes = std::size_t{1} << 20;
 
-bool is_blank(std::string_view text) { return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos; }
+bool is_blank_text(std::string_view text) { return text.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos; }
 
 }  // namespace
 
@@ -86,7 +86,7 @@ void TextSegmentReader::check_line_length(std::size_t bytes) const {
 void TextSegmentReader::take_jsonl_line(std::string_view raw) {
   check_line_length(raw.size());
   ++line_number_;
-  if (is_blank(raw)) return;
+  if (is_blank_text(raw)) return;
   const std::string where = path_ + ":" + std::to_string(line_number_);
   std::size_t replaced = 0;
   const std::string line = repair_utf8(raw, policy_, where, &replaced);
@@ -106,7 +106,7 @@ void TextSegmentReader::take_jsonl_line(std::string_view raw) {
     throw DataError(where + ": field \"" + format_.jsonl_field + "\" is " + it->type_name() +
                     ", expected a string");
   std::string document = it->get<std::string>();
-  if (!is_blank(document)) ready_.push_back({std::move(document), true, where});
+  if (!is_blank_text(document)) ready_.push_back({std::move(document), true, where});
 }
 
 }  // namespace pipelane

@@ -14,7 +14,7 @@
 namespace pipelane {
 namespace {
 
-constexpr char kStateMagic[8] = {'P', 'L', 'P', 'R', 'E', 'F', 'L', '1'};
+constexpr char kPrefillStateMagic[8] = {'P', 'L', 'P', 'R', 'E', 'F', 'L', '1'};
 
 std::uint64_t splitmix64(std::uint64_t& state) {
   std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
@@ -55,7 +55,7 @@ void plan_buffers(const PrefillSettings& s, std::size_t param_floats, Alloc&& al
   alloc(static_cast<std::size_t>(s.model.padded_vocab()), "prefill.logits");
 }
 
-PrefillSettings read_settings(const LaneContext& ctx) {
+PrefillSettings read_prefill_settings(const LaneContext& ctx) {
   const LaneOptions& o = ctx.options;
   PrefillSettings s;
   s.model.layers = static_cast<int>(o.get_int("layers", 2, 1, 256));
@@ -174,7 +174,7 @@ std::size_t PrefillLane::arena_bytes_needed(const PrefillSettings& s) {
 double PrefillLane::now_ms() const { return clock_() - start_ms_; }
 
 void PrefillLane::setup(LaneContext& ctx) {
-  s_ = read_settings(ctx);
+  s_ = read_prefill_settings(ctx);
   output_dir_ = ctx.output_dir;
   requests_ = s_.trace.empty() ? poisson_prefill_requests(s_.rate_per_s, s_.requests, s_.prompt_min,
                                                           s_.prompt_max, s_.seed)
@@ -327,7 +327,7 @@ std::size_t PrefillLane::queue_length() const {
 std::string PrefillLane::save() const {
   if (!stage_) throw LaneError("lane prefill: save() before setup()");
   StateWriter w;
-  w.bytes(kStateMagic, sizeof kStateMagic);
+  w.bytes(kPrefillStateMagic, sizeof kPrefillStateMagic);
   w.put<std::uint64_t>(s_.seed);
   w.put<std::uint64_t>(requests_.size());
   w.put<double>(now_ms());
@@ -347,9 +347,9 @@ std::string PrefillLane::save() const {
 void PrefillLane::load(const std::string& state) {
   if (!stage_) throw LaneError("lane prefill: load() before setup()");
   StateReader r(state, "prefill");
-  char magic[sizeof kStateMagic];
+  char magic[sizeof kPrefillStateMagic];
   r.bytes(magic, sizeof magic);
-  if (std::memcmp(magic, kStateMagic, sizeof magic) != 0)
+  if (std::memcmp(magic, kPrefillStateMagic, sizeof magic) != 0)
     throw LaneError("lane prefill: saved state is not a prefill state");
   if (r.get<std::uint64_t>() != s_.seed) throw LaneError("lane prefill: saved state was made with another seed");
   if (r.get<std::uint64_t>() != requests_.size())

@@ -11,7 +11,7 @@ constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";  // Windows editors 
 
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
-std::string_view trim(std::string_view text) {
+std::string_view trim_view(std::string_view text) {
   while (!text.empty() && is_blank(text.front())) text.remove_prefix(1);
   while (!text.empty() && is_blank(text.back())) text.remove_suffix(1);
   return text;
@@ -45,13 +45,13 @@ IniScan scan_ini(std::istream& text) {
     ++line_number;
     if (line_number == 1 && std::string_view(raw_line).substr(0, kByteOrderMark.size()) == kByteOrderMark)
       raw_line.erase(0, kByteOrderMark.size());
-    const std::string_view line = trim(without_comment(raw_line));
+    const std::string_view line = trim_view(without_comment(raw_line));
     if (line.empty()) continue;
 
     if (line.front() == '[') {
       const std::string_view inside = line.substr(1);
       const std::size_t close = inside.find(']');
-      const std::string_view name = close == std::string_view::npos ? "" : trim(inside.substr(0, close));
+      const std::string_view name = close == std::string_view::npos ? "" : trim_view(inside.substr(0, close));
       if (close == std::string_view::npos || close + 1 != inside.size() || name.empty() ||
           name.find('[') != std::string_view::npos) {
         throw IniSyntaxError(line_number, "malformed section header '" + printable_excerpt(line) + "'");
@@ -67,7 +67,7 @@ IniScan scan_ini(std::istream& text) {
       throw IniSyntaxError(line_number,
                            "expected 'key = value' or '[section]', got '" + printable_excerpt(line) + "'");
     }
-    const std::string_view key = trim(line.substr(0, equals));
+    const std::string_view key = trim_view(line.substr(0, equals));
     if (key.empty()) {
       throw IniSyntaxError(line_number, "missing key before '=' in '" + printable_excerpt(line) + "'");
     }
@@ -75,7 +75,7 @@ IniScan scan_ini(std::istream& text) {
       throw IniSyntaxError(line_number, "key '" + printable_excerpt(key) + "' appears before any [section]");
     }
     scan.entries.push_back(
-        {current_section, std::string(key), std::string(trim(line.substr(equals + 1))), line_number});
+        {current_section, std::string(key), std::string(trim_view(line.substr(equals + 1))), line_number});
   }
   return scan;
 }

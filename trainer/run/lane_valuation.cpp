@@ -122,7 +122,7 @@ namespace {
 
 std::optional<double> given(double price) { return price > 0 ? std::optional<double>(price) : std::nullopt; }
 
-nlohmann::json optional_number(const std::optional<double>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); }
+nlohmann::json number_or_null(const std::optional<double>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); }
 
 // Work a lane did while training ran (its calibration ran before).
 double training_units(const LaneTotal& lane) { return lane.units - lane.calibration_units; }
@@ -200,8 +200,8 @@ nlohmann::json valued_lanes_json(const CombinedLaneSummary& combined, const std:
   for (const auto& [name, v] : values) {
     nlohmann::json& lane = out["lanes"][name];
     lane["units_per_train_s"] = v.units_per_train_s;
-    lane["dedicated_units_per_s"] = optional_number(v.dedicated_units_per_s);
-    lane["value_device_s"] = optional_number(v.value_device_s);
+    lane["dedicated_units_per_s"] = number_or_null(v.dedicated_units_per_s);
+    lane["value_device_s"] = number_or_null(v.value_device_s);
   }
   return out;
 }
@@ -256,15 +256,15 @@ nlohmann::json valued_total_json(const CombinedLaneSummary& total, const LanesVa
       {"dedicated", c->dedicated},
       {"value_device_s", c->value_device_s},
       {"training_device_s", c->training_device_s},
-      {"extra_device_s", optional_number(c->extra_device_s)},
-      {"train_price_per_hour", optional_number(c->train_price_per_hour)},
-      {"dedicated_price_per_hour", optional_number(c->dedicated_price_per_hour)},
+      {"extra_device_s", number_or_null(c->extra_device_s)},
+      {"train_price_per_hour", number_or_null(c->train_price_per_hour)},
+      {"dedicated_price_per_hour", number_or_null(c->dedicated_price_per_hour)},
       {"price_ratio", c->price_ratio},
       {"value_cost", cost(c->value_device_s, c->dedicated_price_per_hour)},
       {"training_cost", cost(c->training_device_s, c->train_price_per_hour)},
       {"extra_cost", cost(c->extra_device_s, c->train_price_per_hour)},
       {"gross_fraction", c->gross_fraction()},
-      {"net_fraction", optional_number(net)},
+      {"net_fraction", number_or_null(net)},
       // The net saving where it is known, else the gross one ("gross": true).
       {"fraction", net.value_or(c->gross_fraction())},
       {"gross", !net.has_value()},

@@ -20,11 +20,6 @@ Bf16Copy::Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStrea
   convert_from_float<bf16>(t_.get(), src, n, stream);
 }
 
-namespace {
-
-std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
-
-}  // namespace
 
 void CudaBackendImpl::matmul_forward_autocast(float* out, const float* inp, const float* weight, const float* bias,
                                               int N, int C, int OC, Stream& s) {

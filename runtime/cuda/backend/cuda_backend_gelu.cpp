@@ -10,11 +10,6 @@
 
 namespace pipelane::cuda {
 
-namespace {
-
-std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
-
-}  // namespace
 
 void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
                                           const float* bias, int N, int C, int OC, Stream& s) {

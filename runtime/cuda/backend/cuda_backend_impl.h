@@ -18,6 +18,9 @@
 
 namespace pipelane::cuda {
 
+// Elements of a [rows, cols] matrix.
+inline std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
+
 // Token ids an op reads: used in place when they are device memory, else copied to a temporary
 // in the op's stream order (the model hands host arrays of ids; a copy from pageable memory takes
 // the source at the call, so the caller may reuse it at once).

@@ -22,8 +22,6 @@ namespace pipelane::cuda {
 
 namespace {
 
-std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
-
 // A GEMM operand: the fp32 buffer itself, or (bf16 compute) a bf16 copy made in stream order
 // and kept alive as long as this object.
 class GemmOperand {

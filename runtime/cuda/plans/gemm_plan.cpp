@@ -45,12 +45,6 @@ void check_gelu_width(int width, const char* where) {
                                 std::to_string(width));
 }
 
-// A row-major [rows, cols] matrix seen by cuBLASLt: column-major [cols, rows], ld = cols.
-Operand row_major(const void* ptr, DataType type, std::int64_t cols,
-                  std::int64_t batch_stride = 0) {
-  return Operand{ptr, type, cols, batch_stride};
-}
-
 }  // namespace
 
 GemmCall matmul_forward_gemm(void* out, const void* inp, const void* weight, const void* bias,

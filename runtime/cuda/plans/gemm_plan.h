@@ -49,6 +49,11 @@ struct Operand {
   std::int64_t batch_stride = 0;
 };
 
+// A row-major [rows, cols] matrix seen by cuBLASLt: column-major [cols, rows], ld = cols.
+inline Operand row_major(const void* ptr, DataType type, std::int64_t cols, std::int64_t batch_stride = 0) {
+  return Operand{ptr, type, cols, batch_stride};
+}
+
 // D = alpha * op(A)[m,k] op(B)[k,n] + beta * C, then the epilogue; `batch` products at once.
 // Compute and scale types are fp32 (CUBLAS_COMPUTE_32F, CUDA_R_32F) for every data type. C is D
 // when beta != 0 (accumulation in place).

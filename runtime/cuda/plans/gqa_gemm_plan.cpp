@@ -21,11 +21,6 @@ GroupStrides strides(const GqaShape& s) {
   return {gt, gt * s.hs, static_cast<std::int64_t>(s.T) * s.hs, gt * s.T};
 }
 
-// A row-major [rows, cols] matrix seen by cuBLASLt: column-major [cols, rows], ld = cols.
-Operand row_major(const void* ptr, DataType type, std::int64_t cols, std::int64_t batch_stride) {
-  return Operand{ptr, type, cols, batch_stride};
-}
-
 GemmCall batched(const GqaShape& s, Trans ta, Trans tb, std::int64_t m, std::int64_t n, std::int64_t k, Operand a,
                  Operand b, void* d, GemmTypes act, std::int64_t ldd, std::int64_t d_stride) {
   GemmCall g;
