@@ -23,7 +23,8 @@ struct DeviceSpec {
 
   double peak_flops() const { return precision == Precision::Bf16 ? peak_bf16_flops : peak_fp32_flops; }
   double achieved_flops() const { return peak_flops() * efficiency; }
-  // Bytes of one activation / gradient element: 2 in bf16, 4 in fp32.
+  // Bytes of one stage-to-stage message element: 2 in bf16 (pipelane stores and sends them in bf16
+  // there), 4 in fp32. Tensor- and data-parallel collectives are fp32 either way (job_costs.cpp).
   int element_bytes() const { return precision == Precision::Bf16 ? 2 : 4; }
 };
 

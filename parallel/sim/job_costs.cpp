@@ -9,6 +9,11 @@ namespace pipelane::sim {
 
 namespace {
 
+// pipelane's tensor-parallel collectives (the all-reduces, sequence parallelism's all-gathers and
+// reduce-scatters) move fp32 on every device, bf16 storage included: only the stage-to-stage
+// messages are stored and sent in bf16. (The data-parallel gradients are fp32 too, below.)
+constexpr double kTpCollectiveElementBytes = 4;
+
 OpTable empty_table(const ScheduleSpec& spec) {
   OpTable t;
   const std::vector<double> chunks(spec.virtual_stages, 0.0);
@@ -65,7 +70,7 @@ OpTable device_op_table(const JobSpec& job, const JobShape& shape, const Cluster
   const ScheduleSpec& spec = job.schedule;
   const DeviceSpec& device = cluster.device;
   const double flops = device.achieved_flops();
-  const double message = shape.tp_collective_elements * device.element_bytes();
+  const double message = shape.tp_collective_elements * kTpCollectiveElementBytes;
   OpTable t = empty_table(spec);
   for (int s = 0; s < spec.pp; ++s) {
     for (int c = 0; c < spec.virtual_stages; ++c) {
@@ -147,7 +152,7 @@ OpTable profile_op_table(const JobSpec& job, const JobShape& shape, const Measur
     per_param_sync = sync / params;
   }
 
-  const double message = shape.tp_collective_elements * cluster.device.element_bytes();
+  const double message = shape.tp_collective_elements * kTpCollectiveElementBytes;
   OpTable t = empty_table(spec);
   const OpTable device = device_op_table(job, shape, cluster, algorithm);
   for (int s = 0; s < spec.pp; ++s) {
