@@ -24,7 +24,12 @@ scratch=$(mktemp -d)
 [ $keep = 1 ] && echo "scratch directory: $scratch" || trap 'rm -rf "$scratch"' EXIT
 cd "$scratch"
 ln -s "$repo/build" build
-ln -s "$repo/scripts" scripts
+# scripts/ as links to the checkout's, except the figures the repro scripts write: they find
+# their folder from where they were started (here), and a link to the whole of scripts/ let them
+# overwrite the checkout's figures.
+mkdir -p scripts/repro/figures
+for f in "$repo"/scripts/*; do [ "$(basename "$f")" = repro ] || ln -s "$f" scripts/; done
+for f in "$repo"/scripts/repro/*; do [ "$(basename "$f")" = figures ] || ln -s "$f" scripts/repro/; done
 cp -r "$repo/configs" configs
 cp "$repo/README.md" README.md
 mkdir data runs
