@@ -16,7 +16,7 @@
 namespace pipelane {
 namespace {
 
-constexpr std::uint32_t kBfsStateVersion = 1;        // the host (push) step's state
+constexpr std::uint32_t kHostStateVersion = 1;    // the host (push) step's state
 constexpr std::uint32_t kDeviceStateVersion = 2;  // Backend::bfs_step's (pull)
 constexpr std::size_t kMaxReportedTraversals = 100;
 
@@ -246,7 +246,7 @@ TraversalResult get_traversal(StateReader& r, std::uint64_t vertices) {
 std::string BfsLane::save() const {
   if (device_) return save_device();
   StateWriter w;
-  w.put(kBfsStateVersion);
+  w.put(kHostStateVersion);
   w.put(g_.vertices);
   w.put(g_.edges);
   w.put(traversal_);
@@ -274,7 +274,7 @@ void BfsLane::load(const std::string& state) {
   if (version == kDeviceStateVersion)
     throw LaneError("bfs: saved state is from the backend (pull) step, this run uses the host (push) step "
                     "([lane.bfs] step)");
-  if (version != kBfsStateVersion) throw LaneError("bfs: saved state has another version");
+  if (version != kHostStateVersion) throw LaneError("bfs: saved state has another version");
   const auto n = r.get<std::uint64_t>();
   const auto m = r.get<std::uint64_t>();
   if (n != g_.vertices || m != g_.edges)
@@ -335,7 +335,7 @@ std::string BfsLane::save_device() const {
 void BfsLane::load_device(const std::string& state) {
   StateReader r(state, "bfs");
   const auto version = r.get<std::uint32_t>();
-  if (version == kBfsStateVersion)
+  if (version == kHostStateVersion)
     throw LaneError("bfs: saved state is from the host (push) step, this run uses the backend (pull) step "
                     "([lane.bfs] step)");
   if (version != kDeviceStateVersion) throw LaneError("bfs: saved state has another version");
