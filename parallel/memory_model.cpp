@@ -112,6 +112,16 @@ double layer_activation_bytes(const MemorySpec& spec, Backend& sizing) {
   return bytes * spec.element_bytes / 4.0;
 }
 
+std::string describe_memory_features(const MemorySpec& spec) {
+  std::string out;
+  const auto add = [&](const std::string& feature) { out += (out.empty() ? "" : ", ") + feature; };
+  if (spec.recompute.kind != RecomputeKind::None) add("recompute " + describe(spec.recompute));
+  if (spec.optimizer_shards > 1) add("distributed optimizer over dp " + std::to_string(spec.optimizer_shards));
+  if (spec.sequence_parallel && spec.tp > 1) add("sequence parallel");
+  if (spec.storage == DType::BF16) add("bf16 storage (activations and messages)");
+  return out;
+}
+
 double korthikanti_layer_activation_bytes(const MemorySpec& spec) {
   const double s = spec.seq_len, b = spec.micro_batch, h = spec.model.d_model, a = spec.model.heads;
   const double t = spec.tp;

@@ -77,6 +77,10 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
 // parallel replicas are copies).
 std::vector<RankMemory> predict_memory(const MemorySpec& spec, Backend& sizing);
 
+// The memory features `spec` uses, for messages and run headers: "recompute selective, distributed
+// optimizer over dp 4, sequence parallel, bf16 storage (activations and messages)"; "" when none is.
+std::string describe_memory_features(const MemorySpec& spec);
+
 // One transformer layer's activations for one microbatch in pipelane's layout at the spec's
 // storage (what a layer adds to a stage's activation_bytes; a full-recompute layer alone keeps
 // its output), for comparison with the formula below.

@@ -17,22 +17,17 @@ std::string gib(double bytes) {
 
 }  // namespace
 
-std::string describe_memory_features(const JobSpec& job) {
-  std::string out = "recompute " + describe(job.recompute);
-  if (job.optimizer_shards() > 1) out += ", distributed optimizer over dp " + std::to_string(job.dp);
-  if (job.sequence_shards() > 1) out += ", sequence parallel";
-  return out;
-}
-
 std::vector<double> check_memory(const JobSpec& job, const Cluster& cluster) {
   const std::vector<double> memory = job_memory_bytes(job, cluster.device.precision);
   for (std::size_t s = 0; s < memory.size(); ++s)
-    if (memory[s] > cluster.device.memory_bytes)
+    if (memory[s] > cluster.device.memory_bytes) {
+      const std::string features = describe_memory_features(memory_spec_of(job, cluster.device.precision));
       throw DoesNotFit("stage " + std::to_string(s) + " needs " + gib(memory[s]) + " of training memory (tp " +
                        std::to_string(job.tp) + ", pp " + std::to_string(job.schedule.pp) + ", " +
                        schedule_kind_name(job.schedule.kind) + ", micro batch " + std::to_string(job.micro_batch) +
-                       ", " + describe_memory_features(job) + "), more than the " +
+                       (features.empty() ? "" : ", " + features) + "), more than the " +
                        gib(cluster.device.memory_bytes) + " of a " + cluster.device.name);
+    }
   return memory;
 }
 

@@ -84,7 +84,5 @@ Cluster cluster_for_wan(const SimulationSetup& setup);
 // The stage memory check alone: each stage's training memory by the memory model
 // (sim/job_memory.h) in the layout pipelane stores at the device's precision; DoesNotFit when a stage exceeds the device's.
 std::vector<double> check_memory(const JobSpec& job, const Cluster& cluster);
-// "recompute selective, distributed optimizer over dp 4": the job's memory features, for messages.
-std::string describe_memory_features(const JobSpec& job);
 
 }  // namespace pipelane::sim

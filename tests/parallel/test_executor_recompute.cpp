@@ -148,5 +148,22 @@ TEST(MemoryModel, OneLayerAgainstKorthikanti) {
   EXPECT_DOUBLE_EQ(korthikanti_layer_activation_bytes(spec), 2 * s * b * h);
 }
 
+// The features a run header and the simulator's messages name: only those that change memory.
+TEST(MemoryModel, DescribesTheFeaturesOnlyWhereTheyAreOn) {
+  MemorySpec spec;
+  spec.model = tiny_gpt();
+  EXPECT_EQ(describe_memory_features(spec), "");
+  spec.sequence_parallel = true;  // at tp 1: nothing is split
+  spec.optimizer_shards = 1;
+  EXPECT_EQ(describe_memory_features(spec), "");
+  spec.tp = 2;
+  spec.optimizer_shards = 4;
+  spec.recompute = {RecomputeKind::Selective};
+  spec.storage = DType::BF16;
+  EXPECT_EQ(describe_memory_features(spec),
+            "recompute selective, distributed optimizer over dp 4, sequence parallel, bf16 storage (activations and "
+            "messages)");
+}
+
 }  // namespace
 }  // namespace pipelane

@@ -23,6 +23,8 @@ std::string gib(double bytes) {
   return buf;
 }
 
+}  // namespace
+
 MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   const int dp = std::max(1, o.parallel.dp);  // 0 (the world decides): one replica, the others are copies
   MemorySpec m;
@@ -40,8 +42,6 @@ MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   m.optimizer_shards = o.train.distributed_optimizer ? dp : 1;
   return m;
 }
-
-}  // namespace
 
 void print_memory_prediction(const TrainOptions& o, int element_bytes, double device_memory_bytes, std::FILE* out) {
   const MemorySpec spec = memory_spec_from(o, element_bytes);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/sim/job_memory.h"
 #include "parallel/sim/simulation.h"
 #include "trainer/run/chrome_trace.h"
 #include "trainer/cli/command_options.h"
@@ -76,9 +77,10 @@ void print_table(const sim::SimulationSetup& setup, const sim::SimulationOutcome
               job.world(), schedule_kind_name(spec.kind), spec.microbatches,
               spec.virtual_stages > 1 ? (", " + std::to_string(spec.virtual_stages) + " virtual stages").c_str() : "",
               setup.iterations);
-  if (job.recompute.kind != RecomputeKind::None || job.optimizer_shards() > 1 || job.sequence_shards() > 1)
+  const std::string features = describe_memory_features(sim::memory_spec_of(job, setup.cluster.device.precision));
+  if (!features.empty())
     std::printf("  memory features: %s (memory per stage from the memory model, reruns and collectives priced)\n",
-                sim::describe_memory_features(job).c_str());
+                features.c_str());
   std::printf("  compute from: %s\n", src.compute.c_str());
   if (out.placement.multi_site()) {
     std::printf("  sites: %s; cross-site transfers: %s\n", out.placement.describe(setup.cluster.site_map()).c_str(),

@@ -292,14 +292,10 @@ void print_memory(const Job& job, const TrainSetup& s, const Topology& topo, con
               human_bytes(most[0] + most[1] + most[2]).c_str(), human_bytes(most[0]).c_str(),
               most[1] > 0 ? (", lanes up to " + human_bytes(most[1])).c_str() : "", human_bytes(most[2]).c_str(),
               human_bytes(total[0] + total[1] + total[2]).c_str(), job.world);
-  // The memory features, where any is on (what the arena above was sized for).
-  const TrainLoopOptions& t = s.opts.train;
-  std::string features;
-  const auto add = [&](const std::string& f) { features += (features.empty() ? "" : ", ") + f; };
-  if (t.recompute != "none") add("recompute " + describe(recompute_options_from(t)));
-  if (t.distributed_optimizer) add("distributed optimizer");
-  if (s.opts.parallel.sequence_parallel) add("sequence parallel");
-  if (t.storage == "bf16") add("bf16 storage (activations and messages)");
+  // The memory features, where any is on (what the arena above was sized for), over the run's dp.
+  MemorySpec spec = memory_spec_from(s.opts, 4);
+  spec.optimizer_shards = s.opts.train.distributed_optimizer ? topo.grid.dims().dp : 1;
+  const std::string features = describe_memory_features(spec);
   if (!features.empty()) std::printf("  memory features: %s\n", features.c_str());
 }
 
