@@ -21,23 +21,23 @@ SplitQkv split_qkv(float* base, int N, int CA, int KV) {
 
 // MLP: s.dres (of its output) -> s.dtmp (of ln2, summed over tp); every MLP weight's gradient.
 // Under sequence parallelism s.dres and h.ln2 are this rank's rows: gathered first.
-const float* GptStage::mlp_backward(const float* params, float* grads, const LayerActivations& h,
+const float* GptStage::mlp_backward(const StageWeights& params, float* grads, const LayerActivations& h,
                                     const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(s.dres, s.dres_full, d);
   const float* ln2 = gather_rows(h.ln2, s.gathered, d);
   if (config().mlp == MlpKind::Gelu) {
     backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu,
-                             params + o.fcprojw, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward_input_dgelu(s.d4c, dout, params + o.fcprojw, h.fch, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, ln2, params + o.fcw, d.N, d.C,
+                             params.gemm(o.fcprojw), d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input_dgelu(s.d4c, dout, params.gemm(o.fcprojw), h.fch, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, ln2, params.gemm(o.fcw), d.N, d.C,
                              d.CM, stream_);
   } else {
     backend_.matmul_backward(s.d4c, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu,
-                             params + o.fcprojw, d.N, d.CM, d.C, stream_);
+                             params.gemm(o.fcprojw), d.N, d.CM, d.C, stream_);
     backend_.swiglu_backward(s.dgate, s.dup, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
-    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, ln2, params + o.gatew, d.N,
+    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, ln2, params.gemm(o.gatew), d.N,
                              d.C, d.CM, stream_);
-    backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, ln2, params + o.fcw, d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, ln2, params.gemm(o.fcw), d.N, d.C,
                              d.CM, stream_);
     input_gradient_sum(s.dtmp, s.dtmp2, params, {o.gatew, o.fcw}, {s.dgate, s.dup}, {d.CM, d.CM}, d);
   }
@@ -47,12 +47,12 @@ const float* GptStage::mlp_backward(const float* params, float* grads, const Lay
 
 // Attention: s.dres (of its output) -> s.dtmp (of ln1, summed over tp); every attention weight's
 // gradient.
-const float* GptStage::attention_backward(const float* params, float* grads, const LayerActivations& h,
+const float* GptStage::attention_backward(const StageWeights& params, float* grads, const LayerActivations& h,
                                           const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(s.dres, s.dres_full, d);
   const float* ln1 = gather_rows(h.ln1, s.gathered, d);
-  backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params + o.attprojw,
+  backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw),
                            d.N, d.CA, d.C, stream_);  // s.dtmp holds [N, CA] here
   if (!config().split_projections()) {
     backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.atty, h.att, d.B, d.T, d.CA, d.NH, stream_);
@@ -60,7 +60,7 @@ const float* GptStage::attention_backward(const float* params, float* grads, con
       rope(s.dqkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(s.dqkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
     }
-    backend_.matmul_backward(s.dtmp, grads + o.qkvw, at(grads, o.qkvb), s.dqkv, ln1, params + o.qkvw, d.N, d.C,
+    backend_.matmul_backward(s.dtmp, grads + o.qkvw, at(grads, o.qkvb), s.dqkv, ln1, params.gemm(o.qkvw), d.N, d.C,
                              3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(s.dqkv, d.N, d.CA, d.KV);
@@ -70,11 +70,11 @@ const float* GptStage::attention_backward(const float* params, float* grads, con
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);
     }
-    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params + o.qkvw, d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C,
                              d.CA, stream_);
-    backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params + o.kw, d.N, d.C, d.KV,
+    backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV,
                              stream_);
-    backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params + o.vw, d.N, d.C, d.KV,
+    backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV,
                              stream_);
     input_gradient_sum(s.dtmp, s.dtmp2, params, {o.qkvw, o.kw, o.vw}, {g.q, g.k, g.v}, {d.CA, d.KV, d.KV}, d);
   }
@@ -85,15 +85,15 @@ const float* GptStage::attention_backward(const float* params, float* grads, con
 // B of the MLP: h.d_res_out -> h.d_ln2 (summed over tp), keeping h.d_fch (and h.d_up) for W.
 // Under sequence parallelism the partial [N,C] gradient goes through s.dtmp (h.d_ln2 holds only
 // this rank's rows): reduce-scattered there, then copied.
-void GptStage::mlp_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+void GptStage::mlp_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                                   const Dims& d) const {
   const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln2;
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_backward_input_dgelu(h.d_fch, dout, params + o.fcprojw, h.fch, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward_input(partial, h.d_fch, params + o.fcw, d.N, d.C, d.CM, stream_);
+    backend_.matmul_backward_input_dgelu(h.d_fch, dout, params.gemm(o.fcprojw), h.fch, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input(partial, h.d_fch, params.gemm(o.fcw), d.N, d.C, d.CM, stream_);
   } else {
-    backend_.matmul_backward_input(s.d4c, dout, params + o.fcprojw, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input(s.d4c, dout, params.gemm(o.fcprojw), d.N, d.CM, d.C, stream_);
     backend_.swiglu_backward(h.d_fch, h.d_up, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
     input_gradient_sum(partial, s.dtmp2, params, {o.gatew, o.fcw}, {h.d_fch, h.d_up}, {d.CM, d.CM}, d);
   }
@@ -102,21 +102,21 @@ void GptStage::mlp_backward_input(const float* params, LayerActivations& h, cons
 }
 
 // B of the attention: h.d_res_attn -> h.d_ln1 (summed over tp), keeping h.d_qkv for W.
-void GptStage::attention_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o,
+void GptStage::attention_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o,
                                         StageScratch& s, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
   // s.dtmp holds the attention output's gradient until attention_backward has read it, then
   // (sequence parallelism) the partial input gradient.
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln1;
-  backend_.matmul_backward_input(s.dtmp, dout, params + o.attprojw, d.N, d.CA, d.C, stream_);  // [N, CA]
+  backend_.matmul_backward_input(s.dtmp, dout, params.gemm(o.attprojw), d.N, d.CA, d.C, stream_);  // [N, CA]
   if (!config().split_projections()) {
     backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.atty, h.att, d.B, d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(h.d_qkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(h.d_qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
     }
-    backend_.matmul_backward_input(partial, h.d_qkv, params + o.qkvw, d.N, d.C, 3 * d.CA, stream_);
+    backend_.matmul_backward_input(partial, h.d_qkv, params.gemm(o.qkvw), d.N, d.C, 3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
     backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, h.atty, h.att, d.B, d.T, d.NH, d.KVH,
@@ -133,34 +133,34 @@ void GptStage::attention_backward_input(const float* params, LayerActivations& h
 
 // The W halves. Under sequence parallelism the residual gradient and the norm's output kept for
 // them are this rank's rows: W gathers them again (its only communication).
-void GptStage::mlp_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+void GptStage::mlp_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                                    StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
   const float* ln2 = gather_rows(h.ln2, s.gathered, d);
-  backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params + o.fcprojw, d.N,
+  backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw), d.N,
                            d.CM, d.C, stream_);
   if (config().mlp == MlpKind::SwiGlu)
-    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), h.d_fch, ln2, params + o.gatew, d.N, d.C, d.CM,
+    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), h.d_fch, ln2, params.gemm(o.gatew), d.N, d.C, d.CM,
                              stream_);
   backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), config().mlp == MlpKind::SwiGlu ? h.d_up : h.d_fch,
-                           ln2, params + o.fcw, d.N, d.C, d.CM, stream_);
+                           ln2, params.gemm(o.fcw), d.N, d.C, d.CM, stream_);
 }
 
-void GptStage::attention_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+void GptStage::attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                                          StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
   const float* ln1 = gather_rows(h.ln1, s.gathered, d);
-  backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params + o.attprojw, d.N,
+  backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw), d.N,
                            d.CA, d.C, stream_);
   if (!config().split_projections()) {
-    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), h.d_qkv, ln1, params + o.qkvw, d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), h.d_qkv, ln1, params.gemm(o.qkvw), d.N, d.C,
                              3 * d.CA, stream_);
     return;
   }
   const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
-  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params + o.qkvw, d.N, d.C, d.CA, stream_);
-  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params + o.kw, d.N, d.C, d.KV, stream_);
-  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params + o.vw, d.N, d.C, d.KV, stream_);
+  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C, d.CA, stream_);
+  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV, stream_);
+  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV, stream_);
 }
 
 }  // namespace pipelane

@@ -295,9 +295,9 @@ void GptStage::init_parameters(const ParamLayout& layout, float* params, std::ui
   }
 }
 
-void GptStage::logits(const float* params, const MicrobatchActivations& a, float* out) const {
+void GptStage::logits(const StageWeights& params, const MicrobatchActivations& a, float* out) const {
   if (!range().has_head) throw std::logic_error("GptStage::logits: this stage has no head");
-  backend_.lm_head_logits(out, a.lnf, params + layout_.head, a.B * a.T, config().d_model,
+  backend_.lm_head_logits(out, a.lnf, params.gemm(layout_.head), a.B * a.T, config().d_model,
                       layout_.vocab_local(), stream_);
 }
 

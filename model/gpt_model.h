@@ -97,6 +97,23 @@ struct MicrobatchActivations {
   }
 };
 
+// The weights a stage's passes read: the fp32 parameters (the masters, in the layout's flat
+// buffer) and, under bf16 storage, optionally their bf16 copy in the same layout (2 bytes an
+// element), which every GEMM then reads in place of rounding the fp32 weight (GemmWeight: the
+// same values, so the same bits). Everything that is not a GEMM operand (norms, biases, the
+// embedding lookup, positions) reads the fp32 parameters. Implicit from `const float*`: fp32
+// parameters alone.
+struct StageWeights {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  StageWeights(const float* params) : f32(params) {}  // NOLINT(google-explicit-constructor)
+  StageWeights(const float* params, const std::uint16_t* params_bf16) : f32(params), bf16(params_bf16) {}
+  // The tensor at `offset` (in elements) as a GEMM's weight.
+  GemmWeight gemm(std::size_t offset) const {
+    return bf16 ? GemmWeight::of_bf16(bf16 + offset) : GemmWeight(f32 + offset);
+  }
+};
+
 // Buffers reused by every microbatch's forward and backward pass.
 struct StageScratch {
   float *proj = nullptr;   // [N,C] forward projection output before the residual add
@@ -198,14 +215,14 @@ class GptStage {
   // being stored or recomputed. That adds the head's share to grads (wte) already here, so
   // gradients must not be zeroed between a microbatch's forward and its backward.
   // `input`, `grad_output` and `grad_input` (here and below) hold storage() values: fp32, or bf16.
-  double forward(const float* params, float* grads, MicrobatchActivations& acts,
+  double forward(const StageWeights& params, float* grads, MicrobatchActivations& acts,
                  StageScratch& scratch, const std::int32_t* tokens, const void* input,
                  const std::int32_t* targets, float loss_scale) const;
 
   // Backward of the same microbatch. Non-last stages: `grad_output` [B,T,C] is the gradient of
   // this stage's output. Parameter gradients accumulate into `grads`; non-first stages write the
   // input gradient to `grad_input`.
-  void backward(const float* params, float* grads, MicrobatchActivations& acts,
+  void backward(const StageWeights& params, float* grads, MicrobatchActivations& acts,
                 StageScratch& scratch, const std::int32_t* tokens, const void* grad_output,
                 void* grad_input) const;
 
@@ -216,7 +233,7 @@ class GptStage {
   // stages) and keeps in `acts` the gradients flowing into each matmul/layernorm. Under tensor
   // parallelism all of the backward's collectives (the column-parallel input-gradient
   // all-reduces) happen here.
-  void backward_input(const float* params, float* grads, MicrobatchActivations& acts,
+  void backward_input(const StageWeights& params, float* grads, MicrobatchActivations& acts,
                       StageScratch& scratch, const std::int32_t* tokens, const void* grad_output,
                       void* grad_input) const;
   // W: the weight-gradient half of the same microbatch: every matmul dW/db, every LayerNorm's
@@ -224,13 +241,13 @@ class GptStage {
   // forward). No communication. Must follow that microbatch's backward_input (std::logic_error
   // otherwise); other microbatches' forwards and backward_inputs may run in between, but `acts`
   // stay this microbatch's until it ran (forward on them throws until then).
-  void backward_weight(const float* params, float* grads, MicrobatchActivations& acts,
+  void backward_weight(const StageWeights& params, float* grads, MicrobatchActivations& acts,
                        StageScratch& scratch, const std::int32_t* tokens) const;
 
   // Logits [B*T, Vp] of the last forward (head stage only; for tests and inference). Under tensor
   // parallelism: this rank's columns [B*T, layout().vocab_local()], global columns starting at
   // layout().vocab_begin().
-  void logits(const float* params, const MicrobatchActivations& acts, float* out) const;
+  void logits(const StageWeights& params, const MicrobatchActivations& acts, float* out) const;
 
   // Called on the host after each layer of forward, backward, backward_input and backward_weight
   // (empty: nothing). The executor hands on WAN turns here, so a turn that arrives during a
@@ -259,11 +276,11 @@ class GptStage {
     std::size_t NC, nC;
   };
   Dims dims(int B, int T) const;
-  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const float* params, std::size_t w,
+  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const StageWeights& params, std::size_t w,
                     std::size_t b, int N) const;
-  void norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const float* params,
+  void norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const StageWeights& params,
                      std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const;
-  void norm_backward_input(float* dinp, const float* dout, const float* inp, const float* params, std::size_t w,
+  void norm_backward_input(float* dinp, const float* dout, const float* inp, const StageWeights& params, std::size_t w,
                            const float* mean, const float* rstd, int N) const;
   void norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
                             const float* mean, const float* rstd, int N) const;
@@ -275,29 +292,29 @@ class GptStage {
   // reduce-scattered so that its first n rows are this rank's rows of the sum.
   const float* gather_rows(const float* part, float* full, const Dims& d) const;
   void sum_partials(float* partial, const Dims& d) const;
-  void out_projection(float* out, const float* params, const float* inp, std::size_t w, std::size_t b, int in,
+  void out_projection(float* out, const StageWeights& params, const float* inp, std::size_t w, std::size_t b, int in,
                       const Dims& d) const;
   // ln: the normalised input, all rows (gather_rows of the layer's ln1 / ln2).
-  void attention_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+  void attention_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                          const float* ln, const Dims& d) const;
-  void mlp_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+  void mlp_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                    const float* ln, const Dims& d) const;
   // Return the gradient of the sublayer's normalised input, summed over tp: this rank's rows of it.
-  const float* attention_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+  const float* attention_backward(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                                   StageScratch& s, const Dims& d) const;
-  const float* mlp_backward(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+  const float* mlp_backward(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                             StageScratch& s, const Dims& d) const;
-  void attention_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+  void attention_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                                 const Dims& d) const;
-  void mlp_backward_input(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+  void mlp_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                           const Dims& d) const;
-  void attention_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+  void attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                                  StageScratch& s, const Dims& d) const;
-  void mlp_backward_weight(const float* params, float* grads, const LayerActivations& h, const LayerOffsets& o,
+  void mlp_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                            StageScratch& s, const Dims& d) const;
   // Sum of the input gradients of the matrices that read the same input (q, k, v; gate, up):
   // dx (=) = sum_i dy_i @ W_i, in order, each through matmul_backward_input's GEMM.
-  void input_gradient_sum(float* dx, float* tmp, const float* params, std::initializer_list<std::size_t> weights,
+  void input_gradient_sum(float* dx, float* tmp, const StageWeights& params, std::initializer_list<std::size_t> weights,
                           std::initializer_list<const float*> douts, std::initializer_list<int> widths,
                           const Dims& d) const;
   void check_backend_supports_config() const;
@@ -310,17 +327,17 @@ class GptStage {
   template <typename Alloc>
   LayerActivations plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
                               bool split_backward, StoredLayer* stored = nullptr) const;
-  void layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+  void layer_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                      const float* x, const Dims& d) const;
   LayerActivations forward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
   LayerActivations backward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
   const float* backward_input_of(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
-  void recompute_group(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
+  void recompute_group(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
   void recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const;
   // Before layer l's backward (whole, B, or W when `weight_half`): whatever recomputation it needs.
-  void before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d,
+  void before_layer_backward(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d,
                              bool weight_half) const;
-  void embed(const float* params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const;
+  void embed(const StageWeights& params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const;
   // bf16 storage (gpt_bf16_storage.cpp; each does nothing, or the fp32 thing, under F32).
   bool bf16_storage() const { return storage_ == DType::BF16; }
   // Elements of each kLayerValues entry of a layer (0: the config lacks it, or it stays fp32).

@@ -31,7 +31,7 @@ LayerActivations with_fp32_state_of(LayerActivations workspace, const LayerActiv
 }
 }  // namespace
 
-void GptStage::layer_forward(const float* params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
+void GptStage::layer_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                              const float* x, const Dims& d) const {
   norm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.n);
   attention_forward(params, h, o, s, gather_rows(h.ln1, s.gathered, d), d);
@@ -73,7 +73,7 @@ const float* GptStage::backward_input_of(const MicrobatchActivations& a, StageSc
 }
 
 // Layers [group_first, l] of l's group again, from the group's kept input into the workspace.
-void GptStage::recompute_group(const float* params, MicrobatchActivations& a, StageScratch& s, int l,
+void GptStage::recompute_group(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l,
                                const Dims& d) const {
   const int first = recompute_plan_[l].group_first;
   const float* x = kept_layer_input(a, s, first, d);
@@ -101,7 +101,7 @@ void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch&
 
 // The weight half (W) needs no attention-core state, but every other forward activation: a full
 // group is rerun for W too when the backward is split (B's rerun is gone by then).
-void GptStage::before_layer_backward(const float* params, MicrobatchActivations& a, StageScratch& s, int l,
+void GptStage::before_layer_backward(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l,
                                      const Dims& d, bool weight_half) const {
   const LayerRecompute& r = recompute_plan_[l];
   if (r.keeps != LayerKeeps::Output) load_layer(a, s, l, d);

@@ -10,7 +10,7 @@
 namespace pipelane {
 
 // The first stage's token (and learned position) embedding of `tokens` into `out` [n,C].
-void GptStage::embed(const float* params, float* out, const Dims& d, StageScratch& s,
+void GptStage::embed(const StageWeights& params, float* out, const Dims& d, StageScratch& s,
                      const std::int32_t* tokens) const {
   const ParamLayout& L = layout_;
   const bool learned = config().has_learned_positions();
@@ -18,26 +18,26 @@ void GptStage::embed(const float* params, float* out, const Dims& d, StageScratc
     // Every row's partial lookup, reduce-scattered: this rank's rows of the sum, then their
     // positions (row r is position r % T) added a run of consecutive positions at a time, the same
     // float adds add_positions makes.
-    backend_.embedding_lookup_local(s.proj, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+    backend_.embedding_lookup_local(s.proj, tokens, params.f32 + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
     sum_partials(s.proj, d);
     backend_.copy(out, s.proj, d.nC * sizeof(float), stream_);
     for (int row = d.row0; learned && row < d.row0 + d.n;) {
       const int t = row % d.T, run = std::min(d.T - t, d.row0 + d.n - row);
       backend_.add_inplace(out + static_cast<std::size_t>(row - d.row0) * d.C,
-                           params + L.wpe + static_cast<std::size_t>(t) * d.C, static_cast<std::size_t>(run) * d.C,
+                           params.f32 + L.wpe + static_cast<std::size_t>(t) * d.C, static_cast<std::size_t>(run) * d.C,
                            stream_);
       row += run;
     }
   } else if (tp_) {
-    backend_.embedding_lookup_local(out, tokens, params + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+    backend_.embedding_lookup_local(out, tokens, params.f32 + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
     reduce_sum(out, d.NC);
-    if (learned) backend_.add_positions(out, params + L.wpe, d.B, d.T, d.C, stream_);
+    if (learned) backend_.add_positions(out, params.f32 + L.wpe, d.B, d.T, d.C, stream_);
   } else if (learned) {
-    backend_.embedding_forward(out, tokens, params + L.wte, params + L.wpe, d.B, d.T, d.C, stream_);
+    backend_.embedding_forward(out, tokens, params.f32 + L.wte, params.f32 + L.wpe, d.B, d.T, d.C, stream_);
   } else {
-    backend_.embedding_lookup_local(out, tokens, params + L.wte, d.N, d.C, 0, L.vocab_local(), stream_);
+    backend_.embedding_lookup_local(out, tokens, params.f32 + L.wte, d.N, d.C, 0, L.vocab_local(), stream_);
   }
 }
 
@@ -56,7 +56,7 @@ void GptStage::embed_backward(float* grads, const MicrobatchActivations& a, cons
     backend_.embedding_backward(grads + L.wte, grads + L.wpe, dx, tokens, d.B, d.T, d.C, stream_);
 }
 
-double GptStage::forward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+double GptStage::forward(const StageWeights& params, float* grads, MicrobatchActivations& a, StageScratch& s,
                          const std::int32_t* tokens, const void* input, const std::int32_t* targets,
                          float loss_scale) const {
   const GptConfig& cfg = config();
@@ -106,7 +106,7 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
                              },
                              [comm](float* p, std::size_t n) { comm->all_reduce_max(p, n); }};
     const double loss = backend_.lm_head_cross_entropy_vocab_parallel(
-        a.losses, dx, grads ? grads + L.head : nullptr, a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
+        a.losses, dx, grads ? grads + L.head : nullptr, a.lnf, params.gemm(L.head), targets, d.N, d.C, cfg.vocab_size,
         L.vocab_begin(), L.vocab_local(), loss_scale, s.logits, reduce, stream_);
     if (partial_begin) {
       tp_->reduce_scatter_sum(dx, d.nC);
@@ -115,7 +115,7 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
     return loss;
   }
   return backend_.lm_head_cross_entropy(a.losses, grads ? a.dlnf : nullptr, grads ? grads + L.head : nullptr,
-                                        a.lnf, params + L.head, targets, d.N, d.C, cfg.vocab_size,
+                                        a.lnf, params.gemm(L.head), targets, d.N, d.C, cfg.vocab_size,
                                         cfg.padded_vocab(), loss_scale, s.logits, stream_);
 }
 
@@ -126,7 +126,7 @@ double GptStage::forward(const float* params, float* grads, MicrobatchActivation
 // With sequence parallelism s.dres holds this rank's rows: the output projections' biases and wpe
 // are still computed from every row (gathered), the norms' from this rank's rows only
 // (reduce_sequence_parallel_gradients sums them).
-void GptStage::backward(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+void GptStage::backward(const StageWeights& params, float* grads, MicrobatchActivations& a, StageScratch& s,
                         const std::int32_t* tokens, const void* grad_output, void* grad_input) const {
   const ParamLayout& L = layout_;
   const Dims d = dims(a.B, a.T);
@@ -162,7 +162,7 @@ void GptStage::backward(const float* params, float* grads, MicrobatchActivations
 // place in s.dres, which gives the same bits. backward_weight then makes exactly backward()'s
 // weight-gradient calls on those buffers; each gradient tensor receives one += per microbatch
 // either way, so the results are bit-identical.
-void GptStage::backward_input(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+void GptStage::backward_input(const StageWeights& params, float* grads, MicrobatchActivations& a, StageScratch& s,
                               const std::int32_t* tokens, const void* grad_output, void* grad_input) const {
   (void)grads;   // all of this stage's parameter gradients are W's (or, for the head, forward's)
   (void)tokens;  // only the embedding's backward (W) needs them
@@ -210,7 +210,7 @@ void GptStage::backward_input(const float* params, float* grads, MicrobatchActiv
   a.weight_grad_pending = true;
 }
 
-void GptStage::backward_weight(const float* params, float* grads, MicrobatchActivations& a, StageScratch& s,
+void GptStage::backward_weight(const StageWeights& params, float* grads, MicrobatchActivations& a, StageScratch& s,
                                const std::int32_t* tokens) const {
   if (!a.split_backward)
     throw std::logic_error("GptStage::backward_weight: activations were allocated without split_backward");

@@ -45,6 +45,8 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     throw std::invalid_argument(std::string("memory model: storage ") + dtype_name(spec.storage) + ": expected f32 or bf16");
   if (spec.storage == DType::BF16 && spec.element_bytes != 4)
     throw std::invalid_argument("memory model: storage bf16 is sized as allocated: element_bytes must be 4");
+  if (spec.gemm_weights == DType::BF16 && spec.element_bytes != 4)
+    throw std::invalid_argument("memory model: bf16 GEMM weights are sized as allocated: element_bytes must be 4");
   validate_schedule_spec(spec.schedule);
   const ScheduleSpec& sched = spec.schedule;
   if (stage < 0 || stage >= sched.pp || tp_rank < 0 || tp_rank >= spec.tp)
@@ -79,8 +81,14 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     const double S = spec.optimizer_shards == 1
                          ? P
                          : aligned(plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats).shard_floats * 4.0) / 4.0;
-    r.weights += P * spec.element_bytes;
-    r.master_weights += spec.element_bytes == 4 ? 0.0 : S * 4.0;
+    if (spec.gemm_weights == DType::BF16) {
+      // The GEMMs' bf16 copy of the weights beside the fp32 parameters, which are then the masters.
+      r.weights += aligned(model.layout().total_floats() * 2.0);
+      r.master_weights += P * 4.0;
+    } else {
+      r.weights += P * spec.element_bytes;
+      r.master_weights += spec.element_bytes == 4 ? 0.0 : S * 4.0;
+    }
     r.gradients += P * spec.element_bytes;
     r.optimizer += S * 8.0;
     r.scratch += ch.scratch_bytes;
@@ -119,6 +127,7 @@ std::string describe_memory_features(const MemorySpec& spec) {
   if (spec.optimizer_shards > 1) add("distributed optimizer over dp " + std::to_string(spec.optimizer_shards));
   if (spec.sequence_parallel && spec.tp > 1) add("sequence parallel");
   if (spec.storage == DType::BF16) add("bf16 storage (activations and messages)");
+  if (spec.gemm_weights == DType::BF16) add("bf16 GEMM weights");
   return out;
 }
 

@@ -14,8 +14,11 @@
 // pipelane does not store (its weights and gradients stay fp32).
 // storage = BF16 (`[train] storage = bf16`) is what pipelane does store in bf16: the activations a
 // layer keeps and the p2p messages (GptStage's bf16 storage), sized exactly as allocated; the
-// scratch keeps fp32 workspaces for the layer being computed. element_bytes must then be 4 (the
-// 16-bit prediction above already halves activations).
+// scratch keeps fp32 workspaces for the layer being computed. gemm_weights = BF16 (`[train]
+// gemm_weights = bf16`) adds the bf16 copy of the weights that the GEMMs read (`weights`, 2 bytes a
+// parameter, beside the fp32 parameters, then `master_weights`: Megatron's 18 bytes a parameter
+// without the distributed optimizer). element_bytes must then be 4 (the 16-bit prediction above
+// already halves activations).
 // optimizer_shards: the distributed optimizer (ZeRO-1, `[train] distributed_optimizer`) over that
 // many dp ranks keeps master weights and optimizer state for one shard (parallel/optimizer_shards.h:
 // about 1/dp, plus a tail of fewer than dp * 16 floats per segment that every rank keeps).
@@ -47,6 +50,7 @@ struct MemorySpec {
   std::size_t optimizer_bucket_floats = kShardBucketFloats;  // its buckets
   bool sequence_parallel = false;  // [parallel] sequence_parallel: rows of the residual stream split over tp
   DType storage = DType::F32;      // [train] storage: BF16 keeps activations and messages in bf16
+  DType gemm_weights = DType::F32; // [train] gemm_weights: BF16 adds a bf16 copy of the weights for the GEMMs
 };
 
 // One model chunk (virtual stage) of a rank.
@@ -78,7 +82,7 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
 std::vector<RankMemory> predict_memory(const MemorySpec& spec, Backend& sizing);
 
 // The memory features `spec` uses, for messages and run headers: "recompute selective, distributed
-// optimizer over dp 4, sequence parallel, bf16 storage (activations and messages)"; "" when none is.
+// optimizer over dp 4, sequence parallel, bf16 storage (activations and messages), bf16 GEMM weights"; "" when none is.
 std::string describe_memory_features(const MemorySpec& spec);
 
 // One transformer layer's activations for one microbatch in pipelane's layout at the spec's

@@ -37,6 +37,11 @@ struct Chunk {
   std::unique_ptr<GptStage> model;
   int virtual_stage = 0;
   float *params = nullptr, *grads = nullptr, *m = nullptr, *v = nullptr;
+  // gemm_weights = BF16: the bf16 copy of params that the GEMMs read (GptStage's StageWeights),
+  // made again from params before they are next read whenever they may have changed (stale).
+  std::uint16_t* params_bf16 = nullptr;
+  bool params_bf16_stale = true;
+  StageWeights weights() const { return {params, params_bf16}; }
   std::unique_ptr<ShardedAdamW> sharded;  // the distributed optimizer; m and v are its shard
   // Its all-gather of the updated parameters, still in flight: waited for before the parameters
   // are next read (the chunk's first forward), so on a stage that starts by receiving it overlaps
@@ -90,6 +95,7 @@ struct PipelineExecutor::Impl {
     m.recompute = o.recompute;
     m.sequence_parallel = o.sequence_parallel;
     m.storage = o.storage;
+    m.gemm_weights = o.gemm_weights;
     m.optimizer_shards = o.distributed_optimizer ? t.dp->size() : 1;
     m.optimizer_bucket_floats = o.optimizer_bucket_floats;
     return m;
@@ -146,6 +152,9 @@ struct PipelineExecutor::Impl {
         optimizer_sharded(o.distributed_optimizer && t.dp->size() > 1) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
+    if (o.gemm_weights == DType::BF16 && b.compute_precision() != DType::BF16)
+      throw std::invalid_argument("bf16 GEMM weights need a backend of bf16 compute (" + b.name() + " computes in " +
+                                  dtype_name(b.compute_precision()) + ")");
     instrs = build_schedule(o.schedule, stage);
     if (o.wan) {
       instrs = lower_for_wan(std::move(instrs), *o.wan);
@@ -185,6 +194,7 @@ struct PipelineExecutor::Impl {
       const std::size_t n = ch.model->layout().total_floats();
       ch.params = arena->allocate_n<float>(n, "parameters");
       ch.grads = arena->allocate_n<float>(n, "gradients");
+      if (o.gemm_weights == DType::BF16) ch.params_bf16 = arena->allocate_n<std::uint16_t>(n, "parameters.bf16");
       if (optimizer_sharded) {
         ch.sharded = std::make_unique<ShardedAdamW>(ch.model->layout(), *t.dp, o.optimizer_bucket_floats, *arena,
                                                     backend, *compute);
@@ -433,7 +443,7 @@ struct PipelineExecutor::Impl {
       case Op::BwdWeight: {
         Chunk& ch = chunks[in.chunk];
         Slot& slot = acquire(ch, in.microbatch);
-        ch.model->backward_weight(ch.params, ch.grads, slot.acts, ch.scratch,
+        ch.model->backward_weight(ch.weights(), ch.grads, slot.acts, ch.scratch,
                                   ch.first() ? rows(run.tokens, in.microbatch) : nullptr);
         release(ch, in.microbatch);
         return 0.0;
@@ -465,7 +475,7 @@ struct PipelineExecutor::Impl {
     settle_parameters(ch);
     Slot& slot = acquire(ch, in.microbatch);
     settle_before_writing(slot, slot.acts.output());
-    run.loss_sum += ch.model->forward(ch.params, ch.grads, slot.acts, ch.scratch,
+    run.loss_sum += ch.model->forward(ch.weights(), ch.grads, slot.acts, ch.scratch,
                                       ch.first() ? rows(run.tokens, in.microbatch) : nullptr,
                                       ch.first() ? nullptr : slot.recv_input,
                                       ch.last() ? rows(run.targets, in.microbatch) : nullptr, run.loss_scale);
@@ -479,9 +489,9 @@ struct PipelineExecutor::Impl {
     const void* grad_out = ch.last() ? nullptr : slot.recv_grad;
     void* grad_in = ch.first() ? nullptr : slot.send_grad;
     if (split_backward) {
-      ch.model->backward_input(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
+      ch.model->backward_input(ch.weights(), ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
     } else {
-      ch.model->backward(ch.params, ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
+      ch.model->backward(ch.weights(), ch.grads, slot.acts, ch.scratch, tok, grad_out, grad_in);
       if (ch.first()) release(ch, in.microbatch);
     }
   }
@@ -523,15 +533,22 @@ struct PipelineExecutor::Impl {
       else
         adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, opts.adamw, run.lr, run.step_number, scale,
                    backend, *compute);
+      ch.params_bf16_stale = true;
     }
   }
 
-  // The distributed optimizer's parameters of `ch` are whole again once its all-gather is done.
+  // The distributed optimizer's parameters of `ch` are whole again once its all-gather is done;
+  // then, under bf16 storage, their bf16 copy is made again if they changed.
   void settle_parameters(Chunk& ch) {
-    if (ch.params_gathering.empty()) return;
-    note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
-    for (auto& e : ch.params_gathering) e->wait_on(*compute);
-    ch.params_gathering.clear();
+    if (!ch.params_gathering.empty()) {
+      note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
+      for (auto& e : ch.params_gathering) e->wait_on(*compute);
+      ch.params_gathering.clear();
+    }
+    if (ch.params_bf16 && ch.params_bf16_stale) {
+      backend.cast_to_bf16(ch.params_bf16, ch.params, ch.model->layout().total_floats(), *compute);
+      ch.params_bf16_stale = false;
+    }
   }
   void settle_parameters() {
     for (Chunk& ch : chunks) settle_parameters(ch);
@@ -568,9 +585,11 @@ std::chrono::steady_clock::time_point PipelineExecutor::clock_origin() const { r
 std::vector<ChunkState> PipelineExecutor::chunk_states() {
   impl_->settle_parameters();
   std::vector<ChunkState> out;
-  for (Chunk& ch : impl_->chunks)
+  for (Chunk& ch : impl_->chunks) {
+    ch.params_bf16_stale = true;  // the caller may write the parameters (a checkpoint's load)
     out.push_back({&ch.model->layout(), ch.virtual_stage, ch.params, ch.grads, ch.sharded ? nullptr : ch.m,
                    ch.sharded ? nullptr : ch.v});
+  }
   return out;
 }
 bool PipelineExecutor::optimizer_sharded() const { return impl_->optimizer_sharded; }
@@ -666,7 +685,7 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
         arrived->synchronize();
         arrived->wait_on(*s.compute);
       }
-      loss_sum += ch.model->forward(ch.params, nullptr, slot.acts, ch.scratch,
+      loss_sum += ch.model->forward(ch.weights(), nullptr, slot.acts, ch.scratch,
                                     ch.first() ? s.rows(tokens, mb) : nullptr,
                                     ch.first() ? nullptr : slot.recv_input,
                                     ch.last() ? s.rows(targets, mb) : nullptr, 1.0f);

@@ -47,6 +47,10 @@ struct ExecutorOptions {
   // F32, or BF16 ([train] storage = bf16, with a backend of bf16 compute): activations kept in bf16
   // and every stage-to-stage message in bf16, half the bytes (GptStage's storage).
   DType storage = DType::F32;
+  // F32, or BF16 ([train] gemm_weights = bf16, with a backend of bf16 compute): the GEMMs read a bf16
+  // copy of the parameters (GptStage's StageWeights), made again from the fp32 parameters before
+  // they are next read after each optimizer step; the same bits as F32, 2 bytes a parameter more.
+  DType gemm_weights = DType::F32;
   // ZeRO-1 over the dp group (parallel/sharded_adamw.h): each dp rank keeps AdamW moments for its
   // shard only. With dp = 1 there is nothing to shard: the replicated optimizer runs, bit for bit.
   bool distributed_optimizer = false;

@@ -17,8 +17,9 @@
 // overwritten =, except layernorm's dinp which accumulates: a layernorm's input is always the
 // residual stream, whose gradient is a sum). N = rows (B*T), C = channels, row-major. Reductions
 // run over a fixed partition, so results do not depend on the thread count of our own kernels.
-// supports(op, dtype) says what a backend can run. The three bf16-storage casts (below) are the
-// ops whose buffers are bf16: supports(CastToBf16 | CastFromBf16 | RoundToBf16, BF16).
+// supports(op, dtype) says what a backend can run. The ops with a bf16 buffer: the three
+// bf16-storage casts (below), and under compute precision BF16 the GEMM family's weight operand
+// (GemmWeight: the matmuls and the LM head read a bf16 weight in place of rounding an fp32 one).
 //
 // Compute precision (compute_precision(), chosen when the backend is made): F32, or BF16 the way
 // PyTorch's autocast runs bf16: every buffer stays fp32 (weights as masters, gradients, optimizer
@@ -87,10 +88,44 @@ enum class OpKind : std::uint8_t {
   Count  // not an op
 };
 const char* op_kind_name(OpKind op);
-// The ops with a bf16 buffer: what supports(op, DType::BF16) says yes to on CPU and CUDA.
+// The ops with a bf16 buffer: what supports(op, DType::BF16) says yes to on CPU and CUDA (the
+// GEMM-weight ones only under compute precision BF16).
 inline bool is_bf16_cast(OpKind op) {
   return op == OpKind::CastToBf16 || op == OpKind::CastFromBf16 || op == OpKind::RoundToBf16;
 }
+inline bool reads_gemm_weight(OpKind op) {
+  switch (op) {
+    case OpKind::MatmulForward: case OpKind::MatmulBackward: case OpKind::MatmulBackwardInput:
+    case OpKind::MatmulGeluForward: case OpKind::MatmulBackwardInputDgelu: case OpKind::LmHeadLogits:
+    case OpKind::LmHeadCrossEntropy: case OpKind::LmHeadCrossEntropyVocabParallel:
+      return true;
+    default:
+      return false;
+  }
+}
+// What supports(op, BF16) answers on a backend of compute precision `compute`.
+inline bool has_bf16_buffer(OpKind op, DType compute) {
+  return is_bf16_cast(op) || (compute == DType::BF16 && reads_gemm_weight(op));
+}
+
+// The weight operand of a GEMM (the matmul family, the LM head): an fp32 tensor, or its bf16 copy
+// (`[train] storage = bf16`: the stage's compute weights, rounded from the fp32 masters once a
+// step instead of inside every GEMM). A bf16 weight needs compute precision BF16
+// (std::invalid_argument otherwise); there a GEMM rounds an fp32 weight to exactly these values,
+// so both operands give the same bits. Implicit from `const float*`: the fp32 call sites read as
+// they always did.
+struct GemmWeight {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  GemmWeight(const float* w) : f32(w) {}  // NOLINT(google-explicit-constructor)
+  static GemmWeight of_bf16(const std::uint16_t* w) {
+    GemmWeight g(nullptr);
+    g.bf16 = w;
+    return g;
+  }
+  bool is_bf16() const { return bf16 != nullptr; }
+  const void* data() const { return bf16 ? static_cast<const void*>(bf16) : static_cast<const void*>(f32); }
+};
 
 // The collectives of a tensor-parallel group, handed to the one op that needs them mid-kernel
 // (the vocab-parallel head). Each reduces element-wise over the group, in place.
@@ -314,8 +349,8 @@ class Backend {
   virtual std::unique_ptr<Event> create_event() = 0;
 
   // --- the op table ---
-  // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts,
-  // BF16 for the casts).
+  // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts;
+  // BF16 what has_bf16_buffer says: the casts, and the GEMM weights under bf16 compute).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
   virtual DType compute_precision() const = 0;
@@ -353,26 +388,26 @@ class Backend {
                                          int N, int C, Stream& s) = 0;
 
   // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  virtual void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias,
                               int N, int C, int OC, Stream& s) = 0;
   // dinp (=, may be null), dweight (+=), dbias (+=, may be null).
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC,
+                               const float* inp, GemmWeight weight, int N, int C, int OC,
                                Stream& s) = 0;
   // Only dinp (=), bit-identical to matmul_backward's.
-  virtual void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N,
+  virtual void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N,
                                      int C, int OC, Stream& s) = 0;
   // The MLP's first layer with its GeLU: pre = inp @ weight^T + bias (kept for backward), out =
   // gelu(pre). By default the two ops; the CUDA backend fuses the GeLU into the GEMM's epilogue
   // (cuBLASLt's GELU_AUX_BIAS) where the width fits.
-  virtual void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+  virtual void matmul_gelu_forward(float* pre, float* out, const float* inp, GemmWeight weight,
                                    const float* bias, int N, int C, int OC, Stream& s) {
     matmul_forward(pre, inp, weight, bias, N, C, OC, s);
     gelu_forward(out, pre, static_cast<std::size_t>(N) * OC, s);
   }
   // The input gradient of a layer whose input was gelu(pre), through the GeLU: dpre (=) =
   // (dout @ weight) * gelu'(pre). By default the two ops; fused by the CUDA backend (DGELU).
-  virtual void matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight,
+  virtual void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight,
                                            const float* pre, int N, int C, int OC, Stream& s) {
     matmul_backward_input(dpre, dout, weight, N, C, OC, s);
     gelu_backward(dpre, pre, dpre, static_cast<std::size_t>(N) * C, s);
@@ -419,7 +454,7 @@ class Backend {
   }
 
   // logits[N,Vp] = x[N,C] @ wte[Vp,C]^T (the tied head, for inference and inspection).
-  virtual void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C,
+  virtual void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C,
                               int Vp, Stream& s) = 0;
   // Scratch floats the fused head needs: never all logits, one bounded block of rows at a time.
   virtual std::size_t lm_head_scratch_floats(int N, int Vp) const = 0;
@@ -427,13 +462,13 @@ class Backend {
   // when dx is non-null also backward of d(sum(losses) * grad_scale): dx (=), dwte (+=).
   // Returns the sum of losses (double); waits for the stream.
   virtual double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
-                                       const float* wte, const std::int32_t* targets, int N, int C,
+                                       GemmWeight wte, const std::int32_t* targets, int N, int C,
                                        int V, int Vp, float grad_scale, float* scratch,
                                        Stream& s) = 0;
   // The vocab-parallel head (Megatron): this rank holds wte rows [vocab_begin, +vocab_count).
   virtual std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const = 0;
   virtual double lm_head_cross_entropy_vocab_parallel(
-      float* losses, float* dx, float* dwte, const float* x, const float* wte,
+      float* losses, float* dx, float* dwte, const float* x, GemmWeight wte,
       const std::int32_t* targets, int N, int C, int V, int vocab_begin, int vocab_count,
       float grad_scale, float* scratch, const GroupReduce& reduce, Stream& s) = 0;
 

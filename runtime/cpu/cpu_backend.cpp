@@ -119,7 +119,7 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
 
   bool supports(OpKind op, DType dtype) const override {
-    return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && is_bf16_cast(op)));
+    return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && has_bf16_buffer(op, compute_precision())));
   }
   DType compute_precision() const override { return bf16_ ? DType::BF16 : DType::F32; }
 
@@ -173,27 +173,27 @@ class CpuBackend final : public Backend {
     cpu::layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C);
   }
 
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+  void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
                       int C, int OC, Stream&) override {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::matmul_forward(*onednn_, out, inp, weight, bias, N, C, OC);
     else if (bf16_) cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
-    else cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+    else cpu::matmul_forward(out, inp, fp32_weight(weight, "matmul_forward"), bias, N, C, OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC,
+                       const float* inp, GemmWeight weight, int N, int C, int OC,
                        Stream&) override {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::matmul_backward(*onednn_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     else if (bf16_) cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, fp32_weight(weight, "matmul_backward"), N, C, OC);
   }
-  void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+  void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                              int OC, Stream&) override {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::matmul_backward_input(*onednn_, dinp, dout, weight, N, C, OC);
     else if (bf16_) cpu::bf16::matmul_backward_input(dinp, dout, weight, N, C, OC);
-    else cpu::matmul_backward_input(dinp, dout, weight, N, C, OC);
+    else cpu::matmul_backward_input(dinp, dout, fp32_weight(weight, "matmul_backward_input"), N, C, OC);
   }
 
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
@@ -256,18 +256,18 @@ class CpuBackend final : public Backend {
     return cpu::sum_squares(x, n);
   }
 
-  void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp,
+  void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp,
                       Stream&) override {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::lm_head_logits(*onednn_, logits, x, wte, N, C, Vp);
     else if (bf16_) cpu::bf16::lm_head_logits(logits, x, wte, N, C, Vp);
-    else cpu::lm_head_logits(logits, x, wte, N, C, Vp);
+    else cpu::lm_head_logits(logits, x, fp32_weight(wte, "lm_head_logits"), N, C, Vp);
   }
   std::size_t lm_head_scratch_floats(int N, int Vp) const override {
     return static_cast<std::size_t>(cpu::lm_head_chunk_rows(N, Vp)) * Vp;
   }
   double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
-                               const float* wte, const std::int32_t* targets, int N, int C, int V,
+                               GemmWeight wte, const std::int32_t* targets, int N, int C, int V,
                                int Vp, float grad_scale, float* scratch, Stream&) override {
     ThreadScope t(threads_);
     if (onednn_)
@@ -276,14 +276,14 @@ class CpuBackend final : public Backend {
     if (bf16_)
       return cpu::bf16::lm_head_cross_entropy(losses, dx, dwte, x, wte, targets, N, C, V, Vp,
                                               grad_scale, scratch);
-    return cpu::lm_head_cross_entropy(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale,
-                                      scratch);
+    return cpu::lm_head_cross_entropy(losses, dx, dwte, x, fp32_weight(wte, "lm_head_cross_entropy"), targets, N,
+                                      C, V, Vp, grad_scale, scratch);
   }
   std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const override {
     return cpu::lm_head_vocab_parallel_scratch_floats(N, vocab_count);
   }
   double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte,
-                                              const float* x, const float* wte,
+                                              const float* x, GemmWeight wte,
                                               const std::int32_t* targets, int N, int C, int V,
                                               int vocab_begin, int vocab_count, float grad_scale,
                                               float* scratch, const GroupReduce& reduce,
@@ -297,8 +297,9 @@ class CpuBackend final : public Backend {
       return cpu::bf16::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x, wte, targets, N,
                                                              C, V, vocab_begin, vocab_count,
                                                              grad_scale, scratch, reduce);
-    return cpu::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x, wte, targets, N, C, V,
-                                                     vocab_begin, vocab_count, grad_scale,
+    return cpu::lm_head_cross_entropy_vocab_parallel(losses, dx, dwte, x,
+                                                     fp32_weight(wte, "lm_head_cross_entropy_vocab_parallel"),
+                                                     targets, N, C, V, vocab_begin, vocab_count, grad_scale,
                                                      scratch, reduce);
   }
 
@@ -433,6 +434,12 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The fp32 weight of a GEMM in fp32 compute: a bf16 one is for bf16 compute only (GemmWeight).
+  const float* fp32_weight(GemmWeight w, const char* op) const {
+    if (w.is_bf16())
+      throw std::invalid_argument(name() + ": " + op + " got a bf16 weight; bf16 weights need bf16 compute");
+    return w.f32;
+  }
   static int default_threads() {
     const unsigned n = std::thread::hardware_concurrency();
     return n ? static_cast<int>(n) : 1;

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "runtime/backend.h"
 
@@ -148,22 +149,26 @@ void round_to_bf16(float* dst, const float* src, std::size_t n);
 // fp32 column sum on a GPU); the attention's softmax and the head's cross-entropy run in fp32 on
 // the fp32 GEMM outputs, and their results are rounded only where a GEMM reads them (the
 // probabilities in att @ v and its backward, dpreatt, dlogits).
+// The GEMM weights are GemmWeight (runtime/backend.h): an fp32 weight is rounded per call, a bf16
+// one widened (exactly: the same values).
 namespace bf16 {
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+// A GEMM weight's n values as the emulated GEMMs read them: fp32 rounded to bf16, or bf16 widened.
+std::vector<float> gemm_weight_values(GemmWeight weight, std::size_t n);
+void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
                     int C, int OC);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC);
-void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+                     GemmWeight weight, int N, int C, int OC);
+void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH);
-void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp);
+void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp);
 double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
-                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             GemmWeight wte, const std::int32_t* targets, int N, int C, int V,
                              int Vp, float grad_scale, float* scratch);
 double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                            const float* wte, const std::int32_t* targets, int N,
+                                            GemmWeight wte, const std::int32_t* targets, int N,
                                             int C, int V, int vocab_begin, int vocab_count,
                                             float grad_scale, float* scratch,
                                             const GroupReduce& reduce);
@@ -176,18 +181,19 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
 // kernels (its per-head products are loops of ours, not GEMM calls).
 class OnednnBf16Gemm;
 namespace onednn {
-void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, const float* weight, const float* bias,
+// A bf16 GemmWeight goes to oneDNN as it is (no conversion); an fp32 one is converted per call.
+void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight weight, const float* bias,
                     int N, int C, int OC);
 void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC);
-void matmul_backward_input(OnednnBf16Gemm& g, float* dinp, const float* dout, const float* weight, int N, int C,
+                     const float* inp, GemmWeight weight, int N, int C, int OC);
+void matmul_backward_input(OnednnBf16Gemm& g, float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
-void lm_head_logits(OnednnBf16Gemm& g, float* logits, const float* x, const float* wte, int N, int C, int Vp);
+void lm_head_logits(OnednnBf16Gemm& g, float* logits, const float* x, GemmWeight wte, int N, int C, int Vp);
 double lm_head_cross_entropy(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte, const float* x,
-                             const float* wte, const std::int32_t* targets, int N, int C, int V, int Vp,
+                             GemmWeight wte, const std::int32_t* targets, int N, int C, int V, int Vp,
                              float grad_scale, float* scratch);
 double lm_head_cross_entropy_vocab_parallel(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte,
-                                            const float* x, const float* wte, const std::int32_t* targets, int N,
+                                            const float* x, GemmWeight wte, const std::int32_t* targets, int N,
                                             int C, int V, int vocab_begin, int vocab_count, float grad_scale,
                                             float* scratch, const GroupReduce& reduce);
 }  // namespace onednn

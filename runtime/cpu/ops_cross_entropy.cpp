@@ -42,13 +42,14 @@ struct SgemmHead {
   }
 };
 
-// The same GEMMs on oneDNN: x and wte converted to bf16 once per call, dz once per block.
+// The same GEMMs on oneDNN: x and an fp32 wte converted to bf16 once per call (a bf16 wte read as
+// it is), dz once per block.
 class OnednnHead {
  public:
-  OnednnHead(OnednnBf16Gemm& g, const float* x, const float* wte, int N, int C, int W)
+  OnednnHead(OnednnBf16Gemm& g, const float* x, GemmWeight wte, int N, int C, int W)
       : g_(g),
         x_(g.staged(0, x, static_cast<std::size_t>(N) * C)),
-        wte_(g.staged(1, wte, static_cast<std::size_t>(W) * C)),
+        wte_(wte.is_bf16() ? wte.bf16 : g.staged(1, wte.f32, static_cast<std::size_t>(W) * C)),
         C_(C),
         W_(W) {}
   void logits(int r0, int rows, float* z) const {
@@ -218,19 +219,20 @@ std::vector<float> rounded(const float* src, int rows, int cols) {
 }  // namespace
 
 double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
-                             const float* wte, const std::int32_t* targets, int N, int C, int V,
+                             GemmWeight wte, const std::int32_t* targets, int N, int C, int V,
                              int Vp, float grad_scale, float* scratch) {
-  const std::vector<float> xr = rounded(x, N, C), w = rounded(wte, Vp, C);
+  const std::vector<float> xr = rounded(x, N, C), w = gemm_weight_values(wte, static_cast<std::size_t>(Vp) * C);
   return lm_head_cross_entropy_t<true>(losses, dx, dwte, SgemmHead{xr.data(), w.data(), C, Vp}, targets, N, C,
                                        V, Vp, grad_scale, scratch);
 }
 
 double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                            const float* wte, const std::int32_t* targets, int N,
+                                            GemmWeight wte, const std::int32_t* targets, int N,
                                             int C, int V, int vocab_begin, int vocab_count,
                                             float grad_scale, float* scratch,
                                             const GroupReduce& reduce) {
-  const std::vector<float> xr = rounded(x, N, C), w = rounded(wte, vocab_count, C);
+  const std::vector<float> xr = rounded(x, N, C),
+                           w = gemm_weight_values(wte, static_cast<std::size_t>(vocab_count) * C);
   return lm_head_cross_entropy_vocab_parallel_t<true>(losses, dx, dwte,
                                                       SgemmHead{xr.data(), w.data(), C, vocab_count},
                                                       targets, N, C, V, vocab_begin, vocab_count,
@@ -242,7 +244,7 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
 namespace onednn {
 
 double lm_head_cross_entropy(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte, const float* x,
-                             const float* wte, const std::int32_t* targets, int N, int C, int V, int Vp,
+                             GemmWeight wte, const std::int32_t* targets, int N, int C, int V, int Vp,
                              float grad_scale, float* scratch) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());
   return lm_head_cross_entropy_t<false>(losses, dx, dwte, OnednnHead(g, x, wte, N, C, Vp), targets, N, C, V, Vp,
@@ -250,7 +252,7 @@ double lm_head_cross_entropy(OnednnBf16Gemm& g, float* losses, float* dx, float*
 }
 
 double lm_head_cross_entropy_vocab_parallel(OnednnBf16Gemm& g, float* losses, float* dx, float* dwte,
-                                            const float* x, const float* wte, const std::int32_t* targets, int N,
+                                            const float* x, GemmWeight wte, const std::int32_t* targets, int N,
                                             int C, int V, int vocab_begin, int vocab_count, float grad_scale,
                                             float* scratch, const GroupReduce& reduce) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());

@@ -26,29 +26,36 @@ std::vector<float> rounded(const float* src, std::size_t n) {
 std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
 }  // namespace
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+std::vector<float> gemm_weight_values(GemmWeight weight, std::size_t n) {
+  if (!weight.is_bf16()) return rounded(weight.f32, n);
+  std::vector<float> out(n);
+  cast_from_bf16(out.data(), weight.bf16, n);
+  return out;
+}
+
+void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
                     int C, int OC) {
-  const std::vector<float> x = rounded(inp, count(N, C)), w = rounded(weight, count(OC, C));
+  const std::vector<float> x = rounded(inp, count(N, C)), w = gemm_weight_values(weight, count(OC, C));
   cpu::matmul_forward(out, x.data(), w.data(), bias, N, C, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC) {
+                     GemmWeight weight, int N, int C, int OC) {
   const std::vector<float> d = rounded(dout, count(N, OC)), x = rounded(inp, count(N, C));
-  const std::vector<float> w = dinp ? rounded(weight, count(OC, C)) : std::vector<float>{};
+  const std::vector<float> w = dinp ? gemm_weight_values(weight, count(OC, C)) : std::vector<float>{};
   cpu::matmul_backward(dinp, dweight, nullptr, d.data(), x.data(), w.data(), N, C, OC);
   // The bias gradient is a column sum of the fp32 dout, not a GEMM.
   if (dbias) matmul_backward_bias(dbias, dout, N, OC);
 }
 
-void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C,
+void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC) {
-  const std::vector<float> d = rounded(dout, count(N, OC)), w = rounded(weight, count(OC, C));
+  const std::vector<float> d = rounded(dout, count(N, OC)), w = gemm_weight_values(weight, count(OC, C));
   cpu::matmul_backward_input(dinp, d.data(), w.data(), N, C, OC);
 }
 
-void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp) {
-  const std::vector<float> xr = rounded(x, count(N, C)), w = rounded(wte, count(Vp, C));
+void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp) {
+  const std::vector<float> xr = rounded(x, count(N, C)), w = gemm_weight_values(wte, count(Vp, C));
   cpu::lm_head_logits(logits, xr.data(), w.data(), N, C, Vp);
 }
 

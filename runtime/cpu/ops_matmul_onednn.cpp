@@ -10,9 +10,13 @@ namespace pipelane::cpu::onednn {
 namespace {
 std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
 enum Slot { kFirst, kSecond, kThird };
+// A bf16 weight as it is; an fp32 one converted into `slot`.
+const std::uint16_t* weight_bits(OnednnBf16Gemm& g, int slot, GemmWeight w, std::size_t n) {
+  return w.is_bf16() ? w.bf16 : g.staged(slot, w.f32, n);
+}
 }  // namespace
 
-void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, const float* weight, const float* bias,
+void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight weight, const float* bias,
                     int N, int C, int OC) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());
   if (bias) {
@@ -24,16 +28,16 @@ void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, const float
     }
   }
   const std::uint16_t* x = g.staged(kFirst, inp, count(N, C));
-  const std::uint16_t* w = g.staged(kSecond, weight, count(OC, C));
+  const std::uint16_t* w = weight_bits(g, kSecond, weight, count(OC, C));
   g.gemm(false, true, N, OC, C, x, C, w, C, bias != nullptr, out, OC);
 }
 
 void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC) {
+                     const float* inp, GemmWeight weight, int N, int C, int OC) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());
   const std::uint16_t* d = g.staged(kFirst, dout, count(N, OC));
   if (dinp) {  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
-    const std::uint16_t* w = g.staged(kSecond, weight, count(OC, C));
+    const std::uint16_t* w = weight_bits(g, kSecond, weight, count(OC, C));
     g.gemm(false, false, N, C, OC, d, OC, w, C, false, dinp, C);
   }
   // dweight[OC,C] += dout^T[OC,N] @ inp[N,C]
@@ -43,16 +47,16 @@ void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbia
   if (dbias) matmul_backward_bias(dbias, dout, N, OC);
 }
 
-void matmul_backward_input(OnednnBf16Gemm& g, float* dinp, const float* dout, const float* weight, int N, int C,
+void matmul_backward_input(OnednnBf16Gemm& g, float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());
   // matmul_backward's dinp GEMM on the same operands: the same primitive, the same bits.
   const std::uint16_t* d = g.staged(kFirst, dout, count(N, OC));
-  const std::uint16_t* w = g.staged(kSecond, weight, count(OC, C));
+  const std::uint16_t* w = weight_bits(g, kSecond, weight, count(OC, C));
   g.gemm(false, false, N, C, OC, d, OC, w, C, false, dinp, C);
 }
 
-void lm_head_logits(OnednnBf16Gemm& g, float* logits, const float* x, const float* wte, int N, int C, int Vp) {
+void lm_head_logits(OnednnBf16Gemm& g, float* logits, const float* x, GemmWeight wte, int N, int C, int Vp) {
   matmul_forward(g, logits, x, wte, nullptr, N, C, Vp);
 }
 

@@ -6,9 +6,10 @@
 # turn, --rounds times; medians over rounds (each a median over timed steps), with the spread.
 #   scripts/bench/train_throughput.sh [--threads N] [--steps N] [--rounds N] [--shape bench|gpt2-small]
 #                                     [--arch gpt2|llama] [--precision fp32|bf16]
-#     --precision bf16    pipelane fp32, bf16 ([train] precision) and bf16 with bf16 activation
-#                         storage ([train] storage) against the idiomatic PyTorch model in fp32
-#                         and under CPU bf16 autocast, in one table (no golden model)
+#     --precision bf16    pipelane fp32, bf16 ([train] precision), bf16 with bf16 activation
+#                         storage ([train] storage) and that with a bf16 copy of the GEMMs'
+#                         weights ([train] gemm_weights) against the idiomatic PyTorch model in
+#                         fp32 and under CPU bf16 autocast, in one table (no golden model)
 #     --arch llama        the same shape as a Llama: RMSNorm, RoPE, SwiGLU (Meta's width rule),
 #                         kv_heads = heads / 2, untied head, no biases; the peer is
 #                         scripts/bench/torch_llama_idiomatic.py
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --shape) shape=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
     --precision) precision=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "train_throughput.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -56,15 +57,19 @@ esac
 setup_flags=--reference
 source scripts/bench/common.sh
 if [ "$precision" = bf16 ]; then
-  # Alternating rounds of five: pipelane fp32, bf16 and bf16 with bf16 storage, PyTorch fp32 and
-  # bf16 autocast.
+  # Alternating rounds of six: pipelane fp32, bf16, bf16 with bf16 storage and that with bf16 GEMM
+  # weights, PyTorch fp32 and bf16 autocast.
   for round in $(seq 1 "$rounds"); do
-    echo "round $round/$rounds: pipelane fp32, bf16, bf16 storage, pytorch fp32, pytorch bf16 autocast..."
-    for p in fp32 bf16 bf16storage; do
-      storage=fp32
-      [ "$p" = bf16storage ] && storage=bf16
+    echo "round $round/$rounds: pipelane fp32, bf16, bf16 storage, bf16 storage + weights, pytorch fp32, pytorch bf16 autocast..."
+    for p in fp32 bf16 bf16storage bf16weights; do
+      case $p in
+        fp32) flags=(--train.precision=fp32) ;;
+        bf16) flags=(--train.precision=bf16) ;;
+        bf16storage) flags=(--train.precision=bf16 --train.storage=bf16) ;;
+        bf16weights) flags=(--train.precision=bf16 --train.storage=bf16 --train.gemm_weights=bf16) ;;
+      esac
       build/pipelane train --config configs/bench-throughput.ini "${model[@]}" --train.steps=$((steps + 2)) \
-        --train.threads="$threads" --train.precision="${p%storage}" --train.storage=$storage \
+        --train.threads="$threads" "${flags[@]}" \
         --run.dir="$out/pipelane-$p$round" \
         >"$out/pipelane-$p$round.log" 2>&1 || { cat "$out/pipelane-$p$round.log"; exit 1; }
       sed -n 's/.*rank 0: \(.*\), peak .*/\1/p' "$out/pipelane-$p$round.log" | head -n 1 >"$out/backend-$p"
@@ -82,6 +87,7 @@ import json, statistics, sys
 out, rounds, threads, shape = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 files = {"pipelane fp32": "pipelane-fp32{}/summary.json", "pipelane bf16": "pipelane-bf16{}/summary.json",
          "pipelane bf16 storage": "pipelane-bf16storage{}/summary.json",
+         "pipelane bf16 st.+weights": "pipelane-bf16weights{}/summary.json",
          "pytorch fp32": "torch-fp32{}.json", "pytorch bf16 autocast": "torch-bf16{}.json"}
 print()
 for p in ("fp32", "bf16"):
@@ -110,6 +116,8 @@ print(f"pipelane bf16 / pipelane fp32:          {ratio('pipelane bf16', 'pipelan
 print(f"pytorch bf16 / pytorch fp32:            {ratio('pytorch bf16 autocast', 'pytorch fp32')}")
 print(f"pipelane bf16 / pytorch bf16 autocast:  {ratio('pipelane bf16', 'pytorch bf16 autocast')}  <- the comparison")
 print(f"pipelane bf16 storage / pipelane bf16:  {ratio('pipelane bf16 storage', 'pipelane bf16')}  (its casts' cost)")
+print(f"bf16 GEMM weights / bf16 storage:       {ratio('pipelane bf16 st.+weights', 'pipelane bf16 storage')}"
+      "  (one rounding a step, not one per GEMM)")
 PY
   exit 0
 fi

@@ -39,6 +39,17 @@ TEST(CudaAutocast, OpsMatchTheBf16ReferenceAndTheCpuBackendInBf16) {
   EXPECT_NEAR(got.head_vp_sum, want.head_sum.value[0], want.head_sum.bound[0]);
 }
 
+// bf16 storage's copy of the weights: the GEMMs read it as it is (no op-temporary copy) and give
+// the bits of the fp32 weights they would have rounded; fp32 compute refuses it.
+TEST(CudaAutocast, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
+  using namespace bf16_test;
+  const auto cuda = cuda_backend_for_test(DType::BF16);
+  if (!cuda) GTEST_SKIP() << "no CUDA device";
+  expect_bf16_weights_change_no_bit(*cuda, make_inputs());
+  const auto fp32 = cuda_backend_for_test(DType::F32);
+  expect_fp32_compute_refuses_bf16_weights(*fp32);
+}
+
 TEST(CudaAutocast, Fp32ComputeIsUnchangedByTheMode) {
   // In fp32 compute (the default) the GEMMs read fp32 operands: the outputs fall outside the bf16
   // reference's bounds.

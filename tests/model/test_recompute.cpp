@@ -37,12 +37,17 @@ struct StageRun {
 // kMicrobatches microbatches through stages [0, 2) (embedding) and [2, 4) (head), one after the other.
 // compute = BF16: on a bf16-compute CPU backend of its own (a tp rank's thread must not share one:
 // the oneDNN GEMM holds a lock across the vocab-parallel head's collectives).
+// Copy: the GEMMs read a bf16 copy of the parameters (bf16 storage's, as the executor passes it)
+// instead of the fp32 parameters; Zeros: a bf16 copy of zeros.
+enum class Bf16Copy { None, Copy, Zeros };
 StageRun run(const GptConfig& c, const RecomputeOptions& rc, Order order, TensorParallelComm* comm,
-             DType compute = DType::F32, DType storage = DType::F32) {
+             DType compute = DType::F32, DType storage = DType::F32, Bf16Copy bf16_weights = Bf16Copy::None) {
   const std::unique_ptr<Backend> bf16 = compute == DType::BF16 ? make_cpu_backend(1, DType::BF16) : nullptr;
   const std::unique_ptr<Stream> bf16_stream = bf16 ? bf16->create_stream(StreamPriority::High) : nullptr;
   std::vector<two_stage_run::Stage> st =
       two_stage_run::make_stages(c, comm, rc, false, order, "recompute test", storage, bf16.get(), bf16_stream.get());
+  if (bf16_weights != Bf16Copy::None)
+    two_stage_run::with_bf16_weights(st, *bf16, *bf16_stream, bf16_weights == Bf16Copy::Zeros);
   two_stage_run::Passes passes =
       two_stage_run::run_passes(st, c, order, static_cast<std::size_t>(kB) * kT * c.d_model);
   StageRun r;
@@ -122,6 +127,32 @@ TEST(Recompute, BitIdenticalToNoneUnderBf16Storage) {
         for (int rank = 0; rank < 2; ++rank)
           expect_identical(got[rank], base[rank], where + " tp2 rank " + std::to_string(rank) + " " + k.name);
       }
+    }
+  }
+}
+
+// bf16 storage's copy of the weights: the GEMMs read it in place of rounding the fp32 parameters,
+// the same values, so losses, gradients and the messages between the stages keep every bit, for
+// both families, every backward order, each recompute choice and tp = 2 (the vocab-parallel head).
+TEST(Bf16Weights, ChangeNoBitUnderBf16Storage) {
+  for (const GptConfig& c : {gpt2_tiny(), llama_tiny()}) {
+    for (Order order : {Order::Combined, Order::SplitInOrder, Order::AllBThenW}) {
+      const std::string where = std::string(c.split_projections() ? "llama" : "gpt2") + " order " +
+                                std::to_string(static_cast<int>(order));
+      const StageRun fp32_weights = run(c, {}, order, nullptr, DType::BF16, DType::BF16);
+      EXPECT_NE(run(c, {}, order, nullptr, DType::BF16, DType::BF16, Bf16Copy::Zeros).losses, fp32_weights.losses)
+          << where << ": the GEMMs do not read the bf16 copy";
+      for (const Case& k : kCases)
+        expect_identical(run(c, k.rc, order, nullptr, DType::BF16, DType::BF16, Bf16Copy::Copy),
+                         run(c, k.rc, order, nullptr, DType::BF16, DType::BF16), where + " " + k.name);
+      testing::ThreadTpGroup group(2);
+      std::vector<StageRun> with(2), without(2);
+      group.run([&](int rank, TensorParallelComm& comm) {
+        with[rank] = run(c, {}, order, &comm, DType::BF16, DType::BF16, Bf16Copy::Copy);
+        without[rank] = run(c, {}, order, &comm, DType::BF16, DType::BF16);
+      });
+      for (int rank = 0; rank < 2; ++rank)
+        expect_identical(with[rank], without[rank], where + " tp2 rank " + std::to_string(rank));
     }
   }
 }

@@ -45,9 +45,22 @@ struct Stage {
   std::unique_ptr<GptStage> model;
   std::unique_ptr<Arena> arena;
   std::vector<float> params, grads;
+  // Empty, or params rounded to bf16 (with_bf16_weights): the copy the GEMMs then read.
+  std::vector<std::uint16_t> params_bf16;
   std::vector<MicrobatchActivations> acts;
   StageScratch scratch;
+  StageWeights weights() const { return {params.data(), params_bf16.empty() ? nullptr : params_bf16.data()}; }
 };
+
+// Gives every stage a bf16 copy of its parameters, rounded by `backend` (bf16 storage's copy of the
+// weights, as the executor makes it); `zeroed`: a copy of zeros instead (what the GEMMs read shows).
+inline void with_bf16_weights(std::vector<Stage>& st, Backend& backend, Stream& stream, bool zeroed = false) {
+  for (Stage& s : st) {
+    s.params_bf16.assign(s.params.size(), 0);
+    if (!zeroed) backend.cast_to_bf16(s.params_bf16.data(), s.params.data(), s.params.size(), stream);
+  }
+  stream.synchronize();
+}
 
 // The two stages, parameters from seed 11, each arena sized for kMicrobatches in flight. On the
 // fixture's CPU backend, or on `backend` and `stream` (which outlive the stages) with `storage`.
@@ -91,9 +104,9 @@ inline Passes run_passes(std::vector<Stage>& st, const GptConfig& c, Order order
   r.grad_input.assign(kMicrobatches, std::vector<float>(message));
   const float scale = 1.0f / (kMicrobatches * kB * kT);
   auto F = [&](int m) {
-    r.losses[m] += st[0].model->forward(st[0].params.data(), st[0].grads.data(), st[0].acts[m], st[0].scratch,
+    r.losses[m] += st[0].model->forward(st[0].weights(), st[0].grads.data(), st[0].acts[m], st[0].scratch,
                                         tokens[m].data(), nullptr, nullptr, scale);
-    r.losses[m] += st[1].model->forward(st[1].params.data(), st[1].grads.data(), st[1].acts[m], st[1].scratch,
+    r.losses[m] += st[1].model->forward(st[1].weights(), st[1].grads.data(), st[1].acts[m], st[1].scratch,
                                         nullptr, st[0].acts[m].output(), targets[m].data(), scale);
   };
   auto B = [&](int m) {
@@ -102,13 +115,13 @@ inline Passes run_passes(std::vector<Stage>& st, const GptConfig& c, Order order
     float* gin[] = {nullptr, r.grad_input[m].data()};
     for (int k = 1; k >= 0; --k) {
       Stage& s = st[k];
-      if (split) s.model->backward_input(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
-      else s.model->backward(s.params.data(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
+      if (split) s.model->backward_input(s.weights(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
+      else s.model->backward(s.weights(), s.grads.data(), s.acts[m], s.scratch, tok[k], gout[k], gin[k]);
     }
   };
   auto W = [&](int m) {
     for (int k = 1; k >= 0; --k)
-      st[k].model->backward_weight(st[k].params.data(), st[k].grads.data(), st[k].acts[m], st[k].scratch,
+      st[k].model->backward_weight(st[k].weights(), st[k].grads.data(), st[k].acts[m], st[k].scratch,
                                    k == 0 ? tokens[m].data() : nullptr);
   };
   for (int m = 0; m < kMicrobatches; ++m) {

@@ -2,8 +2,8 @@
 // fp32 (and against bf16 compute with fp32 storage, autocast) on pp 2 with each schedule, tp x pp
 // and dp x pp. It trains within llm.c's bf16 loss tolerance of fp32; every stage-to-stage message
 // is half the bytes (the instruction records the trace is written from); the arena holds exactly
-// what the memory model predicted, with half the activation bytes; and recomputation and lanes
-// leave its results bit for bit as they are.
+// what the memory model predicted, with half the activation bytes; and recomputation, lanes and a
+// bf16 copy of the GEMMs' weights leave its results bit for bit as they are.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +92,33 @@ TEST_P(Bf16Storage, RecomputeAndLanesChangeNoBit) {
       EXPECT_TRUE(got.ranks[r].params == none.ranks[r].params) << what << " rank " << r << " parameters";
       EXPECT_TRUE(got.ranks[r].grads == none.ranks[r].grads) << what << " rank " << r << " gradients";
       EXPECT_EQ(got.ranks[r].high_water, got.ranks[r].predicted) << what << " rank " << r;
+    }
+  }
+}
+
+// [train] gemm_weights = bf16: the GEMMs read a bf16 copy of the parameters, made again after every
+// optimizer step (and, under the distributed optimizer, after its all-gather). The same values as
+// the GEMMs' own rounding, so every step keeps every bit; the arena holds 2 bytes a parameter more,
+// as predicted.
+TEST_P(Bf16Storage, Bf16GemmWeightsChangeNoBitForTwoBytesAParameter) {
+  const Case& c = GetParam();
+  for (bool zero : {false, true}) {
+    if (zero && c.dims.dp == 1) continue;
+    JobSpec plain = spec_for(c, DType::BF16, DType::BF16);
+    plain.options.distributed_optimizer = zero;
+    JobSpec copied = plain;
+    copied.options.gemm_weights = DType::BF16;
+    const std::string what = std::string(c.name) + (zero ? " distributed optimizer" : "");
+    const JobOut a = threaded_job::run(plain), b = threaded_job::run(copied);
+    EXPECT_EQ(b.loss, a.loss) << what;  // exact, over 4 steps: the copy follows every update
+    EXPECT_EQ(b.grad_norm, a.grad_norm) << what;
+    for (int r = 0; r < c.dims.world(); ++r) {
+      EXPECT_TRUE(b.ranks[r].params == a.ranks[r].params) << what << " rank " << r << " parameters";
+      EXPECT_EQ(b.ranks[r].high_water, b.ranks[r].predicted) << what << " rank " << r;
+      // 2 bytes a parameter, each chunk's copy aligned to 64 bytes.
+      const std::size_t params = b.ranks[r].params.size();
+      EXPECT_GE(b.ranks[r].high_water - a.ranks[r].high_water, 2 * params) << what << " rank " << r;
+      EXPECT_LT(b.ranks[r].high_water - a.ranks[r].high_water, 2 * params + 64 * 2) << what << " rank " << r;
     }
   }
 }

@@ -160,9 +160,10 @@ TEST(MemoryModel, DescribesTheFeaturesOnlyWhereTheyAreOn) {
   spec.optimizer_shards = 4;
   spec.recompute = {RecomputeKind::Selective};
   spec.storage = DType::BF16;
+  spec.gemm_weights = DType::BF16;
   EXPECT_EQ(describe_memory_features(spec),
             "recompute selective, distributed optimizer over dp 4, sequence parallel, bf16 storage (activations and "
-            "messages)");
+            "messages), bf16 GEMM weights");
 }
 
 }  // namespace

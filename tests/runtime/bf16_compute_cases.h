@@ -174,10 +174,23 @@ struct Outputs {
   double head_sum = 0, head_vp_sum = 0;
 };
 
+// The bits of bf(f): the top half of the rounded float.
+inline std::uint16_t bf16_bits(float f) {
+  const float r = static_cast<float>(bf(f));
+  std::uint32_t u;
+  std::memcpy(&u, &r, sizeof u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+// How run_ops hands the GEMMs their weights (w, wte): fp32, or rounded on the host into bf16
+// buffers (GemmWeight::of_bf16, what bf16 storage's copy of the weights is).
+enum class WeightsAs { F32, Bf16 };
+
 // Every op of the matmul family once (nn.Linear forward and backward, its input-only backward,
 // attention forward and backward, the head's logits, fused cross-entropy and its vocab-parallel
-// form over a group of one), in the backend's memory.
-inline Outputs run_ops(Backend& backend, const Inputs& in) {
+// form over a group of one; with `fused`, also the GeLU-fused pair, whose outputs are "gelu.*"),
+// in the backend's memory.
+inline Outputs run_ops(Backend& backend, const Inputs& in, WeightsAs weights = WeightsAs::F32, bool fused = false) {
   const Sizes& s = in.s;
   auto stream = backend.create_stream(StreamPriority::High);
   auto arena = backend.create_arena("bf16 op cases", std::size_t{16} << 20);
@@ -187,6 +200,15 @@ inline Outputs run_ops(Backend& backend, const Inputs& in) {
     return p;
   };
   const auto zeros = [&](std::size_t n) { return up(std::vector<float>(n, 0.0f)); };
+  // A GEMM weight as `weights` says.
+  const auto weight = [&](const std::vector<float>& h) -> GemmWeight {
+    if (weights == WeightsAs::F32) return up(h);
+    std::vector<std::uint16_t> bits(h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) bits[i] = bf16_bits(h[i]);
+    std::uint16_t* p = arena->allocate_n<std::uint16_t>(std::max<std::size_t>(h.size(), 1));
+    backend.copy(p, bits.data(), bits.size() * sizeof(std::uint16_t), *stream);
+    return GemmWeight::of_bf16(p);
+  };
   Outputs o;
   const auto down = [&](const std::string& name, const float* p, std::size_t n) {
     std::vector<float> h(n);
@@ -195,7 +217,8 @@ inline Outputs run_ops(Backend& backend, const Inputs& in) {
     o.t[name] = std::move(h);
   };
   const std::size_t nx = in.x.size(), nw = in.w.size(), nout = in.dout.size();
-  float *x = up(in.x), *w = up(in.w), *bias = up(in.bias), *dout = up(in.dout);
+  float *x = up(in.x), *bias = up(in.bias), *dout = up(in.dout);
+  const GemmWeight w = weight(in.w);
   float *out = zeros(nout), *dinp = zeros(nx), *dinp2 = zeros(nx), *dw = up(in.dw0), *db = up(in.db0);
   backend.matmul_forward(out, x, w, bias, s.N, s.C, s.OC, *stream);
   backend.matmul_backward(dinp, dw, db, dout, x, w, s.N, s.C, s.OC, *stream);
@@ -205,6 +228,14 @@ inline Outputs run_ops(Backend& backend, const Inputs& in) {
   down("matmul.dinp_only", dinp2, nx);
   down("matmul.dweight", dw, nw);
   down("matmul.dbias", db, in.db0.size());
+  if (fused) {  // the MLP's pair: c_fc with its GeLU forward, c_proj's input gradient through it
+    float *pre = zeros(nout), *act = zeros(nout), *dpre = zeros(nx);
+    backend.matmul_gelu_forward(pre, act, x, w, bias, s.N, s.C, s.OC, *stream);
+    backend.matmul_backward_input_dgelu(dpre, dout, w, x, s.N, s.C, s.OC, *stream);
+    down("gelu.pre", pre, nout);
+    down("gelu.out", act, nout);
+    down("gelu.dpre", dpre, nx);
+  }
 
   const std::size_t na = in.att.size(), ny = in.adout.size();
   float *qkv = up(in.qkv), *att_in = up(in.att), *adout = up(in.adout);
@@ -216,7 +247,8 @@ inline Outputs run_ops(Backend& backend, const Inputs& in) {
   down("attention.dqkv", dqkv, in.qkv.size());
 
   const std::size_t nlog = static_cast<std::size_t>(s.HN) * s.Vp;
-  float *hx = up(in.hx), *wte = up(in.wte), *logits = zeros(nlog);
+  float *hx = up(in.hx), *logits = zeros(nlog);
+  const GemmWeight wte = weight(in.wte);
   std::int32_t* targets = arena->allocate_n<std::int32_t>(in.targets.size());
   backend.copy(targets, in.targets.data(), in.targets.size() * sizeof(std::int32_t), *stream);
   backend.lm_head_logits(logits, hx, wte, s.HN, s.HC, s.Vp, *stream);
@@ -238,6 +270,42 @@ inline Outputs run_ops(Backend& backend, const Inputs& in) {
   down("head_vp.dx", vdx, in.hx.size());
   down("head_vp.dwte", vdwte, in.wte.size());
   return o;
+}
+
+// A bf16 weight (GemmWeight::of_bf16) holds the values a bf16 GEMM rounds an fp32 weight to, so
+// every GEMM-weight op of `backend` (bf16 compute) gives the same bits with either; the ops say so
+// in supports(op, BF16).
+inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in) {
+  ASSERT_EQ(backend.compute_precision(), DType::BF16);
+  for (OpKind op : {OpKind::MatmulForward, OpKind::MatmulBackward, OpKind::MatmulBackwardInput,
+                    OpKind::MatmulGeluForward, OpKind::MatmulBackwardInputDgelu, OpKind::LmHeadLogits,
+                    OpKind::LmHeadCrossEntropy, OpKind::LmHeadCrossEntropyVocabParallel})
+    EXPECT_TRUE(backend.supports(op, DType::BF16)) << op_kind_name(op);
+  EXPECT_FALSE(backend.supports(OpKind::AttentionForward, DType::BF16));
+  const Outputs f32 = run_ops(backend, in, WeightsAs::F32, true), b16 = run_ops(backend, in, WeightsAs::Bf16, true);
+  ASSERT_EQ(f32.t.size(), b16.t.size());
+  for (const auto& [name, t] : f32.t) {
+    const std::vector<float>& u = b16.t.at(name);
+    ASSERT_EQ(t.size(), u.size()) << name;
+    EXPECT_EQ(std::memcmp(t.data(), u.data(), t.size() * sizeof(float)), 0) << name << " differs with a bf16 weight";
+  }
+  EXPECT_EQ(f32.head_sum, b16.head_sum);
+  EXPECT_EQ(f32.head_vp_sum, b16.head_vp_sum);
+}
+
+// A backend in fp32 compute refuses a bf16 weight (it would have to widen it, and no fp32 caller
+// should hand one), and says it has no bf16 case for the GEMMs.
+inline void expect_fp32_compute_refuses_bf16_weights(Backend& backend) {
+  ASSERT_EQ(backend.compute_precision(), DType::F32);
+  EXPECT_FALSE(backend.supports(OpKind::MatmulForward, DType::BF16));
+  EXPECT_TRUE(backend.supports(OpKind::CastToBf16, DType::BF16));
+  auto stream = backend.create_stream(StreamPriority::High);
+  auto arena = backend.create_arena("bf16 weight refused", std::size_t{1} << 16);
+  float* x = arena->allocate_n<float>(16);
+  float* out = arena->allocate_n<float>(16);
+  std::uint16_t* w = arena->allocate_n<std::uint16_t>(16);
+  EXPECT_THROW(backend.matmul_forward(out, x, GemmWeight::of_bf16(w), nullptr, 4, 4, 4, *stream),
+               std::invalid_argument);
 }
 
 }  // namespace pipelane::bf16_test

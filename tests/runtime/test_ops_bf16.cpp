@@ -1,7 +1,8 @@
 // The CPU backend in bf16 compute mode (runtime/backend.h), on both of its GEMM paths (emulated:
 // rounded fp32 copies through sgemm; oneDNN's bf16 GEMMs): the matmul family against the double
 // reference of bf16 compute with derived bounds (bf16_reference.h), against the fp32 ops within
-// llm.c's bf16 tolerance, and really different from them; fp32 stays the default.
+// llm.c's bf16 tolerance, and really different from them; fp32 stays the default. A bf16 copy of
+// the weights (bf16 storage's) gives the GEMMs' bits of the rounded fp32 weights.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -42,6 +43,18 @@ TEST_P(Bf16ComputeCpu, MatmulAttentionAndHeadMatchTheBf16Reference) {
   EXPECT_NEAR(got.head_vp_sum, want.head_sum.value[0], want.head_sum.bound[0]);
   // matmul_backward_input is matmul_backward's input half, bit for bit.
   EXPECT_EQ(got.t.at("matmul.dinp"), got.t.at("matmul.dinp_only"));
+}
+
+// bf16 storage's copy of the weights (GemmWeight::of_bf16): the GEMMs read it in place of rounding
+// the fp32 weight, on both paths, and give the same bits.
+TEST_P(Bf16ComputeCpu, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
+  SKIP_WITHOUT_ONEDNN_BF16(GetParam());
+  const auto cpu = make_cpu_backend(1, DType::BF16, GetParam());
+  expect_bf16_weights_change_no_bit(*cpu, make_inputs());
+}
+
+TEST(Bf16ComputeCpuChoice, Fp32ComputeRefusesBf16Weights) {
+  expect_fp32_compute_refuses_bf16_weights(*make_cpu_backend(1));
 }
 
 TEST_P(Bf16ComputeCpu, WithinLlmcToleranceOfFp32AndNotEqualToIt) {

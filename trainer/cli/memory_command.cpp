@@ -38,6 +38,7 @@ MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   m.recompute = recompute_options_from(o.train);
   m.sequence_parallel = o.parallel.sequence_parallel;
   m.storage = o.train.storage == "bf16" && element_bytes == 4 ? DType::BF16 : DType::F32;
+  m.gemm_weights = o.train.gemm_weights == "bf16" && element_bytes == 4 ? DType::BF16 : DType::F32;
   m.element_bytes = element_bytes;
   m.optimizer_shards = o.train.distributed_optimizer ? dp : 1;
   return m;
@@ -62,6 +63,9 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
                : spec.storage == DType::BF16 ? "bf16 activations and messages, fp32 weights and gradients (storage = "
                                                "bf16: what it allocates)"
                                              : "fp32 (pipelane's layout, what it allocates)");
+  if (spec.gemm_weights == DType::BF16)
+    std::fprintf(out, "  gemm_weights bf16: a bf16 copy of the weights for the GEMMs (2 bytes a parameter), "
+                      "the fp32 parameters its masters\n");
   if (o.train.distributed_optimizer)
     std::fprintf(out, "  distributed optimizer: master weights and AdamW state of a %s\n",
                  o.parallel.dp > 1 ? ("1/" + std::to_string(o.parallel.dp) + " shard (dp " + std::to_string(o.parallel.dp) +

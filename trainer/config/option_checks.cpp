@@ -75,6 +75,11 @@ void check_combinations(const TrainOptions& options, const Settings& settings) {
                       ": [train] storage = bf16 keeps activations in bf16 for bf16 GEMMs: it needs precision = bf16 "
                       "(precision is " + train.precision + ")");
   }
+  if (train.gemm_weights == "bf16" && train.precision != "bf16") {
+    throw ConfigError(location_of(settings, "train.gemm_weights", "train.precision") +
+                      ": [train] gemm_weights = bf16 is the copy of the weights that bf16 GEMMs read: it needs "
+                      "precision = bf16 (precision is " + train.precision + ")");
+  }
   if (train.min_lr > train.lr) {
     throw ConfigError(location_of(settings, "train.min_lr", "train.lr") + ": [train] min_lr = " +
                       format_number(train.min_lr) + " is greater than lr = " + format_number(train.lr));

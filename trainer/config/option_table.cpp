@@ -204,6 +204,12 @@ std::vector<OptionKey> train_option_keys() {
             "layer keeps for backward and every stage-to-stage message (activations and their gradients) in "
             "bf16, half the bytes; the norms' statistics, weights (fp32 masters), gradients and AdamW state "
             "stay fp32. Trains within bf16's tolerance of fp32, not bit-identically")
+      .text("gemm_weights", &TrainLoopOptions::gemm_weights, {"fp32", "bf16"},
+            "what the GEMMs read as weights: fp32, the parameters themselves (under precision = bf16 each GEMM "
+            "rounds them to bf16 as it reads them); or bf16 (with precision = bf16), a bf16 copy of the "
+            "parameters made once a step, after the optimizer, which every GEMM reads as it is: no rounding "
+            "pass per GEMM, 2 more bytes a parameter (the fp32 parameters stay, as the masters). The same "
+            "values, so the same bits as fp32")
       .text("recompute", &TrainLoopOptions::recompute, {"none", "selective", "full"},
             "activation recomputation: none; selective (the attention core's softmax state rebuilt in "
             "backward); full (layers keep only their input and rerun their forward before their backward). "

@@ -71,6 +71,7 @@ struct TrainLoopOptions {
   std::string sample_prompt;      // "" starts from <|endoftext|> (gpt2) or a newline (bytes)
   std::string precision = "fp32";  // fp32 | bf16 (the backend's compute precision: bf16 GEMM operands)
   std::string storage = "fp32";    // fp32 | bf16 (activations kept and sent in bf16; needs precision = bf16)
+  std::string gemm_weights = "fp32";  // fp32 | bf16 (a bf16 copy of the weights the GEMMs read; needs precision = bf16)
   std::string recompute = "none";           // none | selective | full (model/recompute.h)
   std::string recompute_method = "uniform";  // uniform | block (full only)
   int recompute_layers = 1;                  // full: group size (uniform) or layers per stage (block)

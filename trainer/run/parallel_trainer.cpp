@@ -54,6 +54,7 @@ ExecutorOptions executor_options(const TrainOptions& o, const Topology& t) {
   e.recompute = recompute_options_from(o.train);
   e.sequence_parallel = o.parallel.sequence_parallel;
   e.storage = o.train.storage == "bf16" ? DType::BF16 : DType::F32;
+  e.gemm_weights = o.train.gemm_weights == "bf16" ? DType::BF16 : DType::F32;
   e.distributed_optimizer = o.train.distributed_optimizer;
   return e;
 }

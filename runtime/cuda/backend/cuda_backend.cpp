@@ -124,7 +124,7 @@ std::unique_ptr<Event> CudaBackendImpl::create_event() {
 // Every op of the table, the Llama family's included (cuda_backend_llama.cpp), on fp32 buffers;
 // the bf16-storage casts on bf16 buffers too.
 bool CudaBackendImpl::supports(OpKind op, DType dtype) const {
-  return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && is_bf16_cast(op)));
+  return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && has_bf16_buffer(op, config_.compute)));
 }
 
 CudaBackendStats CudaBackendImpl::stats() const {

@@ -20,23 +20,33 @@ Bf16Copy::Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStrea
   convert_from_float<bf16>(t_.get(), src, n, stream);
 }
 
+Bf16Weight::Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream) {
+  if (w.is_bf16()) {
+    w_ = reinterpret_cast<const bf16*>(w.bf16);
+  } else {
+    copy_ = std::make_unique<Bf16Copy>(pool, w.f32, n, stream);
+    w_ = copy_->get();
+  }
+}
 
-void CudaBackendImpl::matmul_forward_autocast(float* out, const float* inp, const float* weight, const float* bias,
+
+void CudaBackendImpl::matmul_forward_autocast(float* out, const float* inp, GemmWeight weight, const float* bias,
                                               int N, int C, int OC, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("matmul_forward", {out, inp, weight, bias});
-  const Bf16Copy x(*scratch_, inp, count(N, C), h), w(*scratch_, weight, count(OC, C), h);
+  expect_device("matmul_forward", {out, inp, weight.data(), bias});
+  const Bf16Copy x(*scratch_, inp, count(N, C), h);
+  const Bf16Weight w(*scratch_, weight, count(OC, C), h);
   gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast), s);
 }
 
 void CudaBackendImpl::matmul_backward_autocast(float* dinp, float* dweight, float* dbias, const float* dout,
-                                               const float* inp, const float* weight, int N, int C, int OC,
+                                               const float* inp, GemmWeight weight, int N, int C, int OC,
                                                Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("matmul_backward", {dinp, dweight, dbias, dout, inp, weight});
+  expect_device("matmul_backward", {dinp, dweight, dbias, dout, inp, weight.data()});
   const Bf16Copy d(*scratch_, dout, count(N, OC), h);
   if (dinp) {
-    const Bf16Copy w(*scratch_, weight, count(OC, C), h);
+    const Bf16Weight w(*scratch_, weight, count(OC, C), h);
     gemm(matmul_backward_input_gemm(dinp, d.get(), w.get(), N, C, OC, kAutocast), s);
   }
   {
@@ -49,11 +59,12 @@ void CudaBackendImpl::matmul_backward_autocast(float* dinp, float* dweight, floa
   }
 }
 
-void CudaBackendImpl::matmul_backward_input_autocast(float* dinp, const float* dout, const float* weight, int N,
+void CudaBackendImpl::matmul_backward_input_autocast(float* dinp, const float* dout, GemmWeight weight, int N,
                                                      int C, int OC, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("matmul_backward_input", {dinp, dout, weight});
-  const Bf16Copy d(*scratch_, dout, count(N, OC), h), w(*scratch_, weight, count(OC, C), h);
+  expect_device("matmul_backward_input", {dinp, dout, weight.data()});
+  const Bf16Copy d(*scratch_, dout, count(N, OC), h);
+  const Bf16Weight w(*scratch_, weight, count(OC, C), h);
   gemm(matmul_backward_input_gemm(dinp, d.get(), w.get(), N, C, OC, kAutocast), s);
 }
 
@@ -104,21 +115,23 @@ void CudaBackendImpl::attention_backward_autocast(float* dqkv, const float* dout
   attention_permute_qkv_backward<float>(dqkv, dq, dk, dv, B, T, C, NH, h);
 }
 
-void CudaBackendImpl::lm_head_logits_autocast(float* logits, const float* x, const float* wte, int N, int C, int Vp,
+void CudaBackendImpl::lm_head_logits_autocast(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp,
                                               Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("lm_head_logits", {logits, x, wte});
-  const Bf16Copy x16(*scratch_, x, count(N, C), h), w16(*scratch_, wte, count(Vp, C), h);
+  expect_device("lm_head_logits", {logits, x, wte.data()});
+  const Bf16Copy x16(*scratch_, x, count(N, C), h);
+  const Bf16Weight w16(*scratch_, wte, count(Vp, C), h);
   gemm(matmul_forward_gemm(logits, x16.get(), w16.get(), nullptr, N, C, Vp, kAutocast), s);
 }
 
 double CudaBackendImpl::lm_head_cross_entropy_autocast(float* losses, float* dx, float* dwte, const float* x,
-                                                       const float* wte, const std::int32_t* targets, int N, int C,
+                                                       GemmWeight wte, const std::int32_t* targets, int N, int C,
                                                        int V, int Vp, float grad_scale, float* scratch, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("lm_head_cross_entropy", {losses, dx, dwte, x, wte, scratch});
+  expect_device("lm_head_cross_entropy", {losses, dx, dwte, x, wte.data(), scratch});
   const DeviceInts tgt(*scratch_, targets, static_cast<std::size_t>(N), h);
-  const Bf16Copy x16(*scratch_, x, count(N, C), h), w16(*scratch_, wte, count(Vp, C), h);
+  const Bf16Copy x16(*scratch_, x, count(N, C), h);
+  const Bf16Weight w16(*scratch_, wte, count(Vp, C), h);
   const int R = head_chunk_rows(N, Vp);
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);

@@ -11,16 +11,19 @@
 namespace pipelane::cuda {
 
 
-void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight,
+void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, const float* inp, GemmWeight weight,
                                           const float* bias, int N, int C, int OC, Stream& s) {
   if (!gelu_epilogue_fits(OC)) return Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC, s);
   const cudaStream_t h = enter(s);
-  expect_device("matmul_gelu_forward", {pre, out, inp, weight, bias});
+  expect_device("matmul_gelu_forward", {pre, out, inp, weight.data(), bias});
   bool fused = false;
   if (!bf16_compute()) {
-    fused = try_gemm(matmul_forward_gemm(out, inp, weight, bias, N, C, OC, DataType::F32, pre), s);
+    fused = try_gemm(
+        matmul_forward_gemm(out, inp, fp32_weight(weight, "matmul_gelu_forward"), bias, N, C, OC, DataType::F32, pre),
+        s);
   } else {
-    const Bf16Copy x(*scratch_, inp, count(N, C), h), w(*scratch_, weight, count(OC, C), h);
+    const Bf16Copy x(*scratch_, inp, count(N, C), h);
+    const Bf16Weight w(*scratch_, weight, count(OC, C), h);
     fused = try_gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
   }
   if (fused) return;
@@ -28,16 +31,19 @@ void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, const float* i
   Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC, s);
 }
 
-void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight,
+void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight,
                                                   const float* pre, int N, int C, int OC, Stream& s) {
   if (!gelu_epilogue_fits(C)) return Backend::matmul_backward_input_dgelu(dpre, dout, weight, pre, N, C, OC, s);
   const cudaStream_t h = enter(s);
-  expect_device("matmul_backward_input_dgelu", {dpre, dout, weight, pre});
+  expect_device("matmul_backward_input_dgelu", {dpre, dout, weight.data(), pre});
   bool fused = false;
   if (!bf16_compute()) {
-    fused = try_gemm(matmul_backward_input_gemm(dpre, dout, weight, N, C, OC, DataType::F32, pre), s);
+    fused = try_gemm(matmul_backward_input_gemm(dpre, dout, fp32_weight(weight, "matmul_backward_input_dgelu"), N, C,
+                                                OC, DataType::F32, pre),
+                     s);
   } else {
-    const Bf16Copy d(*scratch_, dout, count(N, OC), h), w(*scratch_, weight, count(OC, C), h);
+    const Bf16Copy d(*scratch_, dout, count(N, OC), h);
+    const Bf16Weight w(*scratch_, weight, count(OC, C), h);
     fused = try_gemm(matmul_backward_input_gemm(dpre, d.get(), w.get(), N, C, OC, kAutocast, pre), s);
   }
   if (fused) return;

@@ -49,6 +49,17 @@ class Bf16Copy {
   Temp<__nv_bfloat16> t_;
 };
 
+// A GEMM's weight in bf16: a bf16 GemmWeight as it is (no copy), an fp32 one copied (Bf16Copy).
+class Bf16Weight {
+ public:
+  Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream);
+  const __nv_bfloat16* get() const { return w_; }
+
+ private:
+  std::unique_ptr<Bf16Copy> copy_;
+  const __nv_bfloat16* w_;
+};
+
 // Rows of logits the fused head holds at once: one block of at most 128 MiB, as the CPU head.
 int head_chunk_rows(int N, int width);
 
@@ -131,15 +142,15 @@ class CudaBackendImpl final : public CudaBackend {
                                 const float* mean, const float* rstd, int N, int C, Stream& s) override;
   void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* mean, const float* rstd, int N, int C, Stream& s) override;
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+  void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N, int C, int OC,
                       Stream& s) override;
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                       const float* weight, int N, int C, int OC, Stream& s) override;
-  void matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
+                       GemmWeight weight, int N, int C, int OC, Stream& s) override;
+  void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                              Stream& s) override;
-  void matmul_gelu_forward(float* pre, float* out, const float* inp, const float* weight, const float* bias, int N,
+  void matmul_gelu_forward(float* pre, float* out, const float* inp, GemmWeight weight, const float* bias, int N,
                            int C, int OC, Stream& s) override;
-  void matmul_backward_input_dgelu(float* dpre, const float* dout, const float* weight, const float* pre, int N,
+  void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight, const float* pre, int N,
                                    int C, int OC, Stream& s) override;
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s) override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
@@ -159,14 +170,14 @@ class CudaBackendImpl final : public CudaBackend {
   double sum_squares(const float* x, std::size_t n, Stream& s) override;
   void sum_squares_each(double* sums, const float* const* xs, const std::size_t* ns, std::size_t count,
                         Stream& s) override;
-  void lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp, Stream& s) override;
+  void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp, Stream& s) override;
   std::size_t lm_head_scratch_floats(int N, int Vp) const override;
-  double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+  double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, GemmWeight wte,
                                const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
                                float* scratch, Stream& s) override;
   std::size_t lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const override;
   double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                              const float* wte, const std::int32_t* targets, int N, int C, int V,
+                                              GemmWeight wte, const std::int32_t* targets, int N, int C, int V,
                                               int vocab_begin, int vocab_count, float grad_scale, float* scratch,
                                               const GroupReduce& reduce, Stream& s) override;
   void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamWParams& h,
@@ -228,12 +239,14 @@ class CudaBackendImpl final : public CudaBackend {
 
  private:
   bool bf16_compute() const { return config_.compute == DType::BF16; }
+  // The fp32 weight of a GEMM in fp32 compute: a bf16 one is for bf16 compute only (GemmWeight).
+  const float* fp32_weight(GemmWeight w, const char* op) const;
   // The matmul family in bf16 compute on fp32 storage (cuda_backend_autocast.cpp).
-  void matmul_forward_autocast(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+  void matmul_forward_autocast(float* out, const float* inp, GemmWeight weight, const float* bias, int N, int C,
                                int OC, Stream& s);
   void matmul_backward_autocast(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                const float* weight, int N, int C, int OC, Stream& s);
-  void matmul_backward_input_autocast(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
+                                GemmWeight weight, int N, int C, int OC, Stream& s);
+  void matmul_backward_input_autocast(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                                       Stream& s);
   void attention_forward_autocast(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
   void attention_backward_autocast(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
@@ -242,8 +255,8 @@ class CudaBackendImpl final : public CudaBackend {
   void attention_forward_cudnn(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
   void attention_backward_cudnn(float* dqkv, const float* dout, const float* qkv, const float* out, const float* att,
                                 int B, int T, int C, int NH, Stream& s);
-  void lm_head_logits_autocast(float* logits, const float* x, const float* wte, int N, int C, int Vp, Stream& s);
-  double lm_head_cross_entropy_autocast(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+  void lm_head_logits_autocast(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp, Stream& s);
+  double lm_head_cross_entropy_autocast(float* losses, float* dx, float* dwte, const float* x, GemmWeight wte,
                                         const std::int32_t* targets, int N, int C, int V, int Vp, float grad_scale,
                                         float* scratch, Stream& s);
   // The vocab-parallel head on GEMM operands x, wte of type O: float (fp32 compute) or bf16 copies

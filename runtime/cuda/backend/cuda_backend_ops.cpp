@@ -89,22 +89,29 @@ void CudaBackendImpl::matmul_backward_t(X* dinp, float* dweight, float* dbias, c
   }
 }
 
-void CudaBackendImpl::matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+const float* CudaBackendImpl::fp32_weight(GemmWeight w, const char* op) const {
+  if (w.is_bf16())
+    throw std::invalid_argument(name() + ": " + op + " got a bf16 weight; bf16 weights need bf16 compute");
+  return w.f32;
+}
+
+void CudaBackendImpl::matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
                                      int C, int OC, Stream& s) {
   if (bf16_compute()) return matmul_forward_autocast(out, inp, weight, bias, N, C, OC, s);
-  matmul_forward_t(out, inp, weight, bias, N, C, OC, s);
+  matmul_forward_t(out, inp, fp32_weight(weight, "matmul_forward"), bias, N, C, OC, s);
 }
 void CudaBackendImpl::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                                      const float* weight, int N, int C, int OC, Stream& s) {
+                                      GemmWeight weight, int N, int C, int OC, Stream& s) {
   if (bf16_compute()) return matmul_backward_autocast(dinp, dweight, dbias, dout, inp, weight, N, C, OC, s);
-  matmul_backward_t(dinp, dweight, dbias, dout, inp, weight, N, C, OC, s);
+  matmul_backward_t(dinp, dweight, dbias, dout, inp, fp32_weight(weight, "matmul_backward"), N, C, OC, s);
 }
-void CudaBackendImpl::matmul_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
+void CudaBackendImpl::matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                                             Stream& s) {
   if (bf16_compute()) return matmul_backward_input_autocast(dinp, dout, weight, N, C, OC, s);
   enter(s);
-  expect_device("matmul_backward_input", {dinp, dout, weight});
-  gemm(matmul_backward_input_gemm(dinp, dout, weight, N, C, OC, kF32), s);
+  const float* w = fp32_weight(weight, "matmul_backward_input");
+  expect_device("matmul_backward_input", {dinp, dout, w});
+  gemm(matmul_backward_input_gemm(dinp, dout, w, N, C, OC, kF32), s);
 }
 
 // ---- attention ----
@@ -186,12 +193,13 @@ void CudaBackendImpl::attention_forward_kv(float* out, float* scores, const floa
 
 // ---- the tied LM head ----
 
-void CudaBackendImpl::lm_head_logits(float* logits, const float* x, const float* wte, int N, int C, int Vp,
+void CudaBackendImpl::lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp,
                                      Stream& s) {
   if (bf16_compute()) return lm_head_logits_autocast(logits, x, wte, N, C, Vp, s);
   enter(s);
-  expect_device("lm_head_logits", {logits, x, wte});
-  gemm(matmul_forward_gemm(logits, x, wte, nullptr, N, C, Vp, kF32), s);
+  const float* w = fp32_weight(wte, "lm_head_logits");
+  expect_device("lm_head_logits", {logits, x, w});
+  gemm(matmul_forward_gemm(logits, x, w, nullptr, N, C, Vp, kF32), s);
 }
 
 std::size_t CudaBackendImpl::lm_head_scratch_floats(int N, int Vp) const {
@@ -220,12 +228,13 @@ double CudaBackendImpl::lm_head_cross_entropy_t(float* losses, X* dx, float* dwt
   return host_sum(losses, static_cast<std::size_t>(N), h);
 }
 
-double CudaBackendImpl::lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, const float* wte,
+double CudaBackendImpl::lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x, GemmWeight wte,
                                               const std::int32_t* targets, int N, int C, int V, int Vp,
                                               float grad_scale, float* scratch, Stream& s) {
   if (bf16_compute())
     return lm_head_cross_entropy_autocast(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale, scratch, s);
-  return lm_head_cross_entropy_t(losses, dx, dwte, x, wte, targets, N, C, V, Vp, grad_scale, scratch, s);
+  return lm_head_cross_entropy_t(losses, dx, dwte, x, fp32_weight(wte, "lm_head_cross_entropy"), targets, N, C, V, Vp,
+                                 grad_scale, scratch, s);
 }
 
 std::size_t CudaBackendImpl::lm_head_vocab_parallel_scratch_floats(int N, int vocab_count) const {
@@ -275,17 +284,17 @@ double CudaBackendImpl::lm_head_vocab_parallel_t(float* losses, float* dx, float
 }
 
 double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwte, const float* x,
-                                                             const float* wte, const std::int32_t* targets, int N,
+                                                             GemmWeight wte, const std::int32_t* targets, int N,
                                                              int C, int V, int vocab_begin, int vocab_count,
                                                              float grad_scale, float* scratch,
                                                              const GroupReduce& reduce, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte, scratch});
+  expect_device("lm_head_cross_entropy_vocab_parallel", {losses, dx, dwte, x, wte.data(), scratch});
   if (!bf16_compute())
-    return lm_head_vocab_parallel_t(losses, dx, dwte, x, wte, targets, N, C, V, vocab_begin, vocab_count, grad_scale,
-                                    scratch, reduce, s);
+    return lm_head_vocab_parallel_t(losses, dx, dwte, x, fp32_weight(wte, "lm_head_cross_entropy_vocab_parallel"),
+                                    targets, N, C, V, vocab_begin, vocab_count, grad_scale, scratch, reduce, s);
   const Bf16Copy x16(*scratch_, x, static_cast<std::size_t>(N) * C, h);
-  const Bf16Copy w16(*scratch_, wte, static_cast<std::size_t>(vocab_count) * C, h);
+  const Bf16Weight w16(*scratch_, wte, static_cast<std::size_t>(vocab_count) * C, h);
   return lm_head_vocab_parallel_t(losses, dx, dwte, x16.get(), w16.get(), targets, N, C, V, vocab_begin, vocab_count,
                                   grad_scale, scratch, reduce, s);
 }

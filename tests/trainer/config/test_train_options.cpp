@@ -294,6 +294,9 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"Bf16StorageNeedsBf16Compute", "[train]\nstorage = bf16\n", 2,
                     "[train] storage = bf16 keeps activations in bf16 for bf16 GEMMs: it needs precision = bf16 "
                     "(precision is fp32)"},
+        InvalidCase{"Bf16GemmWeightsNeedBf16Compute", "[train]\ngemm_weights = bf16\n", 2,
+                    "[train] gemm_weights = bf16 is the copy of the weights that bf16 GEMMs read: it needs "
+                    "precision = bf16 (precision is fp32)"},
         InvalidCase{"SequenceParallelNeedsTp", "[parallel]\nsequence_parallel = true\n", 2,
                     "[parallel] sequence_parallel splits the sequence over the tensor-parallel ranks: it needs tp > 1 "
                     "(tp is 1)"},
@@ -365,7 +368,7 @@ const std::vector<std::tuple<std::string, std::string, std::string>> kEveryKeyWi
     {"train", "max_bad_steps", "5"},   {"train", "loss_spike_zscore", "0"},
     {"train", "sample_every", "0"},    {"train", "sample_tokens", "64"},  {"train", "sample_prompt", ""},
     {"train", "precision", "fp32"},
-    {"train", "storage", "fp32"},      {"train", "recompute", "none"},    {"train", "recompute_method", "uniform"}, {"train", "recompute_layers", "1"},
+    {"train", "storage", "fp32"},      {"train", "gemm_weights", "fp32"}, {"train", "recompute", "none"},    {"train", "recompute_method", "uniform"}, {"train", "recompute_layers", "1"},
     {"train", "distributed_optimizer", "false"},
     {"data", "path", "data/jargon.h5"}, {"data", "tokenizer", "byte"},
     {"data", "sample_mode", "cross-documents"}, {"data", "blend", ""},
