@@ -41,6 +41,7 @@ struct Chunk {
   // made again from params before they are next read whenever they may have changed (stale).
   std::uint16_t* params_bf16 = nullptr;
   bool params_bf16_stale = true;
+  // The weights of a pass that follows another pass of the same step: nothing to settle.
   StageWeights weights() const { return {params, params_bf16}; }
   std::unique_ptr<ShardedAdamW> sharded;  // the distributed optimizer; m and v are its shard
   // Its all-gather of the updated parameters, still in flight: waited for before the parameters
@@ -472,10 +473,10 @@ struct PipelineExecutor::Impl {
 
   void forward(StepRun& run, const Instr& in) {
     Chunk& ch = chunks[in.chunk];
-    settle_parameters(ch);
+    const StageWeights weights = weights_for_passes(ch);
     Slot& slot = acquire(ch, in.microbatch);
     settle_before_writing(slot, slot.acts.output());
-    run.loss_sum += ch.model->forward(ch.weights(), ch.grads, slot.acts, ch.scratch,
+    run.loss_sum += ch.model->forward(weights, ch.grads, slot.acts, ch.scratch,
                                       ch.first() ? rows(run.tokens, in.microbatch) : nullptr,
                                       ch.first() ? nullptr : slot.recv_input,
                                       ch.last() ? rows(run.targets, in.microbatch) : nullptr, run.loss_scale);
@@ -537,21 +538,25 @@ struct PipelineExecutor::Impl {
     }
   }
 
-  // The distributed optimizer's parameters of `ch` are whole again once its all-gather is done;
-  // then, under bf16 storage, their bf16 copy is made again if they changed.
+  // The distributed optimizer's parameters of `ch` are whole again once its all-gather is done.
   void settle_parameters(Chunk& ch) {
-    if (!ch.params_gathering.empty()) {
-      note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
-      for (auto& e : ch.params_gathering) e->wait_on(*compute);
-      ch.params_gathering.clear();
-    }
+    if (ch.params_gathering.empty()) return;
+    note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
+    for (auto& e : ch.params_gathering) e->wait_on(*compute);
+    ch.params_gathering.clear();
+  }
+  void settle_parameters() {
+    for (Chunk& ch : chunks) settle_parameters(ch);
+  }
+  // The weights the chunk's passes read: its settled parameters and, with bf16 GEMM weights, their
+  // bf16 copy, made again first if the parameters may have changed since it was made.
+  StageWeights weights_for_passes(Chunk& ch) {
+    settle_parameters(ch);
     if (ch.params_bf16 && ch.params_bf16_stale) {
       backend.cast_to_bf16(ch.params_bf16, ch.params, ch.model->layout().total_floats(), *compute);
       ch.params_bf16_stale = false;
     }
-  }
-  void settle_parameters() {
-    for (Chunk& ch : chunks) settle_parameters(ch);
+    return {ch.params, ch.params_bf16};
   }
 
   // Once `in` wrote its chunk's last gradient of the step: sequence parallelism's norm gradients
@@ -685,7 +690,7 @@ double PipelineExecutor::evaluate_sum(const std::int32_t* tokens, const std::int
         arrived->synchronize();
         arrived->wait_on(*s.compute);
       }
-      loss_sum += ch.model->forward(ch.weights(), nullptr, slot.acts, ch.scratch,
+      loss_sum += ch.model->forward(s.weights_for_passes(ch), nullptr, slot.acts, ch.scratch,
                                     ch.first() ? s.rows(tokens, mb) : nullptr,
                                     ch.first() ? nullptr : slot.recv_input,
                                     ch.last() ? s.rows(targets, mb) : nullptr, 1.0f);

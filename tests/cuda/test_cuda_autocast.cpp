@@ -39,8 +39,9 @@ TEST(CudaAutocast, OpsMatchTheBf16ReferenceAndTheCpuBackendInBf16) {
   EXPECT_NEAR(got.head_vp_sum, want.head_sum.value[0], want.head_sum.bound[0]);
 }
 
-// bf16 storage's copy of the weights: the GEMMs read it as it is (no op-temporary copy) and give
-// the bits of the fp32 weights they would have rounded; fp32 compute refuses it.
+// The bf16 copy of the weights ([train] gemm_weights = bf16): the GEMMs read it as it is (no
+// op-temporary copy) and give the bits of the fp32 weights they would have rounded; fp32 compute
+// refuses it.
 TEST(CudaAutocast, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
   using namespace bf16_test;
   const auto cuda = cuda_backend_for_test(DType::BF16);

@@ -131,7 +131,7 @@ TEST(Recompute, BitIdenticalToNoneUnderBf16Storage) {
   }
 }
 
-// bf16 storage's copy of the weights: the GEMMs read it in place of rounding the fp32 parameters,
+// [train] gemm_weights = bf16: the GEMMs read a bf16 copy in place of rounding the fp32 parameters,
 // the same values, so losses, gradients and the messages between the stages keep every bit, for
 // both families, every backward order, each recompute choice and tp = 2 (the vocab-parallel head).
 TEST(Bf16Weights, ChangeNoBitUnderBf16Storage) {

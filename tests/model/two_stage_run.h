@@ -52,8 +52,9 @@ struct Stage {
   StageWeights weights() const { return {params.data(), params_bf16.empty() ? nullptr : params_bf16.data()}; }
 };
 
-// Gives every stage a bf16 copy of its parameters, rounded by `backend` (bf16 storage's copy of the
-// weights, as the executor makes it); `zeroed`: a copy of zeros instead (what the GEMMs read shows).
+// Gives every stage a bf16 copy of its parameters, rounded by `backend` (the copy `[train]
+// gemm_weights = bf16` makes in the executor); `zeroed`: a copy of zeros instead (what the GEMMs
+// read shows).
 inline void with_bf16_weights(std::vector<Stage>& st, Backend& backend, Stream& stream, bool zeroed = false) {
   for (Stage& s : st) {
     s.params_bf16.assign(s.params.size(), 0);

@@ -155,5 +155,32 @@ const Case kCases[] = {
 INSTANTIATE_TEST_SUITE_P(Grids, Bf16Storage, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Parameters written through chunk_states() (a checkpoint's load) after a pass has made the bf16
+// copy: the next pass makes it again. An evaluation makes the copy, the parameters are halved, and
+// the steps that follow train exactly as with fp32 GEMM weights given the same halving.
+TEST(Bf16GemmWeights, ParametersWrittenThroughChunkStatesAreCopiedAgain) {
+  const Case& c = kCases[0];
+  std::vector<std::vector<double>> losses;
+  for (DType weights : {DType::F32, DType::BF16}) {
+    JobSpec s = spec_for(c, DType::BF16, DType::BF16);
+    s.options.gemm_weights = weights;
+    s.before_steps = [](PipelineExecutor& exec, const Topology&) {
+      const std::vector<std::int32_t> tokens(2 * 16, 1);
+      exec.evaluate_sum(tokens.data(), tokens.data(), 1);  // a pass: the copy is made
+      for (const ChunkState& chunk : exec.chunk_states()) {
+        std::vector<float> host(chunk.layout->total_floats());
+        exec.backend().copy(host.data(), chunk.params, host.size() * sizeof(float), exec.compute_stream());
+        exec.compute_stream().synchronize();
+        for (float& x : host) x *= 0.5f;
+        exec.backend().copy(chunk.params, host.data(), host.size() * sizeof(float), exec.compute_stream());
+      }
+      exec.compute_stream().synchronize();
+    };
+    losses.push_back(threaded_job::run(s).loss);
+  }
+  EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_NE(losses[0], threaded_job::run(spec_for(c, DType::BF16, DType::BF16)).loss) << "the halving did nothing";
+}
+
 }  // namespace
 }  // namespace pipelane

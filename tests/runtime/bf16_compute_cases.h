@@ -183,7 +183,7 @@ inline std::uint16_t bf16_bits(float f) {
 }
 
 // How run_ops hands the GEMMs their weights (w, wte): fp32, or rounded on the host into bf16
-// buffers (GemmWeight::of_bf16, what bf16 storage's copy of the weights is).
+// buffers (GemmWeight::of_bf16, what `[train] gemm_weights = bf16` copies).
 enum class WeightsAs { F32, Bf16 };
 
 // Every op of the matmul family once (nn.Linear forward and backward, its input-only backward,

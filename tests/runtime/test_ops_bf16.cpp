@@ -45,8 +45,8 @@ TEST_P(Bf16ComputeCpu, MatmulAttentionAndHeadMatchTheBf16Reference) {
   EXPECT_EQ(got.t.at("matmul.dinp"), got.t.at("matmul.dinp_only"));
 }
 
-// bf16 storage's copy of the weights (GemmWeight::of_bf16): the GEMMs read it in place of rounding
-// the fp32 weight, on both paths, and give the same bits.
+// The bf16 copy of the weights (GemmWeight::of_bf16, [train] gemm_weights = bf16): the GEMMs read
+// it in place of rounding the fp32 weight, on both paths, and give the same bits.
 TEST_P(Bf16ComputeCpu, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
   SKIP_WITHOUT_ONEDNN_BF16(GetParam());
   const auto cpu = make_cpu_backend(1, DType::BF16, GetParam());
