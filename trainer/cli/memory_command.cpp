@@ -27,6 +27,12 @@ std::string gib(double bytes) {
 
 MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   const int dp = std::max(1, o.parallel.dp);  // 0 (the world decides): one replica, the others are copies
+  // train's own check, here too: without it a global batch smaller than a round of microbatches
+  // over dp would reach the schedule as "0 microbatches".
+  const int per_replica = o.train.micro_batch * dp;
+  if (o.train.global_batch % per_replica != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(o.train.global_batch) +
+                      " is not a multiple of micro_batch x dp = " + std::to_string(per_replica));
   MemorySpec m;
   m.model = gpt_config_from(o.model);
   m.schedule = {parse_schedule_kind(o.parallel.schedule), o.parallel.pp, o.parallel.virtual_stages,
@@ -60,17 +66,18 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
                describe(spec.recompute).c_str(),
                element_bytes != 4 ? "16-bit (pipelane's layout at 2 bytes an element; predicted only: weights and "
                                     "gradients are not stored so yet)"
-               : spec.storage == DType::BF16 ? "bf16 activations and messages, fp32 weights and gradients (storage = "
-                                               "bf16: what it allocates)"
+               : spec.storage == DType::BF16 ? "bf16 activations and messages, fp32 weights (the masters) and "
+                                               "gradients (storage = bf16: what it allocates)"
                                              : "fp32 (pipelane's layout, what it allocates)");
   if (spec.gemm_weights == DType::BF16)
     std::fprintf(out, "  gemm_weights bf16: a bf16 copy of the weights for the GEMMs (2 bytes a parameter), "
                       "the fp32 parameters its masters\n");
   if (o.train.distributed_optimizer)
-    std::fprintf(out, "  distributed optimizer: master weights and AdamW state of a %s\n",
+    std::fprintf(out, "  distributed optimizer: AdamW state of a %s%s\n",
                  o.parallel.dp > 1 ? ("1/" + std::to_string(o.parallel.dp) + " shard (dp " + std::to_string(o.parallel.dp) +
                                       ") per rank").c_str()
-                                   : "whole stage per rank (dp 1; give --parallel.dp=N for the shards of N replicas)");
+                                   : "whole stage per rank (dp 1; give --parallel.dp=N for the shards of N replicas)",
+                 element_bytes != 4 ? ", master weights too" : "; the fp32 parameters stay whole on every rank");
   if (o.runtime.backend != "cpu")
     std::fprintf(out, "  sizes: the cpu backend's rules (the attention keeps [B, heads, T, T]); %s may keep less\n",
                  o.runtime.backend.c_str());
