@@ -273,15 +273,19 @@ inline Outputs run_ops(Backend& backend, const Inputs& in, WeightsAs weights = W
 }
 
 // A bf16 weight (GemmWeight::of_bf16) holds the values a bf16 GEMM rounds an fp32 weight to, so
-// every GEMM-weight op of `backend` (bf16 compute) gives the same bits with either; the ops say so
-// in supports(op, BF16).
+// every GEMM-weight op of `backend` (bf16 compute) gives the same bits with either. run_ops with
+// `fused` runs each op reads_gemm_weight names (the three matmuls, the GeLU-fused pair, the head's
+// three), and supports(op, BF16) must say yes to exactly those and the casts (op table cases):
+// no op claims bf16 buffers without a case.
 inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in) {
   ASSERT_EQ(backend.compute_precision(), DType::BF16);
-  for (OpKind op : {OpKind::MatmulForward, OpKind::MatmulBackward, OpKind::MatmulBackwardInput,
-                    OpKind::MatmulGeluForward, OpKind::MatmulBackwardInputDgelu, OpKind::LmHeadLogits,
-                    OpKind::LmHeadCrossEntropy, OpKind::LmHeadCrossEntropyVocabParallel})
-    EXPECT_TRUE(backend.supports(op, DType::BF16)) << op_kind_name(op);
-  EXPECT_FALSE(backend.supports(OpKind::AttentionForward, DType::BF16));
+  int gemm_weight_ops = 0;
+  for (int k = 0; k < static_cast<int>(OpKind::Count); ++k) {
+    const OpKind op = static_cast<OpKind>(k);
+    EXPECT_EQ(backend.supports(op, DType::BF16), is_bf16_cast(op) || reads_gemm_weight(op)) << op_kind_name(op);
+    gemm_weight_ops += reads_gemm_weight(op);
+  }
+  EXPECT_EQ(gemm_weight_ops, 8) << "a GEMM-weight op was added: give it a case in run_ops";
   const Outputs f32 = run_ops(backend, in, WeightsAs::F32, true), b16 = run_ops(backend, in, WeightsAs::Bf16, true);
   ASSERT_EQ(f32.t.size(), b16.t.size());
   for (const auto& [name, t] : f32.t) {
@@ -297,8 +301,9 @@ inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in
 // should hand one), and says it has no bf16 case for the GEMMs.
 inline void expect_fp32_compute_refuses_bf16_weights(Backend& backend) {
   ASSERT_EQ(backend.compute_precision(), DType::F32);
-  EXPECT_FALSE(backend.supports(OpKind::MatmulForward, DType::BF16));
-  EXPECT_TRUE(backend.supports(OpKind::CastToBf16, DType::BF16));
+  for (int k = 0; k < static_cast<int>(OpKind::Count); ++k)
+    EXPECT_EQ(backend.supports(static_cast<OpKind>(k), DType::BF16), is_bf16_cast(static_cast<OpKind>(k)))
+        << op_kind_name(static_cast<OpKind>(k));
   auto stream = backend.create_stream(StreamPriority::High);
   auto arena = backend.create_arena("bf16 weight refused", std::size_t{1} << 16);
   float* x = arena->allocate_n<float>(16);
