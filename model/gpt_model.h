@@ -98,9 +98,9 @@ struct MicrobatchActivations {
 };
 
 // The weights a stage's passes read: the fp32 parameters (the masters, in the layout's flat
-// buffer) and, under bf16 storage, optionally their bf16 copy in the same layout (2 bytes an
-// element), which every GEMM then reads in place of rounding the fp32 weight (GemmWeight: the
-// same values, so the same bits). Everything that is not a GEMM operand (norms, biases, the
+// buffer) and optionally their bf16 copy in the same layout (2 bytes an element; `[train]
+// gemm_weights = bf16`, with a backend of bf16 compute), which every GEMM then reads in place of
+// rounding the fp32 weight (GemmWeight: the same values, so the same bits). Everything that is not a GEMM operand (norms, biases, the
 // embedding lookup, positions) reads the fp32 parameters. Implicit from `const float*`: fp32
 // parameters alone.
 struct StageWeights {

@@ -88,8 +88,8 @@ enum class OpKind : std::uint8_t {
   Count  // not an op
 };
 const char* op_kind_name(OpKind op);
-// The ops with a bf16 buffer: what supports(op, DType::BF16) says yes to on CPU and CUDA (the
-// GEMM-weight ones only under compute precision BF16).
+// The ops with a bf16 buffer, what supports(op, DType::BF16) says yes to on CPU and CUDA: the
+// casts, and under compute precision BF16 the ops that read a GEMM weight (GemmWeight, below).
 inline bool is_bf16_cast(OpKind op) {
   return op == OpKind::CastToBf16 || op == OpKind::CastFromBf16 || op == OpKind::RoundToBf16;
 }
@@ -109,8 +109,8 @@ inline bool has_bf16_buffer(OpKind op, DType compute) {
 }
 
 // The weight operand of a GEMM (the matmul family, the LM head): an fp32 tensor, or its bf16 copy
-// (`[train] storage = bf16`: the stage's compute weights, rounded from the fp32 masters once a
-// step instead of inside every GEMM). A bf16 weight needs compute precision BF16
+// (`[train] gemm_weights = bf16`: the stage's compute weights, rounded from the fp32 masters once
+// a step instead of inside every GEMM). A bf16 weight needs compute precision BF16
 // (std::invalid_argument otherwise); there a GEMM rounds an fp32 weight to exactly these values,
 // so both operands give the same bits. Implicit from `const float*`: the fp32 call sites read as
 // they always did.
