@@ -87,8 +87,8 @@ void GptStage::out_projection(float* out, const StageWeights& params, const floa
   }
 }
 
-void GptStage::attention_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                                 const float* ln, const Dims& d) const {
+void GptStage::attention_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o,
+                                 StageScratch& s, const float* ln, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
   if (!config().split_projections()) {
     // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
@@ -124,9 +124,9 @@ void GptStage::mlp_forward(const StageWeights& params, LayerActivations& h, cons
   out_projection(s.proj, params, h.fch_gelu, o.fcprojw, o.fcprojb, d.CM, d);
 }
 
-void GptStage::input_gradient_sum(float* dx, float* tmp, const StageWeights& params, std::initializer_list<std::size_t> weights,
-                                  std::initializer_list<const float*> douts, std::initializer_list<int> widths,
-                                  const Dims& d) const {
+void GptStage::input_gradient_sum(float* dx, float* tmp, const StageWeights& params,
+                                  std::initializer_list<std::size_t> weights, std::initializer_list<const float*> douts,
+                                  std::initializer_list<int> widths, const Dims& d) const {
   auto w = weights.begin();
   auto g = douts.begin();
   auto n = widths.begin();

@@ -26,19 +26,19 @@ const float* GptStage::mlp_backward(const StageWeights& params, float* grads, co
   const float* dout = gather_rows(s.dres, s.dres_full, d);
   const float* ln2 = gather_rows(h.ln2, s.gathered, d);
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu,
-                             params.gemm(o.fcprojw), d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw),
+                             d.N, d.CM, d.C, stream_);
     backend_.matmul_backward_input_dgelu(s.d4c, dout, params.gemm(o.fcprojw), h.fch, d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, ln2, params.gemm(o.fcw), d.N, d.C,
-                             d.CM, stream_);
+    backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, ln2, params.gemm(o.fcw), d.N, d.C, d.CM,
+                             stream_);
   } else {
-    backend_.matmul_backward(s.d4c, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu,
-                             params.gemm(o.fcprojw), d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward(s.d4c, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw),
+                             d.N, d.CM, d.C, stream_);
     backend_.swiglu_backward(s.dgate, s.dup, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
-    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, ln2, params.gemm(o.gatew), d.N,
-                             d.C, d.CM, stream_);
-    backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, ln2, params.gemm(o.fcw), d.N, d.C,
+    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, ln2, params.gemm(o.gatew), d.N, d.C,
                              d.CM, stream_);
+    backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, ln2, params.gemm(o.fcw), d.N, d.C, d.CM,
+                             stream_);
     input_gradient_sum(s.dtmp, s.dtmp2, params, {o.gatew, o.fcw}, {s.dgate, s.dup}, {d.CM, d.CM}, d);
   }
   sum_partials(s.dtmp, d);  // backward of the column-parallel input projection(s) ("f")
@@ -70,8 +70,8 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);
     }
-    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C,
-                             d.CA, stream_);
+    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C, d.CA,
+                             stream_);
     backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV,
                              stream_);
     backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV,
@@ -85,8 +85,8 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
 // B of the MLP: h.d_res_out -> h.d_ln2 (summed over tp), keeping h.d_fch (and h.d_up) for W.
 // Under sequence parallelism the partial [N,C] gradient goes through s.dtmp (h.d_ln2 holds only
 // this rank's rows): reduce-scattered there, then copied.
-void GptStage::mlp_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                                  const Dims& d) const {
+void GptStage::mlp_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o,
+                                  StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln2;
   if (config().mlp == MlpKind::Gelu) {
@@ -133,34 +133,37 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
 
 // The W halves. Under sequence parallelism the residual gradient and the norm's output kept for
 // them are this rank's rows: W gathers them again (its only communication).
-void GptStage::mlp_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                   StageScratch& s, const Dims& d) const {
+void GptStage::mlp_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h,
+                                   const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
   const float* ln2 = gather_rows(h.ln2, s.gathered, d);
-  backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw), d.N,
-                           d.CM, d.C, stream_);
+  backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw),
+                           d.N, d.CM, d.C, stream_);
   if (config().mlp == MlpKind::SwiGlu)
-    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), h.d_fch, ln2, params.gemm(o.gatew), d.N, d.C, d.CM,
-                             stream_);
+    backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), h.d_fch, ln2, params.gemm(o.gatew), d.N, d.C,
+                             d.CM, stream_);
   backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), config().mlp == MlpKind::SwiGlu ? h.d_up : h.d_fch,
                            ln2, params.gemm(o.fcw), d.N, d.C, d.CM, stream_);
 }
 
-void GptStage::attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                         StageScratch& s, const Dims& d) const {
+void GptStage::attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h,
+                                         const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
   const float* ln1 = gather_rows(h.ln1, s.gathered, d);
-  backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw), d.N,
-                           d.CA, d.C, stream_);
+  backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw),
+                           d.N, d.CA, d.C, stream_);
   if (!config().split_projections()) {
     backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), h.d_qkv, ln1, params.gemm(o.qkvw), d.N, d.C,
                              3 * d.CA, stream_);
     return;
   }
   const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
-  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C, d.CA, stream_);
-  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV, stream_);
-  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV, stream_);
+  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C, d.CA,
+                           stream_);
+  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV,
+                           stream_);
+  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV,
+                           stream_);
 }
 
 }  // namespace pipelane

@@ -100,9 +100,9 @@ struct MicrobatchActivations {
 // The weights a stage's passes read: the fp32 parameters (the masters, in the layout's flat
 // buffer) and optionally their bf16 copy in the same layout (2 bytes an element; `[train]
 // gemm_weights = bf16`, with a backend of bf16 compute), which every GEMM then reads in place of
-// rounding the fp32 weight (GemmWeight: the same values, so the same bits). Everything that is not a GEMM operand (norms, biases, the
-// embedding lookup, positions) reads the fp32 parameters. Implicit from `const float*`: fp32
-// parameters alone.
+// rounding the fp32 weight (GemmWeight: the same values, so the same bits). Everything that is
+// not a GEMM operand (norms, biases, the embedding lookup, positions) reads the fp32 parameters.
+// Implicit from `const float*`: fp32 parameters alone.
 struct StageWeights {
   const float* f32 = nullptr;
   const std::uint16_t* bf16 = nullptr;
@@ -215,16 +215,14 @@ class GptStage {
   // being stored or recomputed. That adds the head's share to grads (wte) already here, so
   // gradients must not be zeroed between a microbatch's forward and its backward.
   // `input`, `grad_output` and `grad_input` (here and below) hold storage() values: fp32, or bf16.
-  double forward(const StageWeights& params, float* grads, MicrobatchActivations& acts,
-                 StageScratch& scratch, const std::int32_t* tokens, const void* input,
-                 const std::int32_t* targets, float loss_scale) const;
+  double forward(const StageWeights& params, float* grads, MicrobatchActivations& acts, StageScratch& scratch,
+                 const std::int32_t* tokens, const void* input, const std::int32_t* targets, float loss_scale) const;
 
   // Backward of the same microbatch. Non-last stages: `grad_output` [B,T,C] is the gradient of
   // this stage's output. Parameter gradients accumulate into `grads`; non-first stages write the
   // input gradient to `grad_input`.
-  void backward(const StageWeights& params, float* grads, MicrobatchActivations& acts,
-                StageScratch& scratch, const std::int32_t* tokens, const void* grad_output,
-                void* grad_input) const;
+  void backward(const StageWeights& params, float* grads, MicrobatchActivations& acts, StageScratch& scratch,
+                const std::int32_t* tokens, const void* grad_output, void* grad_input) const;
 
   // The same backward split in two for zero-bubble schedules (ZB-H1), on activations allocated
   // with split_backward = true (std::logic_error otherwise). backward_input followed, any time
@@ -233,16 +231,15 @@ class GptStage {
   // stages) and keeps in `acts` the gradients flowing into each matmul/layernorm. Under tensor
   // parallelism all of the backward's collectives (the column-parallel input-gradient
   // all-reduces) happen here.
-  void backward_input(const StageWeights& params, float* grads, MicrobatchActivations& acts,
-                      StageScratch& scratch, const std::int32_t* tokens, const void* grad_output,
-                      void* grad_input) const;
+  void backward_input(const StageWeights& params, float* grads, MicrobatchActivations& acts, StageScratch& scratch,
+                      const std::int32_t* tokens, const void* grad_output, void* grad_input) const;
   // W: the weight-gradient half of the same microbatch: every matmul dW/db, every LayerNorm's
   // weight/bias, ln_f, and on the first stage wte/wpe (the head's wte share was already added in
   // forward). No communication. Must follow that microbatch's backward_input (std::logic_error
   // otherwise); other microbatches' forwards and backward_inputs may run in between, but `acts`
   // stay this microbatch's until it ran (forward on them throws until then).
-  void backward_weight(const StageWeights& params, float* grads, MicrobatchActivations& acts,
-                       StageScratch& scratch, const std::int32_t* tokens) const;
+  void backward_weight(const StageWeights& params, float* grads, MicrobatchActivations& acts, StageScratch& scratch,
+                       const std::int32_t* tokens) const;
 
   // Logits [B*T, Vp] of the last forward (head stage only; for tests and inference). Under tensor
   // parallelism: this rank's columns [B*T, layout().vocab_local()], global columns starting at
@@ -300,16 +297,16 @@ class GptStage {
   void mlp_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                    const float* ln, const Dims& d) const;
   // Return the gradient of the sublayer's normalised input, summed over tp: this rank's rows of it.
-  const float* attention_backward(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                  StageScratch& s, const Dims& d) const;
+  const float* attention_backward(const StageWeights& params, float* grads, const LayerActivations& h,
+                                  const LayerOffsets& o, StageScratch& s, const Dims& d) const;
   const float* mlp_backward(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                             StageScratch& s, const Dims& d) const;
   void attention_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                                 const Dims& d) const;
   void mlp_backward_input(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                           const Dims& d) const;
-  void attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
-                                 StageScratch& s, const Dims& d) const;
+  void attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h,
+                                 const LayerOffsets& o, StageScratch& s, const Dims& d) const;
   void mlp_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h, const LayerOffsets& o,
                            StageScratch& s, const Dims& d) const;
   // Sum of the input gradients of the matrices that read the same input (q, k, v; gate, up):
@@ -332,11 +329,12 @@ class GptStage {
   LayerActivations forward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
   LayerActivations backward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
   const float* backward_input_of(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
-  void recompute_group(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const;
+  void recompute_group(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l,
+                       const Dims& d) const;
   void recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const;
   // Before layer l's backward (whole, B, or W when `weight_half`): whatever recomputation it needs.
-  void before_layer_backward(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l, const Dims& d,
-                             bool weight_half) const;
+  void before_layer_backward(const StageWeights& params, MicrobatchActivations& a, StageScratch& s, int l,
+                             const Dims& d, bool weight_half) const;
   void embed(const StageWeights& params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const;
   // bf16 storage (gpt_bf16_storage.cpp; each does nothing, or the fp32 thing, under F32).
   bool bf16_storage() const { return storage_ == DType::BF16; }

@@ -119,7 +119,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Event> create_event() override { return std::make_unique<CpuEvent>(); }
 
   bool supports(OpKind op, DType dtype) const override {
-    return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && has_bf16_buffer(op, compute_precision())));
+    return op != OpKind::Count &&
+           (dtype == DType::F32 || (dtype == DType::BF16 && has_bf16_buffer(op, compute_precision())));
   }
   DType compute_precision() const override { return bf16_ ? DType::BF16 : DType::F32; }
 
@@ -186,7 +187,8 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::matmul_backward(*onednn_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     else if (bf16_) cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, fp32_weight(weight, "matmul_backward"), N, C, OC);
+    else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, fp32_weight(weight, "matmul_backward"), N, C,
+                              OC);
   }
   void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                              int OC, Stream&) override {
