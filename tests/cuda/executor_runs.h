@@ -36,10 +36,12 @@ inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
 // to `filler` when one is given (lanes).
 inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,
                             int seq, int microbatches, int steps, GapFiller* filler = nullptr,
-                            bool sequence_parallel = false, DType storage = DType::F32) {
+                            bool sequence_parallel = false, DType storage = DType::F32,
+                            DType gemm_weights = DType::F32) {
   ExecutorOptions o;
   o.sequence_parallel = sequence_parallel;
   o.storage = storage;
+  o.gemm_weights = gemm_weights;
   o.model = model;
   o.schedule = {ScheduleKind::OneFOneB, pp, 1, microbatches};
   o.micro_batch = micro_batch;
@@ -97,10 +99,12 @@ inline TrainRun train_tiny_on_threads(const ParallelDims& dims,
   return got;
 }
 
-// The tiny GPT on one process (one stage), `steps` steps; `storage` BF16: bf16 storage.
-inline TrainRun train_one_process(Backend& backend, int steps = 3, DType storage = DType::F32) {
+// The tiny GPT on one process (one stage), `steps` steps; `storage` BF16: bf16 storage;
+// `gemm_weights` BF16: the GEMMs read a bf16 copy of the weights.
+inline TrainRun train_one_process(Backend& backend, int steps = 3, DType storage = DType::F32,
+                                  DType gemm_weights = DType::F32) {
   Topology topo = Topology::single_process(backend);
-  return train_steps(topo, backend, tiny_gpt(), 1, 2, 8, 2, steps, nullptr, false, storage);
+  return train_steps(topo, backend, tiny_gpt(), 1, 2, 8, 2, steps, nullptr, false, storage, gemm_weights);
 }
 
 // max_s |a[s] - b[s]|

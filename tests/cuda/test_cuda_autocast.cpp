@@ -116,6 +116,18 @@ TEST(CudaAutocast, TrainingWithBf16StorageMatchesTheCpuBackend) {
   expect_within_quarter_of_the_bf16_effect(fp32, want, got);
 }
 
+// [train] gemm_weights = bf16 through the executor on the emulated CUDA backend: the copy the
+// GEMMs read (made by the cast kernel after every optimizer step) holds what their own conversion
+// gave, so 4 steps keep every bit of the run without it.
+TEST(CudaAutocast, Bf16GemmWeightsTrainBitIdenticallyThroughTheExecutor) {
+  const int steps = 4;
+  const TrainRun without = train_one_process(*cuda_backend_for_test(DType::BF16), steps, DType::BF16);
+  const TrainRun with = train_one_process(*cuda_backend_for_test(DType::BF16), steps, DType::BF16, DType::BF16);
+  EXPECT_EQ(with.loss, without.loss);
+  EXPECT_EQ(with.grad_norm, without.grad_norm);
+  EXPECT_NE(without.loss.front(), without.loss.back()) << "it does not train";
+}
+
 #endif
 
 }  // namespace
