@@ -17,6 +17,16 @@ SplitQkv split_qkv(float* base, int N, int CA, int KV) {
   const std::size_t n = static_cast<std::size_t>(N);
   return {base, base + n * CA, base + n * CA + n * KV};
 }
+
+// The weight (and bias) gradients (+=) of q_proj, k_proj and v_proj from their output gradients
+// g and their input ln1, in that order: whole backward and W half make the same calls.
+void split_qkv_weight_gradients(Backend& backend, Stream& stream, const StageWeights& params, float* grads,
+                                const SplitQkv& g, const float* ln1, const LayerOffsets& o, int N, int C, int CA,
+                                int KV) {
+  backend.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), N, C, CA, stream);
+  backend.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), N, C, KV, stream);
+  backend.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), N, C, KV, stream);
+}
 }  // namespace
 
 // MLP: s.dres (of its output) -> s.dtmp (of ln2, summed over tp); every MLP weight's gradient.
@@ -70,12 +80,7 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);
     }
-    backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C, d.CA,
-                             stream_);
-    backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV,
-                             stream_);
-    backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV,
-                             stream_);
+    split_qkv_weight_gradients(backend_, stream_, params, grads, g, ln1, o, d.N, d.C, d.CA, d.KV);
     input_gradient_sum(s.dtmp, s.dtmp2, params, {o.qkvw, o.kw, o.vw}, {g.q, g.k, g.v}, {d.CA, d.KV, d.KV}, d);
   }
   sum_partials(s.dtmp, d);  // backward of the column-parallel q/k/v projection(s) ("f")
@@ -157,13 +162,8 @@ void GptStage::attention_backward_weight(const StageWeights& params, float* grad
                              3 * d.CA, stream_);
     return;
   }
-  const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
-  backend_.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), d.N, d.C, d.CA,
-                           stream_);
-  backend_.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), d.N, d.C, d.KV,
-                           stream_);
-  backend_.matmul_backward(nullptr, grads + o.vw, at(grads, o.vb), g.v, ln1, params.gemm(o.vw), d.N, d.C, d.KV,
-                           stream_);
+  split_qkv_weight_gradients(backend_, stream_, params, grads, split_qkv(h.d_qkv, d.N, d.CA, d.KV), ln1, o, d.N, d.C,
+                             d.CA, d.KV);
 }
 
 }  // namespace pipelane

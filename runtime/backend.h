@@ -701,6 +701,12 @@ class Backend {
   [[noreturn]] void unsupported(const char* op) const {
     throw std::logic_error(name() + " has no " + op + " (supports() says so)");
   }
+  // The fp32 weight of a GEMM in fp32 compute; a bf16 one is for bf16 compute only (GemmWeight).
+  const float* fp32_weight(GemmWeight w, const char* op) const {
+    if (w.is_bf16())
+      throw std::invalid_argument(name() + ": " + op + " got a bf16 weight; bf16 weights need bf16 compute");
+    return w.f32;
+  }
 };
 
 }  // namespace pipelane

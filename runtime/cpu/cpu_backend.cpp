@@ -436,12 +436,6 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // The fp32 weight of a GEMM in fp32 compute: a bf16 one is for bf16 compute only (GemmWeight).
-  const float* fp32_weight(GemmWeight w, const char* op) const {
-    if (w.is_bf16())
-      throw std::invalid_argument(name() + ": " + op + " got a bf16 weight; bf16 weights need bf16 compute");
-    return w.f32;
-  }
   static int default_threads() {
     const unsigned n = std::thread::hardware_concurrency();
     return n ? static_cast<int>(n) : 1;

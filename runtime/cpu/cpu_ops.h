@@ -181,7 +181,9 @@ double lm_head_cross_entropy_vocab_parallel(float* losses, float* dx, float* dwt
 // kernels (its per-head products are loops of ours, not GEMM calls).
 class OnednnBf16Gemm;
 namespace onednn {
-// A bf16 GemmWeight goes to oneDNN as it is (no conversion); an fp32 one is converted per call.
+// A bf16 GemmWeight goes to oneDNN as it is (no conversion); an fp32 one is converted per call,
+// into staging slot `slot` (weight_bits).
+const std::uint16_t* weight_bits(OnednnBf16Gemm& g, int slot, GemmWeight w, std::size_t n);
 void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight weight, const float* bias,
                     int N, int C, int OC);
 void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbias, const float* dout,

@@ -49,7 +49,7 @@ class OnednnHead {
   OnednnHead(OnednnBf16Gemm& g, const float* x, GemmWeight wte, int N, int C, int W)
       : g_(g),
         x_(g.staged(0, x, static_cast<std::size_t>(N) * C)),
-        wte_(wte.is_bf16() ? wte.bf16 : g.staged(1, wte.f32, static_cast<std::size_t>(W) * C)),
+        wte_(onednn::weight_bits(g, 1, wte, static_cast<std::size_t>(W) * C)),
         C_(C),
         W_(W) {}
   void logits(int r0, int rows, float* z) const {

@@ -10,11 +10,11 @@ namespace pipelane::cpu::onednn {
 namespace {
 std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
 enum Slot { kFirst, kSecond, kThird };
-// A bf16 weight as it is; an fp32 one converted into `slot`.
+}  // namespace
+
 const std::uint16_t* weight_bits(OnednnBf16Gemm& g, int slot, GemmWeight w, std::size_t n) {
   return w.is_bf16() ? w.bf16 : g.staged(slot, w.f32, n);
 }
-}  // namespace
 
 void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight weight, const float* bias,
                     int N, int C, int OC) {

@@ -27,16 +27,10 @@ std::string gib(double bytes) {
 
 MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
   const int dp = std::max(1, o.parallel.dp);  // 0 (the world decides): one replica, the others are copies
-  // train's own check, here too: without it a global batch smaller than a round of microbatches
-  // over dp would reach the schedule as "0 microbatches".
-  const int per_replica = o.train.micro_batch * dp;
-  if (o.train.global_batch % per_replica != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(o.train.global_batch) +
-                      " is not a multiple of micro_batch x dp = " + std::to_string(per_replica));
   MemorySpec m;
   m.model = gpt_config_from(o.model);
   m.schedule = {parse_schedule_kind(o.parallel.schedule), o.parallel.pp, o.parallel.virtual_stages,
-                o.train.global_batch / (o.train.micro_batch * dp)};
+                microbatches_per_replica(o.train, dp)};
   m.tp = o.parallel.tp;
   m.micro_batch = o.train.micro_batch;
   m.seq_len = o.model.seq_len;

@@ -71,11 +71,7 @@ ParallelDims resolve_dims(const TrainOptions& o, int world) {
     throw ConfigError("world size " + std::to_string(world) + " is not [parallel] tp x dp x pp = " +
                       std::to_string(d.tp) + " x " + std::to_string(d.dp) + " x " + std::to_string(d.pp) +
                       " = " + std::to_string(d.world()) + ": " + np_hint(p));
-  const int per_replica = o.train.micro_batch * d.dp;
-  if (o.train.global_batch % per_replica != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(o.train.global_batch) +
-                      " is not a multiple of micro_batch x dp = " + std::to_string(per_replica));
-  const int m = o.train.global_batch / per_replica;
+  const int m = microbatches_per_replica(o.train, d.dp);
   if (p.schedule == "interleaved" && (p.pp < 2 || m % p.pp != 0))
     throw ConfigError("[parallel] schedule = interleaved needs pp >= 2 and microbatches per replica (" +
                       std::to_string(m) + " = global_batch / (micro_batch x dp)) a multiple of pp = " +

@@ -98,6 +98,14 @@ RecomputeOptions recompute_options_from(const TrainLoopOptions& t) {
   return {parse_recompute_kind(t.recompute), parse_recompute_method(t.recompute_method), t.recompute_layers};
 }
 
+int microbatches_per_replica(const TrainLoopOptions& t, int dp) {
+  const int per_replica = t.micro_batch * dp;
+  if (t.global_batch % per_replica != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(t.global_batch) +
+                      " is not a multiple of micro_batch x dp = " + std::to_string(per_replica));
+  return t.global_batch / per_replica;
+}
+
 GptConfig gpt_config_from(const ModelOptions& m) {
   GptConfig c;
   c.layers = m.layers;

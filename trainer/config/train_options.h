@@ -224,5 +224,8 @@ GptConfig gpt_config_from(const ModelOptions& m);
 ModelOptions model_options_from(const GptConfig& c);
 // What [train] recompute, recompute_method and recompute_layers ask for (values already checked).
 RecomputeOptions recompute_options_from(const TrainLoopOptions& t);
+// Microbatches a step per data-parallel replica: global_batch / (micro_batch x dp). ConfigError
+// when micro_batch x dp does not divide global_batch.
+int microbatches_per_replica(const TrainLoopOptions& t, int dp);
 
 }  // namespace pipelane

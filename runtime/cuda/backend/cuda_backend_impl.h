@@ -239,8 +239,6 @@ class CudaBackendImpl final : public CudaBackend {
 
  private:
   bool bf16_compute() const { return config_.compute == DType::BF16; }
-  // The fp32 weight of a GEMM in fp32 compute: a bf16 one is for bf16 compute only (GemmWeight).
-  const float* fp32_weight(GemmWeight w, const char* op) const;
   // The matmul family in bf16 compute on fp32 storage (cuda_backend_autocast.cpp).
   void matmul_forward_autocast(float* out, const float* inp, GemmWeight weight, const float* bias, int N, int C,
                                int OC, Stream& s);

@@ -89,12 +89,6 @@ void CudaBackendImpl::matmul_backward_t(X* dinp, float* dweight, float* dbias, c
   }
 }
 
-const float* CudaBackendImpl::fp32_weight(GemmWeight w, const char* op) const {
-  if (w.is_bf16())
-    throw std::invalid_argument(name() + ": " + op + " got a bf16 weight; bf16 weights need bf16 compute");
-  return w.f32;
-}
-
 void CudaBackendImpl::matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
                                      int C, int OC, Stream& s) {
   if (bf16_compute()) return matmul_forward_autocast(out, inp, weight, bias, N, C, OC, s);
