@@ -9,11 +9,6 @@
 
 namespace pipelane {
 
-namespace {
-// A tensor this config may lack: null when the layout has no such tensor.
-const float* at(const float* base, std::size_t offset) { return offset == ParamLayout::npos ? nullptr : base + offset; }
-}  // namespace
-
 GptStage::Dims GptStage::dims(int B, int T) const {
   const ParamLayout& L = layout_;
   Dims d{};
@@ -38,27 +33,27 @@ void GptStage::norm_forward(float* out, float* mean, float* rstd, const float* i
                             std::size_t w, std::size_t b, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
-    backend_.layernorm_forward(out, mean, rstd, inp, params.f32 + w, params.f32 + b, N, C, stream_);
+    backend_.layernorm_forward(out, mean, rstd, inp, params.fp32(w), params.fp32(b), N, C, stream_);
   else
-    backend_.rmsnorm_forward(out, rstd, inp, params.f32 + w, N, C, config().norm_eps, stream_);
+    backend_.rmsnorm_forward(out, rstd, inp, params.fp32(w), N, C, config().norm_eps, stream_);
 }
 
 void GptStage::norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const StageWeights& params,
                              std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
-    backend_.layernorm_backward(dinp, grads + w, grads + b, dout, inp, params.f32 + w, mean, rstd, N, C, stream_);
+    backend_.layernorm_backward(dinp, grads + w, grads + b, dout, inp, params.fp32(w), mean, rstd, N, C, stream_);
   else
-    backend_.rmsnorm_backward(dinp, grads + w, dout, inp, params.f32 + w, rstd, N, C, stream_);
+    backend_.rmsnorm_backward(dinp, grads + w, dout, inp, params.fp32(w), rstd, N, C, stream_);
 }
 
 void GptStage::norm_backward_input(float* dinp, const float* dout, const float* inp, const StageWeights& params,
                                    std::size_t w, const float* mean, const float* rstd, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
-    backend_.layernorm_backward_input(dinp, dout, inp, params.f32 + w, mean, rstd, N, C, stream_);
+    backend_.layernorm_backward_input(dinp, dout, inp, params.fp32(w), mean, rstd, N, C, stream_);
   else
-    backend_.rmsnorm_backward_input(dinp, dout, inp, params.f32 + w, rstd, N, C, stream_);
+    backend_.rmsnorm_backward_input(dinp, dout, inp, params.fp32(w), rstd, N, C, stream_);
 }
 
 void GptStage::norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
@@ -80,10 +75,10 @@ void GptStage::rope(float* x, const float* table, int heads, int ld, const Dims&
 // bias added once. With tp == 1 the bias stays fused into the matmul.
 void GptStage::out_projection(float* out, const StageWeights& params, const float* inp, std::size_t w, std::size_t b,
                               int in, const Dims& d) const {
-  backend_.matmul_forward(out, inp, params.gemm(w), tp_ ? nullptr : at(params.f32, b), d.N, in, d.C, stream_);
+  backend_.matmul_forward(out, inp, params.gemm(w), tp_ ? nullptr : params.fp32_or_null(b), d.N, in, d.C, stream_);
   if (tp_) {
     sum_partials(out, d);
-    if (b != ParamLayout::npos) backend_.add_bias(out, params.f32 + b, d.n, d.C, stream_);
+    if (b != ParamLayout::npos) backend_.add_bias(out, params.fp32(b), d.n, d.C, stream_);
   }
 }
 
@@ -92,16 +87,16 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
   const bool rope_on = config().position == PositionKind::Rope;
   if (!config().split_projections()) {
     // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
-    backend_.matmul_forward(h.qkv, ln, params.gemm(o.qkvw), at(params.f32, o.qkvb), d.N, d.C, 3 * d.CA, stream_);
+    backend_.matmul_forward(h.qkv, ln, params.gemm(o.qkvw), params.fp32_or_null(o.qkvb), d.N, d.C, 3 * d.CA, stream_);
     if (rope_on) {
       rope(h.qkv, s.rope, d.NH, 3 * d.CA, d, false);
       rope(h.qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, false);
     }
     backend_.attention_forward(h.atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
   } else {
-    backend_.matmul_forward(h.q, ln, params.gemm(o.qkvw), at(params.f32, o.qkvb), d.N, d.C, d.CA, stream_);
-    backend_.matmul_forward(h.k, ln, params.gemm(o.kw), at(params.f32, o.kb), d.N, d.C, d.KV, stream_);
-    backend_.matmul_forward(h.v, ln, params.gemm(o.vw), at(params.f32, o.vb), d.N, d.C, d.KV, stream_);
+    backend_.matmul_forward(h.q, ln, params.gemm(o.qkvw), params.fp32_or_null(o.qkvb), d.N, d.C, d.CA, stream_);
+    backend_.matmul_forward(h.k, ln, params.gemm(o.kw), params.fp32_or_null(o.kb), d.N, d.C, d.KV, stream_);
+    backend_.matmul_forward(h.v, ln, params.gemm(o.vw), params.fp32_or_null(o.vb), d.N, d.C, d.KV, stream_);
     if (rope_on) {
       rope(h.q, s.rope, d.NH, d.CA, d, false);
       rope(h.k, s.rope, d.KVH, d.KV, d, false);
@@ -114,11 +109,11 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
 void GptStage::mlp_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                            const float* ln, const Dims& d) const {
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, ln, params.gemm(o.fcw), at(params.f32, o.fcb), d.N, d.C, d.CM,
+    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, ln, params.gemm(o.fcw), params.fp32_or_null(o.fcb), d.N, d.C, d.CM,
                                  stream_);
   } else {
-    backend_.matmul_forward(h.fch, ln, params.gemm(o.gatew), at(params.f32, o.gateb), d.N, d.C, d.CM, stream_);
-    backend_.matmul_forward(h.up, ln, params.gemm(o.fcw), at(params.f32, o.fcb), d.N, d.C, d.CM, stream_);
+    backend_.matmul_forward(h.fch, ln, params.gemm(o.gatew), params.fp32_or_null(o.gateb), d.N, d.C, d.CM, stream_);
+    backend_.matmul_forward(h.up, ln, params.gemm(o.fcw), params.fp32_or_null(o.fcb), d.N, d.C, d.CM, stream_);
     backend_.swiglu_forward(h.fch_gelu, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
   }
   out_projection(s.proj, params, h.fch_gelu, o.fcprojw, o.fcprojb, d.CM, d);

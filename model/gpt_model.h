@@ -18,6 +18,7 @@
 
 #include "model/gpt_layout.h"
 #include "model/recompute.h"
+#include "model/stage_weights.h"
 #include "model/tensor_parallel.h"
 #include "runtime/arena.h"
 #include "runtime/backend.h"
@@ -97,22 +98,6 @@ struct MicrobatchActivations {
   }
 };
 
-// The weights a stage's passes read: the fp32 parameters (the masters, in the layout's flat
-// buffer) and optionally their bf16 copy in the same layout (2 bytes an element; `[train]
-// gemm_weights = bf16`, with a backend of bf16 compute), which every GEMM then reads in place of
-// rounding the fp32 weight (GemmWeight: the same values, so the same bits). Everything that is
-// not a GEMM operand (norms, biases, the embedding lookup, positions) reads the fp32 parameters.
-// Implicit from `const float*`: fp32 parameters alone.
-struct StageWeights {
-  const float* f32 = nullptr;
-  const std::uint16_t* bf16 = nullptr;
-  StageWeights(const float* params) : f32(params) {}  // NOLINT(google-explicit-constructor)
-  StageWeights(const float* params, const std::uint16_t* params_bf16) : f32(params), bf16(params_bf16) {}
-  // The tensor at `offset` (in elements) as a GEMM's weight.
-  GemmWeight gemm(std::size_t offset) const {
-    return bf16 ? GemmWeight::of_bf16(bf16 + offset) : GemmWeight(f32 + offset);
-  }
-};
 
 // Buffers reused by every microbatch's forward and backward pass.
 struct StageScratch {

@@ -18,26 +18,26 @@ void GptStage::embed(const StageWeights& params, float* out, const Dims& d, Stag
     // Every row's partial lookup, reduce-scattered: this rank's rows of the sum, then their
     // positions (row r is position r % T) added a run of consecutive positions at a time, the same
     // float adds add_positions makes.
-    backend_.embedding_lookup_local(s.proj, tokens, params.f32 + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+    backend_.embedding_lookup_local(s.proj, tokens, params.fp32(L.wte), d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
     sum_partials(s.proj, d);
     backend_.copy(out, s.proj, d.nC * sizeof(float), stream_);
     for (int row = d.row0; learned && row < d.row0 + d.n;) {
       const int t = row % d.T, run = std::min(d.T - t, d.row0 + d.n - row);
       backend_.add_inplace(out + static_cast<std::size_t>(row - d.row0) * d.C,
-                           params.f32 + L.wpe + static_cast<std::size_t>(t) * d.C, static_cast<std::size_t>(run) * d.C,
+                           params.fp32(L.wpe) + static_cast<std::size_t>(t) * d.C, static_cast<std::size_t>(run) * d.C,
                            stream_);
       row += run;
     }
   } else if (tp_) {
-    backend_.embedding_lookup_local(out, tokens, params.f32 + L.wte, d.N, d.C, L.vocab_begin(), L.vocab_local(),
+    backend_.embedding_lookup_local(out, tokens, params.fp32(L.wte), d.N, d.C, L.vocab_begin(), L.vocab_local(),
                                     stream_);
     reduce_sum(out, d.NC);
-    if (learned) backend_.add_positions(out, params.f32 + L.wpe, d.B, d.T, d.C, stream_);
+    if (learned) backend_.add_positions(out, params.fp32(L.wpe), d.B, d.T, d.C, stream_);
   } else if (learned) {
-    backend_.embedding_forward(out, tokens, params.f32 + L.wte, params.f32 + L.wpe, d.B, d.T, d.C, stream_);
+    backend_.embedding_forward(out, tokens, params.fp32(L.wte), params.fp32(L.wpe), d.B, d.T, d.C, stream_);
   } else {
-    backend_.embedding_lookup_local(out, tokens, params.f32 + L.wte, d.N, d.C, 0, L.vocab_local(), stream_);
+    backend_.embedding_lookup_local(out, tokens, params.fp32(L.wte), d.N, d.C, 0, L.vocab_local(), stream_);
   }
 }
 

@@ -5,6 +5,7 @@
 #include "model/gpt_model.h"
 #include "parallel/layer_split.h"
 #include "parallel/optimizer_shards.h"
+#include "parallel/sharded_adamw.h"
 #include "runtime/arena.h"
 
 namespace pipelane {
@@ -78,10 +79,14 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     const double P = ch.parameters;
     // The distributed optimizer's shard: this dp rank's pieces and the tails every rank keeps
     // (parallel/optimizer_shards.h), as the executor allocates it.
-    const double S = spec.optimizer_shards == 1
-                         ? P
-                         : aligned(plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats).shard_floats * 4.0) / 4.0;
-    if (spec.gemm_weights == DType::BF16) {
+    const ShardPlan plan = plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats);
+    const double S = spec.optimizer_shards == 1 ? P : aligned(plan.shard_floats * 4.0) / 4.0;
+    if (spec.gemm_weights == DType::BF16 && spec.optimizer_shards > 1) {
+      // Sharded masters (model/stage_weights.h): the bf16 copy and the packed fp32 tensors the
+      // passes read outside GEMMs; the masters' shard and the buffer their all-gather goes through.
+      r.weights += aligned(model.layout().total_floats() * 2.0) + aligned(Fp32Reads::of(model.layout()).floats * 4.0);
+      r.master_weights += S * 4.0 + aligned(ShardedAdamW::gather_floats(plan) * 4.0);
+    } else if (spec.gemm_weights == DType::BF16) {
       // The GEMMs' bf16 copy of the weights beside the fp32 parameters, which are then the masters.
       r.weights += aligned(model.layout().total_floats() * 2.0);
       r.master_weights += P * 4.0;

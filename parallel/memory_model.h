@@ -20,8 +20,12 @@
 // without the distributed optimizer). element_bytes must then be 4 (the 16-bit prediction above
 // already halves activations).
 // optimizer_shards: the distributed optimizer (ZeRO-1, `[train] distributed_optimizer`) over that
-// many dp ranks keeps master weights and optimizer state for one shard (parallel/optimizer_shards.h:
-// about 1/dp, plus a tail of fewer than dp * 16 floats per segment that every rank keeps).
+// many dp ranks keeps optimizer state for one shard (parallel/optimizer_shards.h: about 1/dp, plus a
+// tail of fewer than dp * 16 floats per segment that every rank keeps), and master weights too
+// where they are not the weights themselves: the 16-bit prediction, and gemm_weights = BF16, where
+// `weights` is the bf16 copy plus the fp32 tensors read outside GEMMs (norms, biases, the
+// embedding: model/stage_weights.h) and `master_weights` the shard plus one bucket's gather buffer:
+// 2 + 4 + 12/dp bytes a parameter and a little.
 // sequence_parallel (needs tp > 1): the residual stream's activations (the norms' inputs and
 // outputs, the residual adds, a stage's input) and the p2p messages are split by rows over the tp
 // ranks, as GptStage lays them out; the final norm's output and the head's gradient stay whole.

@@ -41,8 +41,17 @@ struct Chunk {
   // made again from params before they are next read whenever they may have changed (stale).
   std::uint16_t* params_bf16 = nullptr;
   bool params_bf16_stale = true;
+  // The distributed optimizer with bf16 GEMM weights: the fp32 masters are sharded (in `sharded`)
+  // and `params` is null; the passes read the bf16 copy and, packed here, the fp32 values of the
+  // tensors they read outside GEMMs (model/stage_weights.h). Both are made from the masters by
+  // publish(), never stale.
+  float* params_fp32 = nullptr;
+  Fp32Reads fp32_reads;
+  bool masters_sharded() const { return params == nullptr; }
   // The weights of a pass that follows another pass of the same step: nothing to settle.
-  StageWeights weights() const { return {params, params_bf16}; }
+  StageWeights weights() const {
+    return masters_sharded() ? StageWeights(params_fp32, params_bf16, &fp32_reads) : StageWeights(params, params_bf16);
+  }
   std::unique_ptr<ShardedAdamW> sharded;  // the distributed optimizer; m and v are its shard
   // Its all-gather of the updated parameters, still in flight: waited for before the parameters
   // are next read (the chunk's first forward), so on a stage that starts by receiving it overlaps
@@ -84,6 +93,7 @@ struct PipelineExecutor::Impl {
   std::unique_ptr<WanTurns> turns;  // temporal WAN sharing; null when no send has a turn
   RankMemory predicted;             // what the arena is sized for (parallel/memory_model.h)
   bool optimizer_sharded;           // the distributed optimizer: distributed_optimizer and dp > 1
+  bool masters_sharded;             // ... with bf16 GEMM weights: its fp32 masters sharded too
 
   static MemorySpec memory_spec(const ExecutorOptions& o, const Topology& t) {
     MemorySpec m;
@@ -150,7 +160,8 @@ struct PipelineExecutor::Impl {
         comm(b.create_stream(StreamPriority::Normal)), pp(o.schedule.pp),
         v(o.schedule.virtual_stages), stage(t.me.pp), m(o.schedule.microbatches),
         tp_comm(*t.tp, *compute), split_backward(backward_is_split(o.schedule.kind)),
-        optimizer_sharded(o.distributed_optimizer && t.dp->size() > 1) {
+        optimizer_sharded(o.distributed_optimizer && t.dp->size() > 1),
+        masters_sharded(optimizer_sharded && o.gemm_weights == DType::BF16) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     if (o.gemm_weights == DType::BF16 && b.compute_precision() != DType::BF16)
@@ -193,12 +204,16 @@ struct PipelineExecutor::Impl {
     std::vector<float> staging;  // initial parameters are written on the host, then copied in
     for (Chunk& ch : chunks) {
       const std::size_t n = ch.model->layout().total_floats();
-      ch.params = arena->allocate_n<float>(n, "parameters");
+      if (!masters_sharded) ch.params = arena->allocate_n<float>(n, "parameters");
       ch.grads = arena->allocate_n<float>(n, "gradients");
       if (o.gemm_weights == DType::BF16) ch.params_bf16 = arena->allocate_n<std::uint16_t>(n, "parameters.bf16");
+      if (masters_sharded) {
+        ch.fp32_reads = Fp32Reads::of(ch.model->layout());
+        ch.params_fp32 = arena->allocate_n<float>(ch.fp32_reads.floats, "parameters.fp32 (read outside GEMMs)");
+      }
       if (optimizer_sharded) {
         ch.sharded = std::make_unique<ShardedAdamW>(ch.model->layout(), *t.dp, o.optimizer_bucket_floats, *arena,
-                                                    backend, *compute);
+                                                    backend, *compute, masters_sharded);
         ch.m = ch.sharded->m();
         ch.v = ch.sharded->v();
       } else {
@@ -214,7 +229,10 @@ struct PipelineExecutor::Impl {
       }
       staging.assign(n, 0.f);
       GptStage::init_parameters(ch.model->layout(), staging.data(), o.seed);
-      backend.copy(ch.params, staging.data(), n * sizeof(float), *compute);
+      if (masters_sharded)
+        keep_own_parameters(ch, staging.data());
+      else
+        backend.copy(ch.params, staging.data(), n * sizeof(float), *compute);
       compute->synchronize();
     }
     last_grad_instr.assign(v, -1);
@@ -528,7 +546,11 @@ struct PipelineExecutor::Impl {
     }
     const float scale = clip_scale(run.stats.grad_norm, opts.grad_clip);
     for (Chunk& ch : chunks) {
-      if (ch.sharded)
+      if (ch.masters_sharded())
+        ch.sharded->step_masters(
+            ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
+            [&](const float* values, std::size_t flat, std::size_t n) { publish(ch, values, flat, n); });
+      else if (ch.sharded)
         ch.sharded->step(ch.params, ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
                          ch.params_gathering);
       else
@@ -552,11 +574,39 @@ struct PipelineExecutor::Impl {
   // bf16 copy, made again first if the parameters may have changed since it was made.
   StageWeights weights_for_passes(Chunk& ch) {
     settle_parameters(ch);
-    if (ch.params_bf16 && ch.params_bf16_stale) {
+    if (ch.params_bf16 && ch.params_bf16_stale && !ch.masters_sharded()) {
       backend.cast_to_bf16(ch.params_bf16, ch.params, ch.model->layout().total_floats(), *compute);
       ch.params_bf16_stale = false;
     }
-    return {ch.params, ch.params_bf16};
+    return ch.weights();
+  }
+
+  // Sharded masters: the weights the passes read, made from `n` fp32 parameters of the flat
+  // layout from `flat` (in backend memory): their bf16 copy, and the packed fp32 values of the
+  // tensors read outside GEMMs that the stretch holds.
+  void publish(Chunk& ch, const float* values, std::size_t flat, std::size_t n) {
+    backend.cast_to_bf16(ch.params_bf16 + flat, values, n, *compute);
+    for (const Fp32Reads::Tensor& t : ch.fp32_reads.tensors) {
+      const std::size_t lo = std::max(flat, t.flat), hi = std::min(flat + n, t.flat + t.numel);
+      if (lo < hi)
+        backend.copy(ch.params_fp32 + t.packed + (lo - t.flat), values + (lo - flat), (hi - lo) * sizeof(float),
+                     *compute);
+    }
+  }
+  // Sharded masters: this rank's masters and the weights the passes read, from full-layout fp32
+  // parameters (host or backend memory: the initial ones, a checkpoint's), a gather buffer's length
+  // at a time through that buffer, so nothing the size of the model is allocated.
+  void keep_own_parameters(Chunk& ch, const float* full) {
+    float* bounce = ch.sharded->gather_buffer();
+    const std::size_t step = ShardedAdamW::gather_floats(ch.sharded->plan()), n = ch.model->layout().total_floats();
+    for (std::size_t off = 0; off < n; off += step) {
+      const std::size_t len = std::min(step, n - off);
+      backend.copy(bounce, full + off, len * sizeof(float), *compute);
+      for (const ShardedAdamW::Span& s : ch.sharded->spans(off, off + len))
+        backend.copy(ch.sharded->masters() + s.shard_at, bounce + (s.flat - off), s.length * sizeof(float), *compute);
+      publish(ch, bounce, off, len);
+    }
+    compute->synchronize();  // `full` may be a host buffer its owner reuses
   }
 
   // Once `in` wrote its chunk's last gradient of the step: sequence parallelism's norm gradients
@@ -598,36 +648,68 @@ std::vector<ChunkState> PipelineExecutor::chunk_states() {
   return out;
 }
 bool PipelineExecutor::optimizer_sharded() const { return impl_->optimizer_sharded; }
+bool PipelineExecutor::masters_sharded() const { return impl_->masters_sharded; }
 
 CheckpointView PipelineExecutor::checkpoint_view(bool gather) {
   Impl& s = *impl_;
   CheckpointView state;
   state.chunks = chunk_states();
   if (!s.optimizer_sharded) return state;
+  const int buffers = s.masters_sharded ? 3 : 2;  // the moments, and sharded masters' parameters
   std::size_t bytes = 0;
   for (const Chunk& ch : s.chunks)
-    bytes += 2 * align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
-  state.arena = s.backend.create_arena("checkpoint moments (stage " + std::to_string(s.stage) + ")", bytes,
-                                       MemoryKind::Device);
+    bytes += buffers * align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
+  state.arena = s.backend.create_arena(std::string("checkpoint ") + (s.masters_sharded ? "parameters and " : "") +
+                                           "moments (stage " + std::to_string(s.stage) + ")",
+                                       bytes, MemoryKind::Device);
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    ChunkState& view = state.chunks[c];
     const std::size_t n = s.chunks[c].model->layout().total_floats();
-    state.chunks[c].adam_m = state.arena->allocate_n<float>(n, "adamw.m (full layout)");
-    state.chunks[c].adam_v = state.arena->allocate_n<float>(n, "adamw.v (full layout)");
+    view.adam_m = state.arena->allocate_n<float>(n, "adamw.m (full layout)");
+    view.adam_v = state.arena->allocate_n<float>(n, "adamw.v (full layout)");
+    if (s.masters_sharded) view.params = state.arena->allocate_n<float>(n, "parameters (full layout)");
     if (gather) {
       s.note("checkpoint: optimizer-state all-gather with ranks " + s.peers(&RankCoords::dp, s.topo.grid.dims().dp));
-      s.chunks[c].sharded->gather_moments(state.chunks[c].adam_m, state.chunks[c].adam_v, s.backend, *s.compute);
+      s.chunks[c].sharded->gather_moments(view.adam_m, view.adam_v, s.backend, *s.compute);
+      if (s.masters_sharded) s.chunks[c].sharded->gather_masters(view.params, s.backend, *s.compute);
+    } else {
+      // A load may fill only the parameters (init_from): the moments it leaves start at zero.
+      s.backend.memset_zero(view.adam_m, n * sizeof(float), *s.compute);
+      s.backend.memset_zero(view.adam_v, n * sizeof(float), *s.compute);
     }
   }
   s.compute->synchronize();
   return state;
 }
 
-void PipelineExecutor::keep_loaded_moments(const CheckpointView& loaded) {
+CheckpointView PipelineExecutor::parameters_view() {
+  Impl& s = *impl_;
+  CheckpointView state;
+  state.chunks = chunk_states();
+  for (ChunkState& view : state.chunks) view.adam_m = view.adam_v = nullptr;
+  if (!s.masters_sharded) return state;
+  std::size_t bytes = 0;
+  for (const Chunk& ch : s.chunks)
+    bytes += align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
+  state.arena = s.backend.create_arena("gathered parameters (stage " + std::to_string(s.stage) + ")", bytes,
+                                       MemoryKind::Device);
+  s.note("parameter all-gather with ranks " + s.peers(&RankCoords::dp, s.topo.grid.dims().dp));
+  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    state.chunks[c].params = state.arena->allocate_n<float>(s.chunks[c].model->layout().total_floats(), "parameters");
+    s.chunks[c].sharded->gather_masters(state.chunks[c].params, s.backend, *s.compute);
+  }
+  s.compute->synchronize();
+  return state;
+}
+
+void PipelineExecutor::keep_loaded_state(const CheckpointView& loaded) {
   Impl& s = *impl_;
   if (!s.optimizer_sharded) return;
-  for (std::size_t c = 0; c < s.chunks.size(); ++c)
-    s.chunks[c].sharded->keep_own_moments(loaded.chunks.at(c).adam_m, loaded.chunks.at(c).adam_v, s.backend,
-                                          *s.compute);
+  for (std::size_t c = 0; c < s.chunks.size(); ++c) {
+    const ChunkState& view = loaded.chunks.at(c);
+    s.chunks[c].sharded->keep_own_moments(view.adam_m, view.adam_v, s.backend, *s.compute);
+    if (s.masters_sharded) s.keep_own_parameters(s.chunks[c], view.params);
+  }
   s.compute->synchronize();
 }
 void PipelineExecutor::set_update_gate(UpdateGate gate) { impl_->update_gate = std::move(gate); }

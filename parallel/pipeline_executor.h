@@ -52,7 +52,9 @@ struct ExecutorOptions {
   // they are next read after each optimizer step; the same bits as F32, 2 bytes a parameter more.
   DType gemm_weights = DType::F32;
   // ZeRO-1 over the dp group (parallel/sharded_adamw.h): each dp rank keeps AdamW moments for its
-  // shard only. With dp = 1 there is nothing to shard: the replicated optimizer runs, bit for bit.
+  // shard only, and with gemm_weights = BF16 the fp32 master weights too (the passes then read the
+  // bf16 copy and a packed fp32 copy of the tensors read outside GEMMs: the same bits). With dp = 1
+  // there is nothing to shard: the replicated optimizer runs, bit for bit.
   bool distributed_optimizer = false;
   std::size_t optimizer_bucket_floats = kShardBucketFloats;  // its buckets (tests make them small)
 };
@@ -86,7 +88,8 @@ using UpdateGate = std::function<bool(double loss_sum, double grad_norm)>;
 // tensor-parallel slicing) and the four flat buffers share it.
 // The buffers are backend memory (device memory on a GPU): move them with Backend::copy on
 // `stream`, never dereference them. Under the distributed optimizer chunk_states() has no moments
-// in the layout (adam_m and adam_v null): checkpoint_view() gives them.
+// in the layout (adam_m and adam_v null), and with bf16 GEMM weights no parameters either (params
+// null: the fp32 masters are sharded too): checkpoint_view() gives them.
 struct ChunkState {
   const ParamLayout* layout;
   int virtual_stage;
@@ -98,7 +101,8 @@ struct ChunkState {
 
 // The training state in the parameters' layout, for a checkpoint: chunk_states() with adam_m and
 // adam_v in the layout. The replicated optimizer's are its training buffers; under the distributed
-// optimizer they are full-layout copies in `arena`, alive as long as this object.
+// optimizer they are full-layout copies in `arena`, alive as long as this object, and so are the
+// parameters when the masters are sharded (masters_sharded()).
 struct CheckpointView {
   std::vector<ChunkState> chunks;
   std::unique_ptr<Arena> arena;  // null with the replicated optimizer
@@ -124,11 +128,18 @@ class PipelineExecutor {
   std::size_t arena_high_water() const;
   std::vector<ChunkState> chunk_states();
   // For a save (collective over dp under the distributed optimizer: every rank's shard of the
-  // moments is gathered) or, with gather = false, for a load to fill and then hand to
-  // keep_loaded_moments (no communication: each rank keeps its shard of what it loaded).
+  // moments, and of sharded masters, is gathered) or, with gather = false, for a load to fill and
+  // then hand to keep_loaded_state (no communication: each rank keeps its shard of what it loaded;
+  // the copies' moments start at zero, so a load of parameters alone leaves zero moments).
   CheckpointView checkpoint_view(bool gather);
-  void keep_loaded_moments(const CheckpointView& loaded);
+  // The parameters alone, whole, in the layout (adam_m and adam_v null): the training buffers, or
+  // with sharded masters a gathered full-layout copy (collective over dp).
+  CheckpointView parameters_view();
+  void keep_loaded_state(const CheckpointView& loaded);
   bool optimizer_sharded() const;  // the distributed optimizer runs (dp > 1)
+  // ... with bf16 GEMM weights: the fp32 masters are sharded over dp as well, and no rank holds
+  // the whole fp32 parameters (chunk_states()' params are null).
+  bool masters_sharded() const;
   Backend& backend() const;
   Stream& compute_stream() const;  // the stream ChunkState buffers are ordered on
   // Waits on transfers and on the gradient sync go to `filler` (null: plain blocking waits).

@@ -1,11 +1,12 @@
 #include "parallel/sharded_adamw.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace pipelane {
 
 ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t bucket_floats, Arena& arena,
-                           Backend& backend, Stream& stream)
+                           Backend& backend, Stream& stream, bool shard_masters)
     : layout_(layout), dp_(dp), plan_(plan_chunk_shards(layout, dp.size(), bucket_floats)) {
   const std::size_t r = static_cast<std::size_t>(dp.rank());
   for (const ShardBucket& b : plan_.buckets)
@@ -18,6 +19,17 @@ ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t
   v_ = arena.allocate_n<float>(plan_.shard_floats, "adamw.v");
   backend.memset_zero(m_, plan_.shard_floats * sizeof(float), stream);
   backend.memset_zero(v_, plan_.shard_floats * sizeof(float), stream);
+  if (shard_masters) {
+    masters_ = arena.allocate_n<float>(plan_.shard_floats, "master_weights");
+    gather_ = arena.allocate_n<float>(gather_floats(plan_), "master_weights.gather");
+  }
+}
+
+std::size_t ShardedAdamW::gather_floats(const ShardPlan& plan) {
+  std::size_t most = 1;
+  for (const ShardBucket& b : plan.buckets) most = std::max(most, b.piece * static_cast<std::size_t>(plan.ranks));
+  for (const ShardTail& t : plan.tails) most = std::max(most, t.length);
+  return most;
 }
 
 void ShardedAdamW::start_gradient_reduce(float* grads, Stream& stream, std::vector<std::unique_ptr<Event>>& pending) {
@@ -63,14 +75,36 @@ void ShardedAdamW::step(float* params, const float* grads, const AdamWConfig& cf
   for (const ShardBucket& b : plan_.buckets) pending.push_back(dp_.all_gather_in_place_async(params + b.start, b.piece, stream));
 }
 
-void ShardedAdamW::gather_moments(float* full_m, float* full_v, Backend& backend, Stream& stream) {
-  for (float* full : {full_m, full_v}) {
-    const float* shard = full == full_m ? m_ : v_;
-    for (const Span& s : owned_) backend.copy(full + s.flat, shard + s.shard_at, s.length * sizeof(float), stream);
-    std::vector<std::unique_ptr<Event>> gathered;
-    for (const ShardBucket& b : plan_.buckets) gathered.push_back(dp_.all_gather_in_place_async(full + b.start, b.piece, stream));
-    for (auto& e : gathered) e->wait_on(stream);
+void ShardedAdamW::step_masters(const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale,
+                                Backend& backend, Stream& stream, const Publish& publish) {
+  if (!masters_) throw std::logic_error("ShardedAdamW::step_masters: made without shard_masters");
+  for (const Piece& p : pieces_) {
+    const AdamWParams h{lr, cfg.beta1, cfg.beta2, cfg.eps, p.entry->decay ? cfg.weight_decay : 0.f, t};
+    backend.adamw_update(masters_ + p.span.shard_at, grads + p.span.grad_at, m_ + p.span.shard_at,
+                         v_ + p.span.shard_at, p.span.length, h, grad_scale, stream);
   }
+  for (const ShardBucket& b : plan_.buckets) {
+    dp_.all_gather(masters_ + b.shard_offset, gather_, b.piece, stream);
+    publish(gather_, b.start, b.piece * static_cast<std::size_t>(plan_.ranks));
+  }
+  for (const ShardTail& tail : plan_.tails) publish(masters_ + tail.shard_offset, tail.start, tail.length);
+}
+
+void ShardedAdamW::gather_shard(const float* shard, float* full, Stream& stream, Backend& backend) {
+  for (const Span& s : owned_) backend.copy(full + s.flat, shard + s.shard_at, s.length * sizeof(float), stream);
+  std::vector<std::unique_ptr<Event>> gathered;
+  for (const ShardBucket& b : plan_.buckets) gathered.push_back(dp_.all_gather_in_place_async(full + b.start, b.piece, stream));
+  for (auto& e : gathered) e->wait_on(stream);
+}
+
+void ShardedAdamW::gather_moments(float* full_m, float* full_v, Backend& backend, Stream& stream) {
+  gather_shard(m_, full_m, stream, backend);
+  gather_shard(v_, full_v, stream, backend);
+}
+
+void ShardedAdamW::gather_masters(float* full, Backend& backend, Stream& stream) {
+  if (!masters_) throw std::logic_error("ShardedAdamW::gather_masters: made without shard_masters");
+  gather_shard(masters_, full, stream, backend);
 }
 
 void ShardedAdamW::keep_own_moments(const float* full_m, const float* full_v, Backend& backend, Stream& stream) {

@@ -1,8 +1,15 @@
 // The distributed optimizer (ZeRO-1) of one model chunk: AdamW whose moments each data-parallel
 // rank keeps only for its shard of the flat buffer (parallel/optimizer_shards.h). The gradients are
 // reduce-scattered (a tail all-reduced), each rank updates the parameters it owns from its reduced
-// gradients and moments, and the updated parameters are all-gathered. The parameters themselves
-// are the fp32 masters and stay whole on every rank: forward and backward need them.
+// gradients and moments, and the updated parameters are all-gathered. In fp32 the parameters
+// themselves are the masters and stay whole on every rank: forward and backward read them. With
+// bf16 GEMM weights the masters are sharded too (shard_masters): this object keeps the fp32 masters
+// of its spans beside the moments, and after the update all-gathers them a bucket at a time
+// through one bucket-sized buffer, handing each bucket to the caller (Publish), which makes the
+// weights the passes read from it (the bf16 copy, and the fp32 tensors read outside GEMMs:
+// model/stage_weights.h). The gather carries fp32, twice the bytes of Megatron-LM's bf16
+// parameter gather: the tensors read outside GEMMs need their fp32 values, and rounding the bf16
+// copy from the same gathered values keeps the weights bit for bit those of whole fp32 masters.
 //
 // Bits: AdamW is element-wise, so an owned element takes the replicated optimizer's update exactly
 // when its reduced gradient and the clip scale are the same bits. A reduce-scatter's sum of two
@@ -10,6 +17,7 @@
 // so there any dp gives the same gradient bits. The global norm is summed from the shards, in
 // another order than the replicated optimizer's: see grad_sum_squares_for_global_norm.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -31,14 +39,22 @@ class ShardedAdamW {
     bool tail = false;         // every dp rank holds it (all-reduced), not only this one
   };
 
-  // The moments (plan.shard_floats each, zeroed) are carved from `arena` on `stream`. `layout` and
-  // `dp` must outlive this object.
+  // The moments (plan.shard_floats each, zeroed) are carved from `arena` on `stream`, and with
+  // shard_masters the masters (as many, filled by the caller through masters() and spans()) and the
+  // gather buffer (gather_floats). `layout` and `dp` must outlive this object.
   ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t bucket_floats, Arena& arena, Backend& backend,
-               Stream& stream);
+               Stream& stream, bool shard_masters = false);
 
   const ShardPlan& plan() const { return plan_; }
   float* m() const { return m_; }
   float* v() const { return v_; }
+  // shard_masters only (else null): the fp32 masters of this rank's spans, at their shard_at, and
+  // the gather buffer, gather_floats(plan()) long.
+  float* masters() const { return masters_; }
+  float* gather_buffer() const { return gather_; }
+  // The gather buffer's floats: the longest bucket, at least the longest tail (also what the
+  // memory model counts).
+  static std::size_t gather_floats(const ShardPlan& plan);
 
   // Starts the reduce of `grads` over dp on `stream` (what produced them must be ordered before):
   // a reduce-scatter per bucket, an all-reduce per tail; their completions go to `pending`.
@@ -62,9 +78,20 @@ class ShardedAdamW {
   void step(float* params, const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale,
             Backend& backend, Stream& stream, std::vector<std::unique_ptr<Event>>& pending);
 
+  // shard_masters: `n` updated fp32 masters of the flat buffer from `flat` (a whole bucket gathered
+  // from every dp rank, or a tail), in backend memory ordered on the step's stream and valid until
+  // the call returns.
+  using Publish = std::function<void(const float* values, std::size_t flat, std::size_t n)>;
+  // shard_masters: AdamW on this rank's masters, then each bucket all-gathered (on `stream`, in
+  // order) and handed to `publish`, and each tail too. Nothing is in flight when it returns.
+  void step_masters(const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale, Backend& backend,
+                    Stream& stream, const Publish& publish);
+
   // Checkpoints keep the replicated optimizer's layout, so any dp resumes from them. Collective
   // over dp: every rank's moments assembled into full-layout m and v (layout.total_floats() each).
   void gather_moments(float* full_m, float* full_v, Backend& backend, Stream& stream);
+  // shard_masters: the same for the masters, into full-layout fp32 parameters.
+  void gather_masters(float* full, Backend& backend, Stream& stream);
   // No communication: this rank's shard taken from full-layout moments (a checkpoint's).
   void keep_own_moments(const float* full_m, const float* full_v, Backend& backend, Stream& stream);
 
@@ -74,6 +101,7 @@ class ShardedAdamW {
     const ParamEntry* entry;
     Span span;  // inside the entry
   };
+  void gather_shard(const float* shard, float* full, Stream& stream, Backend& backend);
   const ParamLayout& layout_;
   DataPlane& dp_;
   ShardPlan plan_;
@@ -81,6 +109,8 @@ class ShardedAdamW {
   std::vector<Piece> pieces_;  // owned_ cut at the layout's entries
   float* m_ = nullptr;
   float* v_ = nullptr;
+  float* masters_ = nullptr;  // shard_masters only, with the gather buffer
+  float* gather_ = nullptr;
 };
 
 }  // namespace pipelane

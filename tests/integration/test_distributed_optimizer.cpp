@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -117,6 +118,44 @@ TEST_F(DistributedOptimizerTraining, SavedAtDp2ResumesAtDp1AndDp4) {
   ASSERT_EQ(zero.size(), 6u);
   EXPECT_FALSE(zero[5].empty());
   EXPECT_EQ(zero, replicated);
+}
+
+// bf16 GEMM weights under the distributed optimizer shard the fp32 masters too: no rank holds the
+// whole fp32 model. Through the whole trainer at dp 2: the replicated optimizer's losses,
+// checkpoints and samples (the model gathered on rank 0 from the masters' shards) bit for bit; each
+// rank's arena as predicted and smaller than the replicated optimizer's; and a resume at step 2
+// that continues with the straight run's bits (each rank keeps its shard of the loaded parameters).
+TEST_F(DistributedOptimizerTraining, ShardedMastersUnderBf16GemmWeightsTrainAndResumeAsReplicated) {
+  const std::string bf16 = " --train.precision=bf16 --train.gemm_weights=bf16 --train.sample_every=2 "
+                           "--train.sample_tokens=4";
+  train(2, "replicated", "--train.steps=4" + bf16 + kReplicated);
+  train(2, "zero", "--train.steps=4" + bf16 + kZero);
+  const auto straight = loss_texts(dir_.file("zero"));
+  ASSERT_EQ(straight.size(), 4u);
+  EXPECT_EQ(loss_texts(dir_.file("replicated")), straight);
+  expect_same_tensors(ckpt("replicated", 4), ckpt("zero", 4));
+  const auto samples = [&](const std::string& run) {
+    std::ifstream in(dir_.file(run) + "/samples.jsonl");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_FALSE(samples("zero").empty());
+  EXPECT_EQ(samples("zero"), samples("replicated"));
+  const auto memory = [&](const std::string& run) {
+    std::ifstream in(dir_.file(run) + "/summary.json");
+    return nlohmann::json::parse(in)["memory"];
+  };
+  const nlohmann::json replicated = memory("replicated"), zero = memory("zero");
+  ASSERT_EQ(zero.size(), 2u) << zero.dump();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(zero[r]["predicted_bytes"], zero[r]["high_water_bytes"]) << r;
+    EXPECT_LT(zero[r]["high_water_bytes"].get<double>(), replicated[r]["high_water_bytes"].get<double>()) << r;
+  }
+  train(2, "resumed", "--train.steps=4 --run.resume=" + ckpt("zero", 2) + bf16 + kZero);
+  const auto resumed = loss_texts(dir_.file("resumed"));
+  ASSERT_EQ(resumed.size(), 4u);
+  EXPECT_EQ(resumed[2], straight[2]);
+  EXPECT_EQ(resumed[3], straight[3]);
+  expect_same_tensors(ckpt("zero", 4), ckpt("resumed", 4));
 }
 
 }  // namespace

@@ -97,9 +97,9 @@ TEST_P(Bf16Storage, RecomputeAndLanesChangeNoBit) {
 }
 
 // [train] gemm_weights = bf16: the GEMMs read a bf16 copy of the parameters, made again after every
-// optimizer step (and, under the distributed optimizer, after its all-gather). The same values as
-// the GEMMs' own rounding, so every step keeps every bit; the arena holds 2 bytes a parameter more,
-// as predicted.
+// optimizer step (under the distributed optimizer from the all-gathered masters). The same values
+// as the GEMMs' own rounding, so every step keeps every bit; the arena holds as predicted, without
+// the distributed optimizer 2 bytes a parameter more.
 TEST_P(Bf16Storage, Bf16GemmWeightsChangeNoBitForTwoBytesAParameter) {
   const Case& c = GetParam();
   for (bool zero : {false, true}) {
@@ -115,6 +115,9 @@ TEST_P(Bf16Storage, Bf16GemmWeightsChangeNoBitForTwoBytesAParameter) {
     for (int r = 0; r < c.dims.world(); ++r) {
       EXPECT_TRUE(b.ranks[r].params == a.ranks[r].params) << what << " rank " << r << " parameters";
       EXPECT_EQ(b.ranks[r].high_water, b.ranks[r].predicted) << what << " rank " << r;
+      // Under the distributed optimizer the masters are sharded as well: what that saves is
+      // checked in test_executor_zero (ShardedMasters*).
+      if (zero) continue;
       // 2 bytes a parameter, each chunk's copy aligned to 64 bytes.
       const std::size_t params = b.ranks[r].params.size();
       EXPECT_GE(b.ranks[r].high_water - a.ranks[r].high_water, 2 * params) << what << " rank " << r;

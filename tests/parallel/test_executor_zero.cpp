@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "model/stage_weights.h"
 #include "parallel/optimizer_shards.h"
+#include "parallel/sharded_adamw.h"
 #include "runtime/arena.h"
 #include "tests/parallel/threaded_executor_job.h"
 
@@ -72,8 +74,10 @@ void move_state(PipelineExecutor& exec, const CheckpointView& view, LayoutState&
   exec.compute_stream().synchronize();
 }
 
+// gemm_weights = BF16 (with bf16 compute): the GEMMs read a bf16 copy, and under the distributed
+// optimizer the fp32 masters are sharded too.
 JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, bool distributed, float grad_clip,
-               const GridState* start = nullptr, int first_step = 1) {
+               const GridState* start = nullptr, int first_step = 1, DType gemm_weights = DType::F32) {
   threaded_job::JobSpec s;
   s.dims = dims;
   s.options.model = tiny_model();
@@ -84,16 +88,19 @@ JobOut run_job(ParallelDims dims, ScheduleKind kind, int v, bool distributed, fl
   s.options.grad_clip = grad_clip;
   s.options.distributed_optimizer = distributed;
   s.options.optimizer_bucket_floats = kBucketFloats;
+  s.options.gemm_weights = gemm_weights;
+  s.compute = gemm_weights;
   s.global_microbatches = kGlobalMicrobatches;
   s.steps = kSteps;
   s.first_step = first_step;
   s.before_steps = [&](PipelineExecutor& exec, const Topology& topo) {
     EXPECT_EQ(exec.optimizer_sharded(), distributed && dims.dp > 1);
+    EXPECT_EQ(exec.masters_sharded(), distributed && dims.dp > 1 && gemm_weights == DType::BF16);
     if (start) {  // as a resume does: every rank reads the whole state, keeps its shard
       const CheckpointView view = exec.checkpoint_view(false);
       LayoutState host = start->at({topo.me.pp, topo.me.tp});
       move_state(exec, view, host, false);
-      exec.keep_loaded_moments(view);
+      exec.keep_loaded_state(view);
     }
   };
   GridState state;
@@ -135,10 +142,11 @@ struct Case {
 
 class DistributedOptimizer : public ::testing::TestWithParam<Case> {};
 
-void expect_same_training(const Case& c, float grad_clip) {
-  const std::string what = std::string(c.name) + (grad_clip > 0 ? " clipped" : " unclipped");
-  const JobOut replicated = run_job(c.dims, c.kind, c.v, false, grad_clip);
-  const JobOut zero = run_job(c.dims, c.kind, c.v, true, grad_clip);
+void expect_same_training(const Case& c, float grad_clip, DType gemm_weights = DType::F32) {
+  const std::string what = std::string(c.name) + (grad_clip > 0 ? " clipped" : " unclipped") +
+                           (gemm_weights == DType::BF16 ? " bf16 GEMM weights" : "");
+  const JobOut replicated = run_job(c.dims, c.kind, c.v, false, grad_clip, nullptr, 1, gemm_weights);
+  const JobOut zero = run_job(c.dims, c.kind, c.v, true, grad_clip, nullptr, 1, gemm_weights);
   ASSERT_EQ(replicated.loss.size(), static_cast<std::size_t>(kSteps));
   ASSERT_EQ(zero.loss.size(), static_cast<std::size_t>(kSteps));
   EXPECT_NE(replicated.loss.front(), replicated.loss.back()) << what;  // it trains
@@ -175,6 +183,13 @@ void expect_same_training(const Case& c, float grad_clip) {
 
 TEST_P(DistributedOptimizer, BitIdenticalToReplicatedWithoutClipping) { expect_same_training(GetParam(), 0.f); }
 TEST_P(DistributedOptimizer, BitIdenticalToReplicatedWhileClipScalesAgree) { expect_same_training(GetParam(), 0.05f); }
+// With bf16 GEMM weights the masters are sharded as well: no rank holds the whole fp32 model, the
+// passes read the bf16 copy and the packed fp32 tensors read outside GEMMs, both made from the
+// gathered masters, so every bit is still the replicated optimizer's (which keeps whole masters).
+TEST_P(DistributedOptimizer, ShardedMastersBitIdenticalToReplicated) {
+  expect_same_training(GetParam(), 0.f, DType::BF16);
+  expect_same_training(GetParam(), 0.05f, DType::BF16);
+}
 
 const Case kCases[] = {
     {"dp2", {1, 2, 1}, ScheduleKind::OneFOneB, 1},
@@ -200,6 +215,28 @@ TEST(DistributedOptimizerAtDp1, IsTheReplicatedOptimizer) {
   for (int r = 0; r < c.dims.world(); ++r) {
     EXPECT_TRUE(zero.ranks[r].params == replicated.ranks[r].params) << "rank " << r;
     EXPECT_EQ(zero.ranks[r].high_water, replicated.ranks[r].high_water) << "rank " << r;
+  }
+}
+
+// The same with sharded masters (bf16 GEMM weights): the saved parameters are the gathered
+// masters, and a resume keeps its shard of them and makes the bf16 copy and the packed fp32
+// tensors from what it loaded.
+TEST(DistributedOptimizerResume, ShardedMastersSavedAtDp2ContinueAtDp4AndDp1AsReplicated) {
+  const JobOut saved = run_job({2, 2, 1}, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, 1, DType::BF16);
+  for (int dp : {4, 1}) {
+    const ParallelDims dims{2, dp, 1};
+    const JobOut zero = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, &saved.state, kSteps + 1, DType::BF16);
+    const JobOut replicated =
+        run_job(dims, ScheduleKind::OneFOneB, 1, false, 0.f, &saved.state, kSteps + 1, DType::BF16);
+    ASSERT_EQ(zero.loss.size(), static_cast<std::size_t>(kSteps));
+    EXPECT_EQ(zero.loss, replicated.loss) << "dp " << dp;
+    for (const auto& [where, state] : replicated.state) {
+      EXPECT_TRUE(zero.state.at(where).params == state.params) << "dp " << dp;
+      EXPECT_TRUE(zero.state.at(where).m == state.m) << "dp " << dp;
+      EXPECT_TRUE(zero.state.at(where).v == state.v) << "dp " << dp;
+    }
+    const JobOut fresh = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, kSteps + 1, DType::BF16);
+    EXPECT_NE(zero.loss.front(), fresh.loss.front()) << "dp " << dp;
   }
 }
 
@@ -255,6 +292,55 @@ TEST(DistributedOptimizerMemory, OptimizerStateIsTheShard) {
       sharded_spec.element_bytes = 2;
       EXPECT_EQ(predict_rank_memory(sharded_spec, stage, 0, *cpu).master_weights, shard_bytes);
     }
+  }
+}
+
+// Sharded masters (bf16 GEMM weights under the distributed optimizer), as the memory model sizes
+// them: the bf16 copy and the packed fp32 tensors read outside GEMMs as weights, the masters' shard
+// and one bucket's gather buffer as master weights, the moments' shard as optimizer state.
+TEST(DistributedOptimizerMemory, ShardedMastersAreTheShardAndTheWeightsTheBf16Copy) {
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  const auto aligned = [](double bytes) {
+    return double(align_up(static_cast<std::size_t>(bytes), Arena::kDefaultAlignment));
+  };
+  MemorySpec spec;
+  spec.model = tiny_model();
+  spec.schedule = {ScheduleKind::OneFOneB, 2, 1, 4};
+  spec.micro_batch = kMicroBatch;
+  spec.seq_len = kSeq;
+  spec.gemm_weights = DType::BF16;
+  for (int stage : {0, 1}) {
+    const RankMemory replicated = predict_rank_memory(spec, stage, 0, *cpu);
+    const ParamLayout layout(spec.model, replicated.chunks[0].range);
+    for (int dp : {2, 4, 8}) {
+      MemorySpec sharded_spec = spec;
+      sharded_spec.optimizer_shards = dp;
+      const RankMemory sharded = predict_rank_memory(sharded_spec, stage, 0, *cpu);
+      const ShardPlan plan = plan_chunk_shards(layout, dp);
+      const double shard_bytes = aligned(plan.shard_floats * 4.0);
+      EXPECT_EQ(sharded.weights,
+                aligned(layout.total_floats() * 2.0) + aligned(Fp32Reads::of(layout).floats * 4.0));
+      EXPECT_EQ(sharded.master_weights, shard_bytes + aligned(ShardedAdamW::gather_floats(plan) * 4.0));
+      EXPECT_EQ(sharded.optimizer, 2 * shard_bytes);
+      EXPECT_EQ(sharded.gradients, replicated.gradients);
+    }
+  }
+  // At a size where one bucket is small beside a stage: GPT-2 medium's last stage (its tied
+  // embedding is read there by the head's GEMM only) holds Megatron-LM's 2 + 4 + 12/dp bytes a
+  // parameter, plus its norms and biases in fp32 and the gather buffer (under 0.1 byte a parameter).
+  MemorySpec medium = spec;
+  medium.model = GptConfig{};
+  medium.model.layers = 24;
+  medium.model.d_model = 1024;
+  medium.model.heads = 16;
+  medium.model.max_seq_len = 1024;
+  medium.model.vocab_size = 50257;
+  for (int dp : {2, 8, 64}) {
+    medium.optimizer_shards = dp;
+    const RankMemory last = predict_rank_memory(medium, 1, 0, *cpu);
+    const double per_parameter = last.model_states() / last.chunks[0].parameters;
+    EXPECT_GE(per_parameter, 2 + 4 + 12.0 / dp) << "dp " << dp;
+    EXPECT_LE(per_parameter, 2 + 4 + 12.0 / dp + 0.1) << "dp " << dp;
   }
 }
 

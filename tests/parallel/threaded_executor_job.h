@@ -140,7 +140,9 @@ inline JobOut run(const JobSpec& spec) {
           for (const InstrRecord& r : st.records)
             if (r.bytes > 0) mine.transfer_bytes.push_back(r.bytes);
         }
-        for (const ChunkState& c : exec.chunk_states()) {
+        // The parameters through parameters_view (collective over dp: sharded masters are gathered).
+        const CheckpointView parameters = exec.parameters_view();
+        for (const ChunkState& c : parameters.chunks) {
           const std::size_t n = c.layout->total_floats(), at = mine.params.size();
           mine.params.resize(at + n), mine.grads.resize(at + n);
           backend->copy(mine.params.data() + at, c.params, n * sizeof(float), exec.compute_stream());

@@ -68,7 +68,7 @@ void load_training_memory(CheckpointReader& reader, const TrainingMemory& memory
 void load_training_memory(CheckpointReader& reader, PipelineExecutor& exec) {
   const CheckpointView state = exec.checkpoint_view(/*gather=*/false);
   load_training_memory(reader, training_memory(exec, state));
-  exec.keep_loaded_moments(state);
+  exec.keep_loaded_state(state);
 }
 
 }  // namespace pipelane

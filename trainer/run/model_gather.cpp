@@ -17,8 +17,8 @@ namespace {
 
 // One rank's tensors: a JSON list of ParamEntry fields, a zero byte, then the floats in order.
 // The parameters are training memory: they come out through the checkpoints' host staging.
-std::string encode_slices(PipelineExecutor& exec) {
-  const TrainingMemory memory = training_memory(exec);
+std::string encode_slices(PipelineExecutor& exec, const CheckpointView& parameters) {
+  const TrainingMemory memory = training_memory(exec, parameters);
   const StageTensorOut stage_out = stage_out_of(memory);
   nlohmann::json entries = nlohmann::json::array();
   std::string data;
@@ -43,7 +43,9 @@ struct Slice {
 }  // namespace
 
 std::optional<LoadedModel> gather_model_on_rank0(PipelineExecutor& exec, Topology& topo, const GptConfig& cfg) {
-  const std::string mine = topo.me.dp == 0 ? encode_slices(exec) : std::string();
+  // Collective over dp when the masters are sharded: every dp rank takes part in the gather.
+  const CheckpointView parameters = exec.parameters_view();
+  const std::string mine = topo.me.dp == 0 ? encode_slices(exec, parameters) : std::string();
   const std::vector<std::string> all = gather_to_root(*topo.world, mine);
   if (topo.world_rank != 0) return std::nullopt;
   std::map<std::string, std::map<int, Slice>> by_name;  // name -> tp rank -> slice

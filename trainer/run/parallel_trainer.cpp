@@ -197,13 +197,16 @@ void ParallelTrainer::init_from(const std::string& path) {
   const LoadedModel m = load_model(path);
   const std::string diff = model_mismatch(m.config, s.exec_opts.model);
   if (!diff.empty()) throw CheckpointError("[run] init_from = " + path + ": the model there has " + diff);
+  // Through a load's view: with sharded masters each rank keeps its shard of what is written there.
+  const CheckpointView state = s.exec.checkpoint_view(/*gather=*/false);
   std::vector<float> staging;  // the weights are written on the host, then copied in
-  for (const ChunkState& c : s.exec.chunk_states()) {
+  for (const ChunkState& c : state.chunks) {
     staging.assign(c.layout->total_floats(), 0.f);
     copy_model_into(m, *c.layout, staging.data());
     s.exec.backend().copy(c.params, staging.data(), staging.size() * sizeof(float), s.exec.compute_stream());
   }
   s.exec.compute_stream().synchronize();
+  s.exec.keep_loaded_state(state);
 }
 
 void ParallelTrainer::set_mfu_peaks(const MfuPeaks& peaks) { s_->peaks = peaks; }
