@@ -47,12 +47,12 @@ struct Chunk {
   // publish(), never stale.
   float* params_fp32 = nullptr;
   Fp32Reads fp32_reads;
-  bool masters_sharded() const { return params == nullptr; }
   // The weights of a pass that follows another pass of the same step: nothing to settle.
   StageWeights weights() const {
     return masters_sharded() ? StageWeights(params_fp32, params_bf16, &fp32_reads) : StageWeights(params, params_bf16);
   }
   std::unique_ptr<ShardedAdamW> sharded;  // the distributed optimizer; m and v are its shard
+  bool masters_sharded() const { return sharded && sharded->masters(); }
   // Its all-gather of the updated parameters, still in flight: waited for before the parameters
   // are next read (the chunk's first forward), so on a stage that starts by receiving it overlaps
   // that wait.
@@ -546,16 +546,18 @@ struct PipelineExecutor::Impl {
     }
     const float scale = clip_scale(run.stats.grad_norm, opts.grad_clip);
     for (Chunk& ch : chunks) {
-      if (ch.masters_sharded())
+      if (ch.masters_sharded()) {
+        note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
         ch.sharded->step_masters(
             ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
             [&](const float* values, std::size_t flat, std::size_t n) { publish(ch, values, flat, n); });
-      else if (ch.sharded)
+      } else if (ch.sharded) {
         ch.sharded->step(ch.params, ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
                          ch.params_gathering);
-      else
+      } else {
         adamw_step(ch.model->layout(), ch.params, ch.grads, ch.m, ch.v, opts.adamw, run.lr, run.step_number, scale,
                    backend, *compute);
+      }
       ch.params_bf16_stale = true;
     }
   }

@@ -5,7 +5,8 @@
 # distributed_optimizer off / on at dp 2 and dp 4 (4 ranks oversubscribed), and [parallel]
 # sequence_parallel off / on at tp 2 where this build has it (the dp runs: global_batch 32), and
 # [train] storage fp32 / bf16 (with precision = bf16) in one process and at pp 2, and [train]
-# gemm_weights = bf16 beside bf16 storage in one process. Per run, rank 0's prediction by
+# gemm_weights = bf16 beside bf16 storage in one process, and fp32 / bf16 under the distributed
+# optimizer at dp 4 (where bf16 shards the fp32 masters too). Per run, rank 0's prediction by
 # category (`pipelane memory --json`, the memory model the executor sizes its arena with) beside
 # the arena's high-water mark from summary.json, for the rank the prediction is of.
 #   scripts/bench/memory_measured.sh [--steps N]
@@ -15,7 +16,7 @@ steps=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "memory_measured.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -81,6 +82,12 @@ for ranks in 1 2; do
 done
 measure "gemm_weights bf16 (storage bf16), one process" 1 --train.precision=bf16 --train.storage=bf16 \
   --train.gemm_weights=bf16
+# Under the distributed optimizer bf16 GEMM weights shard the fp32 masters too.
+for weights in fp32 bf16; do
+  measure "gemm_weights $weights (storage bf16), distributed optimizer, dp 4" 4 --parallel.dp=4 \
+    --train.global_batch=32 --train.distributed_optimizer=true --train.precision=bf16 --train.storage=bf16 \
+    --train.gemm_weights=$weights
+done
 
 echo
 echo "configs/tiny.ini, $steps steps; rank 0 (stage 0): the memory model's prediction by category (MiB) and the arena's high-water mark"

@@ -208,8 +208,9 @@ std::vector<OptionKey> train_option_keys() {
             "what the GEMMs read as weights: fp32, the parameters themselves (under precision = bf16 each GEMM "
             "rounds them to bf16 as it reads them); or bf16 (with precision = bf16), a bf16 copy of the "
             "parameters made once a step, after the optimizer, which every GEMM reads as it is: no rounding "
-            "pass per GEMM, 2 more bytes a parameter (the fp32 parameters stay, as the masters). The same "
-            "values, so the same bits as fp32")
+            "pass per GEMM, 2 more bytes a parameter (the fp32 parameters stay, as the masters; under "
+            "distributed_optimizer the masters are sharded over dp too: 2 + 4 + 12/dp bytes a parameter). "
+            "The same values, so the same bits as fp32")
       .text("recompute", &TrainLoopOptions::recompute, {"none", "selective", "full"},
             "activation recomputation: none; selective (the attention core's softmax state rebuilt in "
             "backward); full (layers keep only their input and rerun their forward before their backward). "
