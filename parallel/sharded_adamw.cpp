@@ -25,11 +25,17 @@ ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t
   }
 }
 
+std::size_t ShardedAdamW::gather_slice_floats(const ShardPlan& plan) {
+  constexpr std::size_t A = kShardAlignFloats;
+  std::size_t longest = 1;
+  for (const ShardBucket& b : plan.buckets) longest = std::max(longest, b.piece);
+  const std::size_t quarter = ((longest + 3) / 4 + A - 1) / A * A;
+  const std::size_t cap = kMasterGatherFloats / static_cast<std::size_t>(plan.ranks) / A * A;
+  return std::max(A, std::min(quarter, cap));
+}
+
 std::size_t ShardedAdamW::gather_floats(const ShardPlan& plan) {
-  std::size_t most = 1;
-  for (const ShardBucket& b : plan.buckets) most = std::max(most, b.piece * static_cast<std::size_t>(plan.ranks));
-  for (const ShardTail& t : plan.tails) most = std::max(most, t.length);
-  return most;
+  return gather_slice_floats(plan) * static_cast<std::size_t>(plan.ranks);
 }
 
 void ShardedAdamW::start_gradient_reduce(float* grads, Stream& stream, std::vector<std::unique_ptr<Event>>& pending) {
@@ -83,10 +89,14 @@ void ShardedAdamW::step_masters(const float* grads, const AdamWConfig& cfg, floa
     backend.adamw_update(masters_ + p.span.shard_at, grads + p.span.grad_at, m_ + p.span.shard_at,
                          v_ + p.span.shard_at, p.span.length, h, grad_scale, stream);
   }
-  for (const ShardBucket& b : plan_.buckets) {
-    dp_.all_gather(masters_ + b.shard_offset, gather_, b.piece, stream);
-    publish(gather_, b.start, b.piece * static_cast<std::size_t>(plan_.ranks));
-  }
+  const std::size_t slice = gather_slice_floats(plan_);
+  for (const ShardBucket& b : plan_.buckets)
+    for (std::size_t at = 0; at < b.piece; at += slice) {
+      const std::size_t n = std::min(slice, b.piece - at);
+      dp_.all_gather(masters_ + b.shard_offset + at, gather_, n, stream);
+      for (int r = 0; r < plan_.ranks; ++r)
+        publish(gather_ + static_cast<std::size_t>(r) * n, b.start + static_cast<std::size_t>(r) * b.piece + at, n);
+    }
   for (const ShardTail& tail : plan_.tails) publish(masters_ + tail.shard_offset, tail.start, tail.length);
 }
 

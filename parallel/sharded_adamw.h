@@ -4,9 +4,9 @@
 // gradients and moments, and the updated parameters are all-gathered. In fp32 the parameters
 // themselves are the masters and stay whole on every rank: forward and backward read them. With
 // bf16 GEMM weights the masters are sharded too (shard_masters): this object keeps the fp32 masters
-// of its spans beside the moments, and after the update all-gathers them a bucket at a time
-// through one bucket-sized buffer, handing each bucket to the caller (Publish), which makes the
-// weights the passes read from it (the bf16 copy, and the fp32 tensors read outside GEMMs:
+// of its spans beside the moments, and after the update all-gathers them through one buffer of at
+// most kMasterGatherFloats (a bucket a slice of each rank's piece at a time), handing each
+// gathered slice to the caller (Publish), which makes the weights the passes read from it (the bf16 copy, and the fp32 tensors read outside GEMMs:
 // model/stage_weights.h). The gather carries fp32, twice the bytes of Megatron-LM's bf16
 // parameter gather: the tensors read outside GEMMs need their fp32 values, and rounding the bf16
 // copy from the same gathered values keeps the weights bit for bit those of whole fp32 masters.
@@ -28,6 +28,11 @@
 #include "runtime/backend.h"
 
 namespace pipelane {
+
+// The masters' gather buffer: a bucket's pieces are gathered a quarter of the longest piece of each
+// at a time, and at most kMasterGatherFloats in all (1 MiB), so the buffer is small beside any
+// model whose masters are worth sharding and its messages stay large enough for the wire.
+inline constexpr std::size_t kMasterGatherFloats = std::size_t{1} << 18;
 
 class ShardedAdamW {
  public:
@@ -52,8 +57,10 @@ class ShardedAdamW {
   // the gather buffer, gather_floats(plan()) long.
   float* masters() const { return masters_; }
   float* gather_buffer() const { return gather_; }
-  // The gather buffer's floats: the longest bucket, at least the longest tail (also what the
-  // memory model counts).
+  // Each rank's share of one gather: a quarter of the longest piece (rounded up to kShardAlignFloats),
+  // at most kMasterGatherFloats / dp, at least kShardAlignFloats.
+  static std::size_t gather_slice_floats(const ShardPlan& plan);
+  // The gather buffer's floats, dp slices (also what the memory model counts).
   static std::size_t gather_floats(const ShardPlan& plan);
 
   // Starts the reduce of `grads` over dp on `stream` (what produced them must be ordered before):
@@ -78,12 +85,13 @@ class ShardedAdamW {
   void step(float* params, const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale,
             Backend& backend, Stream& stream, std::vector<std::unique_ptr<Event>>& pending);
 
-  // shard_masters: `n` updated fp32 masters of the flat buffer from `flat` (a whole bucket gathered
-  // from every dp rank, or a tail), in backend memory ordered on the step's stream and valid until
-  // the call returns.
+  // shard_masters: `n` updated fp32 masters of the flat buffer from `flat` (a slice of one rank's
+  // piece of a bucket, gathered from that rank, or a tail), in backend memory ordered on the step's
+  // stream and valid until the call returns.
   using Publish = std::function<void(const float* values, std::size_t flat, std::size_t n)>;
-  // shard_masters: AdamW on this rank's masters, then each bucket all-gathered (on `stream`, in
-  // order) and handed to `publish`, and each tail too. Nothing is in flight when it returns.
+  // shard_masters: AdamW on this rank's masters, then each bucket all-gathered slice by slice (on
+  // `stream`, in order) and handed to `publish`, and each tail too. Nothing is in flight when it
+  // returns.
   void step_masters(const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale, Backend& backend,
                     Stream& stream, const Publish& publish);
 

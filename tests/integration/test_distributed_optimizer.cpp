@@ -123,8 +123,9 @@ TEST_F(DistributedOptimizerTraining, SavedAtDp2ResumesAtDp1AndDp4) {
 // bf16 GEMM weights under the distributed optimizer shard the fp32 masters too: no rank holds the
 // whole fp32 model. Through the whole trainer at dp 2: the replicated optimizer's losses,
 // checkpoints and samples (the model gathered on rank 0 from the masters' shards) bit for bit; each
-// rank's arena as predicted and smaller than the replicated optimizer's; and a resume at step 2
-// that continues with the straight run's bits (each rank keeps its shard of the loaded parameters).
+// rank's arena as predicted and smaller than the replicated optimizer's; a resume at step 2 that
+// continues with the straight run's bits (each rank keeps its shard of the loaded parameters); and
+// init_from, as the replicated optimizer's.
 TEST_F(DistributedOptimizerTraining, ShardedMastersUnderBf16GemmWeightsTrainAndResumeAsReplicated) {
   const std::string bf16 = " --train.precision=bf16 --train.gemm_weights=bf16 --train.sample_every=2 "
                            "--train.sample_tokens=4";
@@ -156,6 +157,14 @@ TEST_F(DistributedOptimizerTraining, ShardedMastersUnderBf16GemmWeightsTrainAndR
   EXPECT_EQ(resumed[2], straight[2]);
   EXPECT_EQ(resumed[3], straight[3]);
   expect_same_tensors(ckpt("zero", 4), ckpt("resumed", 4));
+  // [run] init_from: the weights alone, written through a load's view, each rank keeping its shard.
+  for (const char* run : {"init_replicated", "init_zero"})
+    train(2, run, "--train.steps=2 --run.init_from=" + ckpt("zero", 4) + bf16 +
+                      (std::string(run) == "init_zero" ? kZero : kReplicated));
+  const auto initialised = loss_texts(dir_.file("init_zero"));
+  ASSERT_EQ(initialised.size(), 2u);
+  EXPECT_EQ(initialised, loss_texts(dir_.file("init_replicated")));
+  EXPECT_NE(initialised[0], straight[0]);  // not a fresh start
 }
 
 }  // namespace
