@@ -611,6 +611,29 @@ struct PipelineExecutor::Impl {
     compute->synchronize();  // `full` may be a host buffer its owner reuses
   }
 
+  // Full-layout copies of sharded state (checkpoint_view, parameters_view): `buffers` of each
+  // chunk's size in host memory, so a save or a sample needs no device memory beyond a gather
+  // buffer, however large the model.
+  std::unique_ptr<Arena> full_layout_arena(const std::string& name, int buffers) {
+    std::size_t bytes = 0;
+    for (const Chunk& ch : chunks)
+      bytes += buffers * align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
+    return backend.create_arena(name, bytes, MemoryKind::Host);
+  }
+  // The device buffer a gather of `ch`'s shards goes through: the masters' gather buffer, or
+  // without sharded masters one made in `scratch` (at most 1 MiB, kept until the caller drops it)
+  // for the largest chunk.
+  float* gather_buffer(Chunk& ch, std::unique_ptr<Arena>& scratch) {
+    if (ch.sharded->gather_buffer()) return ch.sharded->gather_buffer();
+    std::size_t floats = 1;
+    for (const Chunk& each : chunks) floats = std::max(floats, ShardedAdamW::gather_floats(each.sharded->plan()));
+    if (!scratch)
+      scratch = backend.create_arena("checkpoint gather (stage " + std::to_string(stage) + ")",
+                                     align_up(floats * sizeof(float), Arena::kDefaultAlignment), MemoryKind::Device);
+    scratch->reset();
+    return scratch->allocate_n<float>(floats, "gather buffer");
+  }
+
   // Once `in` wrote its chunk's last gradient of the step: sequence parallelism's norm gradients
   // are summed over tp (before anything reads them), then, with data parallelism, the all-reduce
   // starts in buckets on the communication stream.
@@ -658,26 +681,26 @@ CheckpointView PipelineExecutor::checkpoint_view(bool gather) {
   state.chunks = chunk_states();
   if (!s.optimizer_sharded) return state;
   const int buffers = s.masters_sharded ? 3 : 2;  // the moments, and sharded masters' parameters
-  std::size_t bytes = 0;
-  for (const Chunk& ch : s.chunks)
-    bytes += buffers * align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
-  state.arena = s.backend.create_arena(std::string("checkpoint ") + (s.masters_sharded ? "parameters and " : "") +
-                                           "moments (stage " + std::to_string(s.stage) + ")",
-                                       bytes, MemoryKind::Device);
+  state.arena = s.full_layout_arena(std::string("checkpoint ") + (s.masters_sharded ? "parameters and " : "") +
+                                        "moments (stage " + std::to_string(s.stage) + ")",
+                                    buffers);
+  std::unique_ptr<Arena> gather_arena;
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
     ChunkState& view = state.chunks[c];
-    const std::size_t n = s.chunks[c].model->layout().total_floats();
+    Chunk& ch = s.chunks[c];
+    const std::size_t n = ch.model->layout().total_floats();
     view.adam_m = state.arena->allocate_n<float>(n, "adamw.m (full layout)");
     view.adam_v = state.arena->allocate_n<float>(n, "adamw.v (full layout)");
     if (s.masters_sharded) view.params = state.arena->allocate_n<float>(n, "parameters (full layout)");
     if (gather) {
       s.note("checkpoint: optimizer-state all-gather with ranks " + s.peers(&RankCoords::dp, s.topo.grid.dims().dp));
-      s.chunks[c].sharded->gather_moments(view.adam_m, view.adam_v, s.backend, *s.compute);
-      if (s.masters_sharded) s.chunks[c].sharded->gather_masters(view.params, s.backend, *s.compute);
+      float* buffer = s.gather_buffer(ch, gather_arena);
+      ch.sharded->gather_moments(view.adam_m, view.adam_v, buffer, s.backend, *s.compute);
+      if (s.masters_sharded) ch.sharded->gather_masters(view.params, buffer, s.backend, *s.compute);
     } else {
       // A load may fill only the parameters (init_from): the moments it leaves start at zero.
-      s.backend.memset_zero(view.adam_m, n * sizeof(float), *s.compute);
-      s.backend.memset_zero(view.adam_v, n * sizeof(float), *s.compute);
+      std::fill_n(view.adam_m, n, 0.f);
+      std::fill_n(view.adam_v, n, 0.f);
     }
   }
   s.compute->synchronize();
@@ -690,15 +713,12 @@ CheckpointView PipelineExecutor::parameters_view() {
   state.chunks = chunk_states();
   for (ChunkState& view : state.chunks) view.adam_m = view.adam_v = nullptr;
   if (!s.masters_sharded) return state;
-  std::size_t bytes = 0;
-  for (const Chunk& ch : s.chunks)
-    bytes += align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
-  state.arena = s.backend.create_arena("gathered parameters (stage " + std::to_string(s.stage) + ")", bytes,
-                                       MemoryKind::Device);
+  state.arena = s.full_layout_arena("gathered parameters (stage " + std::to_string(s.stage) + ")", 1);
   s.note("parameter all-gather with ranks " + s.peers(&RankCoords::dp, s.topo.grid.dims().dp));
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
-    state.chunks[c].params = state.arena->allocate_n<float>(s.chunks[c].model->layout().total_floats(), "parameters");
-    s.chunks[c].sharded->gather_masters(state.chunks[c].params, s.backend, *s.compute);
+    Chunk& ch = s.chunks[c];
+    state.chunks[c].params = state.arena->allocate_n<float>(ch.model->layout().total_floats(), "parameters");
+    ch.sharded->gather_masters(state.chunks[c].params, ch.sharded->gather_buffer(), s.backend, *s.compute);
   }
   s.compute->synchronize();
   return state;

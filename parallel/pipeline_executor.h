@@ -102,7 +102,9 @@ struct ChunkState {
 // The training state in the parameters' layout, for a checkpoint: chunk_states() with adam_m and
 // adam_v in the layout. The replicated optimizer's are its training buffers; under the distributed
 // optimizer they are full-layout copies in `arena`, alive as long as this object, and so are the
-// parameters when the masters are sharded (masters_sharded()).
+// parameters when the masters are sharded (masters_sharded()). That arena is host memory: a
+// checkpoint of a model that fits only because its state is sharded must not need the whole state
+// on the device; the gathers go through a buffer of at most 1 MiB.
 struct CheckpointView {
   std::vector<ChunkState> chunks;
   std::unique_ptr<Arena> arena;  // null with the replicated optimizer

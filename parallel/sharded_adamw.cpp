@@ -89,32 +89,35 @@ void ShardedAdamW::step_masters(const float* grads, const AdamWConfig& cfg, floa
     backend.adamw_update(masters_ + p.span.shard_at, grads + p.span.grad_at, m_ + p.span.shard_at,
                          v_ + p.span.shard_at, p.span.length, h, grad_scale, stream);
   }
+  gather_slices(masters_, gather_, stream, publish);
+}
+
+void ShardedAdamW::gather_slices(const float* shard, float* buffer, Stream& stream, const Publish& each) {
   const std::size_t slice = gather_slice_floats(plan_);
   for (const ShardBucket& b : plan_.buckets)
     for (std::size_t at = 0; at < b.piece; at += slice) {
       const std::size_t n = std::min(slice, b.piece - at);
-      dp_.all_gather(masters_ + b.shard_offset + at, gather_, n, stream);
+      dp_.all_gather(shard + b.shard_offset + at, buffer, n, stream);
       for (int r = 0; r < plan_.ranks; ++r)
-        publish(gather_ + static_cast<std::size_t>(r) * n, b.start + static_cast<std::size_t>(r) * b.piece + at, n);
+        each(buffer + static_cast<std::size_t>(r) * n, b.start + static_cast<std::size_t>(r) * b.piece + at, n);
     }
-  for (const ShardTail& tail : plan_.tails) publish(masters_ + tail.shard_offset, tail.start, tail.length);
+  for (const ShardTail& tail : plan_.tails) each(shard + tail.shard_offset, tail.start, tail.length);
 }
 
-void ShardedAdamW::gather_shard(const float* shard, float* full, Stream& stream, Backend& backend) {
-  for (const Span& s : owned_) backend.copy(full + s.flat, shard + s.shard_at, s.length * sizeof(float), stream);
-  std::vector<std::unique_ptr<Event>> gathered;
-  for (const ShardBucket& b : plan_.buckets) gathered.push_back(dp_.all_gather_in_place_async(full + b.start, b.piece, stream));
-  for (auto& e : gathered) e->wait_on(stream);
+void ShardedAdamW::gather_shard(const float* shard, float* full, float* buffer, Backend& backend, Stream& stream) {
+  gather_slices(shard, buffer, stream, [&](const float* values, std::size_t flat, std::size_t n) {
+    backend.copy(full + flat, values, n * sizeof(float), stream);
+  });
 }
 
-void ShardedAdamW::gather_moments(float* full_m, float* full_v, Backend& backend, Stream& stream) {
-  gather_shard(m_, full_m, stream, backend);
-  gather_shard(v_, full_v, stream, backend);
+void ShardedAdamW::gather_moments(float* full_m, float* full_v, float* buffer, Backend& backend, Stream& stream) {
+  gather_shard(m_, full_m, buffer, backend, stream);
+  gather_shard(v_, full_v, buffer, backend, stream);
 }
 
-void ShardedAdamW::gather_masters(float* full, Backend& backend, Stream& stream) {
+void ShardedAdamW::gather_masters(float* full, float* buffer, Backend& backend, Stream& stream) {
   if (!masters_) throw std::logic_error("ShardedAdamW::gather_masters: made without shard_masters");
-  gather_shard(masters_, full, stream, backend);
+  gather_shard(masters_, full, buffer, backend, stream);
 }
 
 void ShardedAdamW::keep_own_moments(const float* full_m, const float* full_v, Backend& backend, Stream& stream) {

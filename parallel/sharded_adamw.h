@@ -96,10 +96,12 @@ class ShardedAdamW {
                     Stream& stream, const Publish& publish);
 
   // Checkpoints keep the replicated optimizer's layout, so any dp resumes from them. Collective
-  // over dp: every rank's moments assembled into full-layout m and v (layout.total_floats() each).
-  void gather_moments(float* full_m, float* full_v, Backend& backend, Stream& stream);
+  // over dp: every rank's moments assembled into full-layout m and v (layout.total_floats() each,
+  // host or backend memory), gathered slice by slice through `buffer` (backend memory,
+  // gather_floats(plan()) long: gather_buffer() or the caller's), so the device needs no more.
+  void gather_moments(float* full_m, float* full_v, float* buffer, Backend& backend, Stream& stream);
   // shard_masters: the same for the masters, into full-layout fp32 parameters.
-  void gather_masters(float* full, Backend& backend, Stream& stream);
+  void gather_masters(float* full, float* buffer, Backend& backend, Stream& stream);
   // No communication: this rank's shard taken from full-layout moments (a checkpoint's).
   void keep_own_moments(const float* full_m, const float* full_v, Backend& backend, Stream& stream);
 
@@ -109,7 +111,10 @@ class ShardedAdamW {
     const ParamEntry* entry;
     Span span;  // inside the entry
   };
-  void gather_shard(const float* shard, float* full, Stream& stream, Backend& backend);
+  // Every dp rank's `shard` (laid out as the moments), a slice of each rank's piece of a bucket at
+  // a time through `buffer`, then the tails, handed to `each` by flat offset.
+  void gather_slices(const float* shard, float* buffer, Stream& stream, const Publish& each);
+  void gather_shard(const float* shard, float* full, float* buffer, Backend& backend, Stream& stream);
   const ParamLayout& layout_;
   DataPlane& dp_;
   ShardPlan plan_;
