@@ -38,7 +38,8 @@ class DataPlane {
   // bits.
   virtual std::unique_ptr<Event> reduce_scatter_sum_async(float* data, std::size_t n, Stream& stream) = 0;
   // All-gather: block rank() of `data` (size() blocks of n floats) is this rank's; once the Event
-  // completes, every block holds its rank's.
+  // completes, every block holds its rank's. It moves bytes, never computes on them: the
+  // distributed optimizer gathers bf16 weights through it, two to a float.
   virtual std::unique_ptr<Event> all_gather_in_place_async(float* data, std::size_t n, Stream& stream) = 0;
 };
 

@@ -43,8 +43,9 @@ struct Chunk {
   bool params_bf16_stale = true;
   // The distributed optimizer with bf16 GEMM weights: the fp32 masters are sharded (in `sharded`)
   // and `params` is null; the passes read the bf16 copy and, packed here, the fp32 values of the
-  // tensors they read outside GEMMs (model/stage_weights.h). Both are made from the masters by
-  // publish(), never stale.
+  // tensors they read outside GEMMs (model/stage_weights.h). The distributed optimizer makes both
+  // from the masters after each update; its bf16 all-gathers still in flight are in
+  // params_gathering, settled before the passes next read the weights.
   float* params_fp32 = nullptr;
   Fp32Reads fp32_reads;
   // The weights of a pass that follows another pass of the same step: nothing to settle.
@@ -212,8 +213,9 @@ struct PipelineExecutor::Impl {
         ch.params_fp32 = arena->allocate_n<float>(ch.fp32_reads.floats, "parameters.fp32 (read outside GEMMs)");
       }
       if (optimizer_sharded) {
+        const ShardedAdamW::PassWeights pass{ch.params_bf16, ch.params_fp32, &ch.fp32_reads};
         ch.sharded = std::make_unique<ShardedAdamW>(ch.model->layout(), *t.dp, o.optimizer_bucket_floats, *arena,
-                                                    backend, *compute, masters_sharded);
+                                                    backend, *compute, masters_sharded ? &pass : nullptr);
         ch.m = ch.sharded->m();
         ch.v = ch.sharded->v();
       } else {
@@ -230,7 +232,7 @@ struct PipelineExecutor::Impl {
       staging.assign(n, 0.f);
       GptStage::init_parameters(ch.model->layout(), staging.data(), o.seed);
       if (masters_sharded)
-        keep_own_parameters(ch, staging.data());
+        ch.sharded->keep_own_parameters(staging.data(), backend, *compute);
       else
         backend.copy(ch.params, staging.data(), n * sizeof(float), *compute);
       compute->synchronize();
@@ -548,9 +550,8 @@ struct PipelineExecutor::Impl {
     for (Chunk& ch : chunks) {
       if (ch.masters_sharded()) {
         note("distributed optimizer: parameter all-gather with ranks " + peers(&RankCoords::dp, topo.grid.dims().dp));
-        ch.sharded->step_masters(
-            ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
-            [&](const float* values, std::size_t flat, std::size_t n) { publish(ch, values, flat, n); });
+        ch.sharded->step_masters(ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
+                                 ch.params_gathering);
       } else if (ch.sharded) {
         ch.sharded->step(ch.params, ch.grads, opts.adamw, run.lr, run.step_number, scale, backend, *compute,
                          ch.params_gathering);
@@ -581,34 +582,6 @@ struct PipelineExecutor::Impl {
       ch.params_bf16_stale = false;
     }
     return ch.weights();
-  }
-
-  // Sharded masters: the weights the passes read, made from `n` fp32 parameters of the flat
-  // layout from `flat` (in backend memory): their bf16 copy, and the packed fp32 values of the
-  // tensors read outside GEMMs that the stretch holds.
-  void publish(Chunk& ch, const float* values, std::size_t flat, std::size_t n) {
-    backend.cast_to_bf16(ch.params_bf16 + flat, values, n, *compute);
-    for (const Fp32Reads::Tensor& t : ch.fp32_reads.tensors) {
-      const std::size_t lo = std::max(flat, t.flat), hi = std::min(flat + n, t.flat + t.numel);
-      if (lo < hi)
-        backend.copy(ch.params_fp32 + t.packed + (lo - t.flat), values + (lo - flat), (hi - lo) * sizeof(float),
-                     *compute);
-    }
-  }
-  // Sharded masters: this rank's masters and the weights the passes read, from full-layout fp32
-  // parameters (host or backend memory: the initial ones, a checkpoint's), a gather buffer's length
-  // at a time through that buffer, so nothing the size of the model is allocated.
-  void keep_own_parameters(Chunk& ch, const float* full) {
-    float* bounce = ch.sharded->gather_buffer();
-    const std::size_t step = ShardedAdamW::gather_floats(ch.sharded->plan()), n = ch.model->layout().total_floats();
-    for (std::size_t off = 0; off < n; off += step) {
-      const std::size_t len = std::min(step, n - off);
-      backend.copy(bounce, full + off, len * sizeof(float), *compute);
-      for (const ShardedAdamW::Span& s : ch.sharded->spans(off, off + len))
-        backend.copy(ch.sharded->masters() + s.shard_at, bounce + (s.flat - off), s.length * sizeof(float), *compute);
-      publish(ch, bounce, off, len);
-    }
-    compute->synchronize();  // `full` may be a host buffer its owner reuses
   }
 
   // Full-layout copies of sharded state (checkpoint_view, parameters_view): `buffers` of each
@@ -730,7 +703,7 @@ void PipelineExecutor::keep_loaded_state(const CheckpointView& loaded) {
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
     const ChunkState& view = loaded.chunks.at(c);
     s.chunks[c].sharded->keep_own_moments(view.adam_m, view.adam_v, s.backend, *s.compute);
-    if (s.masters_sharded) s.keep_own_parameters(s.chunks[c], view.params);
+    if (s.masters_sharded) s.chunks[c].sharded->keep_own_parameters(view.params, s.backend, *s.compute);
   }
   s.compute->synchronize();
 }

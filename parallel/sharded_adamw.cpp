@@ -6,7 +6,7 @@
 namespace pipelane {
 
 ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t bucket_floats, Arena& arena,
-                           Backend& backend, Stream& stream, bool shard_masters)
+                           Backend& backend, Stream& stream, const PassWeights* pass_weights)
     : layout_(layout), dp_(dp), plan_(plan_chunk_shards(layout, dp.size(), bucket_floats)) {
   const std::size_t r = static_cast<std::size_t>(dp.rank());
   for (const ShardBucket& b : plan_.buckets)
@@ -19,10 +19,24 @@ ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t
   v_ = arena.allocate_n<float>(plan_.shard_floats, "adamw.v");
   backend.memset_zero(m_, plan_.shard_floats * sizeof(float), stream);
   backend.memset_zero(v_, plan_.shard_floats * sizeof(float), stream);
-  if (shard_masters) {
+  if (pass_weights) {
+    pass_ = *pass_weights;
     masters_ = arena.allocate_n<float>(plan_.shard_floats, "master_weights");
     gather_ = arena.allocate_n<float>(gather_floats(plan_), "master_weights.gather");
+    // A bucket goes in bf16 unless it holds a packed tensor, or starts at an odd element (its bf16
+    // pairs travel as floats through the data plane, which copies bytes).
+    for (const ShardBucket& b : plan_.buckets) {
+      const std::size_t end = b.start + b.piece * static_cast<std::size_t>(plan_.ranks);
+      bool bf16 = b.start % 2 == 0 && b.piece % 2 == 0;
+      for (const Fp32Reads::Tensor& t : pass_.reads->tensors)
+        if (t.flat < end && b.start < t.flat + t.numel) bf16 = false;
+      bf16_gather_.push_back(bf16);
+    }
   }
+}
+
+std::size_t ShardedAdamW::bf16_gathered_buckets() const {
+  return static_cast<std::size_t>(std::count(bf16_gather_.begin(), bf16_gather_.end(), true));
 }
 
 std::size_t ShardedAdamW::gather_slice_floats(const ShardPlan& plan) {
@@ -82,32 +96,67 @@ void ShardedAdamW::step(float* params, const float* grads, const AdamWConfig& cf
 }
 
 void ShardedAdamW::step_masters(const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale,
-                                Backend& backend, Stream& stream, const Publish& publish) {
-  if (!masters_) throw std::logic_error("ShardedAdamW::step_masters: made without shard_masters");
+                                Backend& backend, Stream& stream, std::vector<std::unique_ptr<Event>>& pending) {
+  if (!masters_) throw std::logic_error("ShardedAdamW::step_masters: made without pass weights");
   for (const Piece& p : pieces_) {
     const AdamWParams h{lr, cfg.beta1, cfg.beta2, cfg.eps, p.entry->decay ? cfg.weight_decay : 0.f, t};
     backend.adamw_update(masters_ + p.span.shard_at, grads + p.span.grad_at, m_ + p.span.shard_at,
                          v_ + p.span.shard_at, p.span.length, h, grad_scale, stream);
   }
-  gather_slices(masters_, gather_, stream, publish);
+  const std::size_t r = static_cast<std::size_t>(dp_.rank());
+  for (std::size_t i = 0; i < plan_.buckets.size(); ++i) {
+    if (!bf16_gather_[i]) continue;
+    const ShardBucket& b = plan_.buckets[i];
+    std::uint16_t* bucket = pass_.bf16 + b.start;
+    backend.cast_to_bf16(bucket + r * b.piece, masters_ + b.shard_offset, b.piece, stream);
+    pending.push_back(dp_.all_gather_in_place_async(reinterpret_cast<float*>(bucket), b.piece / 2, stream));
+  }
+  gather_slices(masters_, gather_, stream, [this](std::size_t i) { return !bf16_gather_[i]; },
+                [&](const float* values, std::size_t flat, std::size_t n) { publish(values, flat, n, backend, stream); });
 }
 
-void ShardedAdamW::gather_slices(const float* shard, float* buffer, Stream& stream, const Publish& each) {
+void ShardedAdamW::publish(const float* values, std::size_t flat, std::size_t n, Backend& backend, Stream& stream) {
+  backend.cast_to_bf16(pass_.bf16 + flat, values, n, stream);
+  for (const Fp32Reads::Tensor& t : pass_.reads->tensors) {
+    const std::size_t lo = std::max(flat, t.flat), hi = std::min(flat + n, t.flat + t.numel);
+    if (lo < hi)
+      backend.copy(pass_.packed + t.packed + (lo - t.flat), values + (lo - flat), (hi - lo) * sizeof(float), stream);
+  }
+}
+
+void ShardedAdamW::keep_own_parameters(const float* full, Backend& backend, Stream& stream) {
+  if (!masters_) throw std::logic_error("ShardedAdamW::keep_own_parameters: made without pass weights");
+  const std::size_t step = gather_floats(plan_), n = layout_.total_floats();
+  for (std::size_t off = 0; off < n; off += step) {
+    const std::size_t len = std::min(step, n - off);
+    backend.copy(gather_, full + off, len * sizeof(float), stream);
+    for (const Span& s : spans(off, off + len))
+      backend.copy(masters_ + s.shard_at, gather_ + (s.flat - off), s.length * sizeof(float), stream);
+    publish(gather_, off, len, backend, stream);
+  }
+}
+
+void ShardedAdamW::gather_slices(const float* shard, float* buffer, Stream& stream,
+                                 const std::function<bool(std::size_t)>& bucket, const Slice& each) {
   const std::size_t slice = gather_slice_floats(plan_);
-  for (const ShardBucket& b : plan_.buckets)
+  for (std::size_t i = 0; i < plan_.buckets.size(); ++i) {
+    if (!bucket(i)) continue;
+    const ShardBucket& b = plan_.buckets[i];
     for (std::size_t at = 0; at < b.piece; at += slice) {
       const std::size_t n = std::min(slice, b.piece - at);
       dp_.all_gather(shard + b.shard_offset + at, buffer, n, stream);
       for (int r = 0; r < plan_.ranks; ++r)
         each(buffer + static_cast<std::size_t>(r) * n, b.start + static_cast<std::size_t>(r) * b.piece + at, n);
     }
+  }
   for (const ShardTail& tail : plan_.tails) each(shard + tail.shard_offset, tail.start, tail.length);
 }
 
 void ShardedAdamW::gather_shard(const float* shard, float* full, float* buffer, Backend& backend, Stream& stream) {
-  gather_slices(shard, buffer, stream, [&](const float* values, std::size_t flat, std::size_t n) {
-    backend.copy(full + flat, values, n * sizeof(float), stream);
-  });
+  gather_slices(shard, buffer, stream, [](std::size_t) { return true; },
+                [&](const float* values, std::size_t flat, std::size_t n) {
+                  backend.copy(full + flat, values, n * sizeof(float), stream);
+                });
 }
 
 void ShardedAdamW::gather_moments(float* full_m, float* full_v, float* buffer, Backend& backend, Stream& stream) {
@@ -116,7 +165,7 @@ void ShardedAdamW::gather_moments(float* full_m, float* full_v, float* buffer, B
 }
 
 void ShardedAdamW::gather_masters(float* full, float* buffer, Backend& backend, Stream& stream) {
-  if (!masters_) throw std::logic_error("ShardedAdamW::gather_masters: made without shard_masters");
+  if (!masters_) throw std::logic_error("ShardedAdamW::gather_masters: made without pass weights");
   gather_shard(masters_, full, buffer, backend, stream);
 }
 

@@ -3,13 +3,15 @@
 // reduce-scattered (a tail all-reduced), each rank updates the parameters it owns from its reduced
 // gradients and moments, and the updated parameters are all-gathered. In fp32 the parameters
 // themselves are the masters and stay whole on every rank: forward and backward read them. With
-// bf16 GEMM weights the masters are sharded too (shard_masters): this object keeps the fp32 masters
-// of its spans beside the moments, and after the update all-gathers them through one buffer of at
-// most kMasterGatherFloats (a bucket a slice of each rank's piece at a time), handing each
-// gathered slice to the caller (Publish), which makes the weights the passes read from it (the bf16 copy, and the fp32 tensors read outside GEMMs:
-// model/stage_weights.h). The gather carries fp32, twice the bytes of Megatron-LM's bf16
-// parameter gather: the tensors read outside GEMMs need their fp32 values, and rounding the bf16
-// copy from the same gathered values keeps the weights bit for bit those of whole fp32 masters.
+// bf16 GEMM weights the masters are sharded too (PassWeights): this object keeps the fp32 masters
+// of its spans beside the moments and makes from them the weights the passes read
+// (model/stage_weights.h): the bf16 copy, and the packed fp32 tensors read outside GEMMs. After
+// each update a bucket that holds no such tensor is rounded to bf16 by its owner and all-gathered
+// in bf16 (Megatron-LM's parameter gather: half the bytes of fp32), into the bf16 copy in place,
+// in the background until the passes next read the weights; a bucket that holds one is gathered in
+// fp32 through one small buffer (a slice of each rank's piece at a time), so its packed tensors get
+// their fp32 values, and rounded from those. Either way the weights are bit for bit those that
+// whole fp32 masters would give.
 //
 // Bits: AdamW is element-wise, so an owned element takes the replicated optimizer's update exactly
 // when its reduced gradient and the clip scale are the same bits. A reduce-scatter's sum of two
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "model/adamw.h"
+#include "model/stage_weights.h"
 #include "parallel/data_plane.h"
 #include "parallel/optimizer_shards.h"
 #include "runtime/arena.h"
@@ -44,16 +47,24 @@ class ShardedAdamW {
     bool tail = false;         // every dp rank holds it (all-reduced), not only this one
   };
 
+  // Sharded masters: where the weights the passes read live, in the layout of `reads` (the caller's,
+  // alive as long as this object).
+  struct PassWeights {
+    std::uint16_t* bf16 = nullptr;  // the bf16 copy, layout.total_floats() long
+    float* packed = nullptr;        // the fp32 tensors read outside GEMMs, reads->floats long
+    const Fp32Reads* reads = nullptr;
+  };
+
   // The moments (plan.shard_floats each, zeroed) are carved from `arena` on `stream`, and with
-  // shard_masters the masters (as many, filled by the caller through masters() and spans()) and the
-  // gather buffer (gather_floats). `layout` and `dp` must outlive this object.
+  // `pass_weights` the masters (as many, filled by keep_own_parameters) and the gather buffer
+  // (gather_floats). `layout` and `dp` must outlive this object.
   ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t bucket_floats, Arena& arena, Backend& backend,
-               Stream& stream, bool shard_masters = false);
+               Stream& stream, const PassWeights* pass_weights = nullptr);
 
   const ShardPlan& plan() const { return plan_; }
   float* m() const { return m_; }
   float* v() const { return v_; }
-  // shard_masters only (else null): the fp32 masters of this rank's spans, at their shard_at, and
+  // Sharded masters only (else null): the fp32 masters of this rank's spans, at their shard_at, and
   // the gather buffer, gather_floats(plan()) long.
   float* masters() const { return masters_; }
   float* gather_buffer() const { return gather_; }
@@ -85,22 +96,24 @@ class ShardedAdamW {
   void step(float* params, const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale,
             Backend& backend, Stream& stream, std::vector<std::unique_ptr<Event>>& pending);
 
-  // shard_masters: `n` updated fp32 masters of the flat buffer from `flat` (a slice of one rank's
-  // piece of a bucket, gathered from that rank, or a tail), in backend memory ordered on the step's
-  // stream and valid until the call returns.
-  using Publish = std::function<void(const float* values, std::size_t flat, std::size_t n)>;
-  // shard_masters: AdamW on this rank's masters, then each bucket all-gathered slice by slice (on
-  // `stream`, in order) and handed to `publish`, and each tail too. Nothing is in flight when it
-  // returns.
+  // Sharded masters: AdamW on this rank's masters, then the weights the passes read made from them:
+  // the bf16 buckets' all-gathers start on `stream` (completions to `pending`: wait for them before
+  // the passes read the weights), the other buckets and the tails are done when it returns.
   void step_masters(const float* grads, const AdamWConfig& cfg, float lr, int t, float grad_scale, Backend& backend,
-                    Stream& stream, const Publish& publish);
+                    Stream& stream, std::vector<std::unique_ptr<Event>>& pending);
+  // Sharded masters: this rank's masters, and the weights the passes read, from full-layout fp32
+  // parameters (host or backend memory: the initial ones, a checkpoint's), a gather buffer's
+  // length at a time through that buffer. No communication; ordered on `stream`.
+  void keep_own_parameters(const float* full, Backend& backend, Stream& stream);
+  // How many buckets are gathered in bf16 (the rest in fp32), for tests and the docs' figures.
+  std::size_t bf16_gathered_buckets() const;
 
   // Checkpoints keep the replicated optimizer's layout, so any dp resumes from them. Collective
   // over dp: every rank's moments assembled into full-layout m and v (layout.total_floats() each,
   // host or backend memory), gathered slice by slice through `buffer` (backend memory,
   // gather_floats(plan()) long: gather_buffer() or the caller's), so the device needs no more.
   void gather_moments(float* full_m, float* full_v, float* buffer, Backend& backend, Stream& stream);
-  // shard_masters: the same for the masters, into full-layout fp32 parameters.
+  // Sharded masters: the same for the masters, into full-layout fp32 parameters.
   void gather_masters(float* full, float* buffer, Backend& backend, Stream& stream);
   // No communication: this rank's shard taken from full-layout moments (a checkpoint's).
   void keep_own_moments(const float* full_m, const float* full_v, Backend& backend, Stream& stream);
@@ -111,9 +124,14 @@ class ShardedAdamW {
     const ParamEntry* entry;
     Span span;  // inside the entry
   };
-  // Every dp rank's `shard` (laid out as the moments), a slice of each rank's piece of a bucket at
-  // a time through `buffer`, then the tails, handed to `each` by flat offset.
-  void gather_slices(const float* shard, float* buffer, Stream& stream, const Publish& each);
+  // `n` values of the flat buffer from `flat`, in backend memory ordered on the stream.
+  using Slice = std::function<void(const float* values, std::size_t flat, std::size_t n)>;
+  // Every dp rank's `shard` (laid out as the moments) of the buckets where `bucket(i)`, a slice of
+  // each rank's piece at a time through `buffer`, then the tails, handed to `each` by flat offset.
+  void gather_slices(const float* shard, float* buffer, Stream& stream, const std::function<bool(std::size_t)>& bucket,
+                     const Slice& each);
+  // Sharded masters: the bf16 copy and the packed fp32 tensors made from `n` fp32 values from `flat`.
+  void publish(const float* values, std::size_t flat, std::size_t n, Backend& backend, Stream& stream);
   void gather_shard(const float* shard, float* full, float* buffer, Backend& backend, Stream& stream);
   const ParamLayout& layout_;
   DataPlane& dp_;
@@ -122,8 +140,10 @@ class ShardedAdamW {
   std::vector<Piece> pieces_;  // owned_ cut at the layout's entries
   float* m_ = nullptr;
   float* v_ = nullptr;
-  float* masters_ = nullptr;  // shard_masters only, with the gather buffer
+  float* masters_ = nullptr;  // sharded masters only, with the gather buffer
   float* gather_ = nullptr;
+  PassWeights pass_;
+  std::vector<bool> bf16_gather_;  // per bucket: gathered in bf16 (it holds no packed fp32 tensor)
 };
 
 }  // namespace pipelane
