@@ -218,37 +218,17 @@ TEST(DistributedOptimizerAtDp1, IsTheReplicatedOptimizer) {
   }
 }
 
-// The same with sharded masters (bf16 GEMM weights): the saved parameters are the gathered
-// masters, and a resume keeps its shard of them and makes the bf16 copy and the packed fp32
-// tensors from what it loaded.
-TEST(DistributedOptimizerResume, ShardedMastersSavedAtDp2ContinueAtDp4AndDp1AsReplicated) {
-  const JobOut saved = run_job({2, 2, 1}, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, 1, DType::BF16);
-  for (int dp : {4, 1}) {
-    const ParallelDims dims{2, dp, 1};
-    const JobOut zero = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, &saved.state, kSteps + 1, DType::BF16);
-    const JobOut replicated =
-        run_job(dims, ScheduleKind::OneFOneB, 1, false, 0.f, &saved.state, kSteps + 1, DType::BF16);
-    ASSERT_EQ(zero.loss.size(), static_cast<std::size_t>(kSteps));
-    EXPECT_EQ(zero.loss, replicated.loss) << "dp " << dp;
-    for (const auto& [where, state] : replicated.state) {
-      EXPECT_TRUE(zero.state.at(where).params == state.params) << "dp " << dp;
-      EXPECT_TRUE(zero.state.at(where).m == state.m) << "dp " << dp;
-      EXPECT_TRUE(zero.state.at(where).v == state.v) << "dp " << dp;
-    }
-    const JobOut fresh = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, kSteps + 1, DType::BF16);
-    EXPECT_NE(zero.loss.front(), fresh.loss.front()) << "dp " << dp;
-  }
-}
-
 // A state saved at dp 2 resumed at dp 4 (and 1) continues as the replicated optimizer does from
 // the same state: each rank keeps its shard of the full moments it loaded, and the gathered state
 // after the continuation is the replicated one's, bit for bit (rank-order sums: see the top).
-TEST(DistributedOptimizerResume, SavedAtDp2ContinuesAtDp4AndDp1AsReplicated) {
-  const JobOut saved = run_job({2, 2, 1}, ScheduleKind::OneFOneB, 1, true, 0.f);
+void expect_resume_across_dp(DType gemm_weights) {
+  const JobOut saved = run_job({2, 2, 1}, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, 1, gemm_weights);
   for (int dp : {4, 1}) {
     const ParallelDims dims{2, dp, 1};
-    const JobOut zero = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, &saved.state, kSteps + 1);
-    const JobOut replicated = run_job(dims, ScheduleKind::OneFOneB, 1, false, 0.f, &saved.state, kSteps + 1);
+    const auto resume = [&](bool distributed, const GridState* start) {
+      return run_job(dims, ScheduleKind::OneFOneB, 1, distributed, 0.f, start, kSteps + 1, gemm_weights);
+    };
+    const JobOut zero = resume(true, &saved.state), replicated = resume(false, &saved.state);
     ASSERT_EQ(zero.loss.size(), static_cast<std::size_t>(kSteps));
     EXPECT_EQ(zero.loss, replicated.loss) << "dp " << dp;
     for (const auto& [where, state] : replicated.state) {
@@ -258,9 +238,17 @@ TEST(DistributedOptimizerResume, SavedAtDp2ContinuesAtDp4AndDp1AsReplicated) {
     }
     // It continued from the saved state: its first loss is the saved run's next, not a fresh start's
     // (the data of step kSteps + 1 differs from step 1's, so compare with a fresh run on it).
-    const JobOut fresh = run_job(dims, ScheduleKind::OneFOneB, 1, true, 0.f, nullptr, kSteps + 1);
-    EXPECT_NE(zero.loss.front(), fresh.loss.front()) << "dp " << dp;
+    EXPECT_NE(zero.loss.front(), resume(true, nullptr).loss.front()) << "dp " << dp;
   }
+}
+
+TEST(DistributedOptimizerResume, SavedAtDp2ContinuesAtDp4AndDp1AsReplicated) { expect_resume_across_dp(DType::F32); }
+
+// The same with sharded masters (bf16 GEMM weights): the saved parameters are the gathered
+// masters, and a resume keeps its shard of them and makes the bf16 copy and the packed fp32
+// tensors from what it loaded.
+TEST(DistributedOptimizerResume, ShardedMastersSavedAtDp2ContinueAtDp4AndDp1AsReplicated) {
+  expect_resume_across_dp(DType::BF16);
 }
 
 // The memory model's optimizer state under the distributed optimizer: this rank's shard of each
