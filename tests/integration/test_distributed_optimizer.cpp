@@ -39,6 +39,20 @@ class DistributedOptimizerTraining : public ::testing::Test {
     EXPECT_EQ(r.exit_code, 0) << run << ":\n" << r.output;
     return r;
   }
+  // Every rank's arena in `run` is what the memory model predicted, and smaller than in `other`.
+  void expect_arenas_as_predicted_and_below(const std::string& run, const std::string& other, std::size_t ranks) {
+    const auto memory = [&](const std::string& r) {
+      std::ifstream in(dir_.file(r) + "/summary.json");
+      return nlohmann::json::parse(in)["memory"];
+    };
+    const nlohmann::json mine = memory(run), theirs = memory(other);
+    ASSERT_EQ(mine.size(), ranks) << mine.dump();
+    for (std::size_t r = 0; r < ranks; ++r) {
+      EXPECT_EQ(mine[r]["predicted_bytes"], mine[r]["high_water_bytes"]) << run << " rank " << r;
+      EXPECT_LT(mine[r]["high_water_bytes"].get<double>(), theirs[r]["high_water_bytes"].get<double>())
+          << run << " rank " << r;
+    }
+  }
   std::string ckpt(const std::string& run, int step) {
     return dir_.file(run + "/checkpoints/" + checkpoint_dir_name(step));
   }
@@ -55,16 +69,7 @@ TEST_F(DistributedOptimizerTraining, BitIdenticalToReplicatedAtDp2WithTp2) {
   expect_same_tensors(ckpt("replicated", 4), ckpt("zero", 4));
   // Every rank's arena is what the memory model predicted for its shard of the moments, and
   // smaller than the replicated optimizer's.
-  const auto memory = [&](const std::string& run) {
-    std::ifstream in(dir_.file(run) + "/summary.json");
-    return nlohmann::json::parse(in)["memory"];
-  };
-  const nlohmann::json replicated = memory("replicated"), zero = memory("zero");
-  ASSERT_EQ(zero.size(), 4u) << zero.dump();
-  for (int r = 0; r < 4; ++r) {
-    EXPECT_EQ(zero[r]["predicted_bytes"], zero[r]["high_water_bytes"]) << r;
-    EXPECT_LT(zero[r]["high_water_bytes"].get<double>(), replicated[r]["high_water_bytes"].get<double>()) << r;
-  }
+  expect_arenas_as_predicted_and_below("zero", "replicated", 4);
 }
 
 // With clipping on, the clip scale min(1, max_norm / (float(norm) + 1e-6)) is the same on both
@@ -141,16 +146,7 @@ TEST_F(DistributedOptimizerTraining, ShardedMastersUnderBf16GemmWeightsTrainAndR
   };
   EXPECT_FALSE(samples("zero").empty());
   EXPECT_EQ(samples("zero"), samples("replicated"));
-  const auto memory = [&](const std::string& run) {
-    std::ifstream in(dir_.file(run) + "/summary.json");
-    return nlohmann::json::parse(in)["memory"];
-  };
-  const nlohmann::json replicated = memory("replicated"), zero = memory("zero");
-  ASSERT_EQ(zero.size(), 2u) << zero.dump();
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(zero[r]["predicted_bytes"], zero[r]["high_water_bytes"]) << r;
-    EXPECT_LT(zero[r]["high_water_bytes"].get<double>(), replicated[r]["high_water_bytes"].get<double>()) << r;
-  }
+  expect_arenas_as_predicted_and_below("zero", "replicated", 2);
   train(2, "resumed", "--train.steps=4 --run.resume=" + ckpt("zero", 2) + bf16 + kZero);
   const auto resumed = loss_texts(dir_.file("resumed"));
   ASSERT_EQ(resumed.size(), 4u);
