@@ -79,12 +79,17 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     const double P = ch.parameters;
     // The distributed optimizer's shard: this dp rank's pieces and the tails every rank keeps
     // (parallel/optimizer_shards.h), as the executor allocates it.
-    const ShardPlan plan = plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats);
+    // Sharded masters (model/stage_weights.h): the tensors the passes read outside GEMMs are packed
+    // in fp32, and the plan cuts them out as segments of their own.
+    const bool masters_sharded = spec.gemm_weights == DType::BF16 && spec.optimizer_shards > 1;
+    const Fp32Reads reads = Fp32Reads::of(model.layout());
+    const ShardPlan plan = plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats,
+                                             masters_sharded ? &reads : nullptr);
     const double S = spec.optimizer_shards == 1 ? P : aligned(plan.shard_floats * 4.0) / 4.0;
-    if (spec.gemm_weights == DType::BF16 && spec.optimizer_shards > 1) {
-      // Sharded masters (model/stage_weights.h): the bf16 copy and the packed fp32 tensors the
-      // passes read outside GEMMs; the masters' shard and the buffer their all-gather goes through.
-      r.weights += aligned(model.layout().total_floats() * 2.0) + aligned(Fp32Reads::of(model.layout()).floats * 4.0);
+    if (masters_sharded) {
+      // The bf16 copy and the packed fp32 tensors; the masters' shard and the buffer their fp32
+      // all-gather goes through.
+      r.weights += aligned(model.layout().total_floats() * 2.0) + aligned(reads.floats * 4.0);
       r.master_weights += S * 4.0 + aligned(ShardedAdamW::gather_floats(plan) * 4.0);
     } else if (spec.gemm_weights == DType::BF16) {
       // The GEMMs' bf16 copy of the weights beside the fp32 parameters, which are then the masters.

@@ -1,5 +1,6 @@
 #include "parallel/optimizer_shards.h"
 
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -39,13 +40,15 @@ ShardPlan plan_shards(std::size_t total, const std::vector<std::size_t>& cuts, i
   return plan;
 }
 
-ShardPlan plan_chunk_shards(const ParamLayout& layout, int ranks, std::size_t bucket_floats) {
-  std::vector<std::size_t> cuts;
-  if (const ParamEntry* wte = layout.tied_embedding()) {
-    if (wte->offset > 0) cuts.push_back(wte->offset);
-    if (wte->offset + wte->numel < layout.total_floats()) cuts.push_back(wte->offset + wte->numel);
-  }
-  return plan_shards(layout.total_floats(), cuts, ranks, bucket_floats);
+ShardPlan plan_chunk_shards(const ParamLayout& layout, int ranks, std::size_t bucket_floats,
+                            const Fp32Reads* fp32_reads) {
+  std::set<std::size_t> cuts;
+  if (const ParamEntry* wte = layout.tied_embedding()) cuts.insert({wte->offset, wte->offset + wte->numel});
+  if (fp32_reads)
+    for (const Fp32Reads::Tensor& t : fp32_reads->tensors) cuts.insert({t.flat, t.flat + t.numel});
+  cuts.erase(0);
+  cuts.erase(layout.total_floats());
+  return plan_shards(layout.total_floats(), std::vector<std::size_t>(cuts.begin(), cuts.end()), ranks, bucket_floats);
 }
 
 }  // namespace pipelane

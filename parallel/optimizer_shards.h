@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/gpt_layout.h"
+#include "model/stage_weights.h"
 
 namespace pipelane {
 
@@ -47,7 +48,10 @@ ShardPlan plan_shards(std::size_t total, const std::vector<std::size_t>& cuts, i
                       std::size_t bucket_floats = kShardBucketFloats);
 
 // The plan of a chunk with `layout` over `ranks` dp ranks: the tied embedding (when the layout holds
-// one) cut out as its own segment.
-ShardPlan plan_chunk_shards(const ParamLayout& layout, int ranks, std::size_t bucket_floats = kShardBucketFloats);
+// one) cut out as its own segment. With `fp32_reads` (sharded masters: model/stage_weights.h) every
+// run of tensors read outside GEMMs is a segment of its own too, so no bucket mixes them with GEMM
+// weights and every bucket of GEMM weights can be all-gathered in bf16 (parallel/sharded_adamw.h).
+ShardPlan plan_chunk_shards(const ParamLayout& layout, int ranks, std::size_t bucket_floats = kShardBucketFloats,
+                            const Fp32Reads* fp32_reads = nullptr);
 
 }  // namespace pipelane

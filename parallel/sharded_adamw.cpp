@@ -7,7 +7,9 @@ namespace pipelane {
 
 ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t bucket_floats, Arena& arena,
                            Backend& backend, Stream& stream, const PassWeights* pass_weights)
-    : layout_(layout), dp_(dp), plan_(plan_chunk_shards(layout, dp.size(), bucket_floats)) {
+    : layout_(layout),
+      dp_(dp),
+      plan_(plan_chunk_shards(layout, dp.size(), bucket_floats, pass_weights ? pass_weights->reads : nullptr)) {
   const std::size_t r = static_cast<std::size_t>(dp.rank());
   for (const ShardBucket& b : plan_.buckets)
     owned_.push_back({b.start + r * b.piece, b.piece, b.start, b.shard_offset, false});
@@ -23,20 +25,20 @@ ShardedAdamW::ShardedAdamW(const ParamLayout& layout, DataPlane& dp, std::size_t
     pass_ = *pass_weights;
     masters_ = arena.allocate_n<float>(plan_.shard_floats, "master_weights");
     gather_ = arena.allocate_n<float>(gather_floats(plan_), "master_weights.gather");
-    // A bucket goes in bf16 unless it holds a packed tensor, or starts at an odd element (its bf16
-    // pairs travel as floats through the data plane, which copies bytes).
-    for (const ShardBucket& b : plan_.buckets) {
-      const std::size_t end = b.start + b.piece * static_cast<std::size_t>(plan_.ranks);
-      bool bf16 = b.start % 2 == 0 && b.piece % 2 == 0;
-      for (const Fp32Reads::Tensor& t : pass_.reads->tensors)
-        if (t.flat < end && b.start < t.flat + t.numel) bf16 = false;
-      bf16_gather_.push_back(bf16);
-    }
+    bf16_gather_ = buckets_gathered_in_bf16(plan_, *pass_.reads);
   }
 }
 
-std::size_t ShardedAdamW::bf16_gathered_buckets() const {
-  return static_cast<std::size_t>(std::count(bf16_gather_.begin(), bf16_gather_.end(), true));
+std::vector<bool> ShardedAdamW::buckets_gathered_in_bf16(const ShardPlan& plan, const Fp32Reads& reads) {
+  std::vector<bool> out;
+  for (const ShardBucket& b : plan.buckets) {
+    const std::size_t end = b.start + b.piece * static_cast<std::size_t>(plan.ranks);
+    bool bf16 = b.start % 2 == 0 && b.piece % 2 == 0;
+    for (const Fp32Reads::Tensor& t : reads.tensors)
+      if (t.flat < end && b.start < t.flat + t.numel) bf16 = false;
+    out.push_back(bf16);
+  }
+  return out;
 }
 
 std::size_t ShardedAdamW::gather_slice_floats(const ShardPlan& plan) {

@@ -105,8 +105,9 @@ class ShardedAdamW {
   // parameters (host or backend memory: the initial ones, a checkpoint's), a gather buffer's
   // length at a time through that buffer. No communication; ordered on `stream`.
   void keep_own_parameters(const float* full, Backend& backend, Stream& stream);
-  // How many buckets are gathered in bf16 (the rest in fp32), for tests and the docs' figures.
-  std::size_t bf16_gathered_buckets() const;
+  // Per bucket of `plan`: gathered in bf16 (it holds no tensor of `reads` and starts at an even
+  // element: its bf16 pairs travel as floats through the data plane, which copies bytes), or fp32.
+  static std::vector<bool> buckets_gathered_in_bf16(const ShardPlan& plan, const Fp32Reads& reads);
 
   // Checkpoints keep the replicated optimizer's layout, so any dp resumes from them. Collective
   // over dp: every rank's moments assembled into full-layout m and v (layout.total_floats() each,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/stage_weights.h"
+#include "parallel/layer_split.h"
 #include "parallel/optimizer_shards.h"
 #include "parallel/sharded_adamw.h"
 #include "runtime/arena.h"
@@ -176,8 +177,12 @@ void expect_same_training(const Case& c, float grad_clip, DType gemm_weights = D
     // The arena is what the memory model predicted, and the moments shrank to the shard.
     EXPECT_EQ(zero.ranks[r].high_water, zero.ranks[r].predicted) << what << " rank " << r;
     EXPECT_LT(zero.ranks[r].high_water, replicated.ranks[r].high_water) << what << " rank " << r;
-    EXPECT_LT(zero.ranks[r].optimizer, replicated.ranks[r].optimizer / c.dims.dp * 1.1)
-        << what << " rank " << r;
+    // Within 10% of 1/dp, but with sharded masters: there every run of norms and biases is a
+    // segment of its own, and each segment's tail (under dp * 16 floats) is kept whole by every
+    // rank, which on this 36-wide model is up to 17% more in these grids (on GPT-2 medium, under 0.1%:
+    // MastersTravelInBf16ExceptBucketsOfNormsAndBiases below).
+    const double slack = gemm_weights == DType::BF16 ? 1.25 : 1.1;
+    EXPECT_LT(zero.ranks[r].optimizer, replicated.ranks[r].optimizer / c.dims.dp * slack) << what << " rank " << r;
   }
 }
 
@@ -304,10 +309,10 @@ TEST(DistributedOptimizerMemory, ShardedMastersAreTheShardAndTheWeightsTheBf16Co
       MemorySpec sharded_spec = spec;
       sharded_spec.optimizer_shards = dp;
       const RankMemory sharded = predict_rank_memory(sharded_spec, stage, 0, *cpu);
-      const ShardPlan plan = plan_chunk_shards(layout, dp);
+      const Fp32Reads reads = Fp32Reads::of(layout);
+      const ShardPlan plan = plan_chunk_shards(layout, dp, kShardBucketFloats, &reads);
       const double shard_bytes = aligned(plan.shard_floats * 4.0);
-      EXPECT_EQ(sharded.weights,
-                aligned(layout.total_floats() * 2.0) + aligned(Fp32Reads::of(layout).floats * 4.0));
+      EXPECT_EQ(sharded.weights, aligned(layout.total_floats() * 2.0) + aligned(reads.floats * 4.0));
       EXPECT_EQ(sharded.master_weights, shard_bytes + aligned(ShardedAdamW::gather_floats(plan) * 4.0));
       EXPECT_EQ(sharded.optimizer, 2 * shard_bytes);
       EXPECT_EQ(sharded.gradients, replicated.gradients);
@@ -330,6 +335,38 @@ TEST(DistributedOptimizerMemory, ShardedMastersAreTheShardAndTheWeightsTheBf16Co
     EXPECT_GE(per_parameter, 2 + 4 + 12.0 / dp) << "dp " << dp;
     EXPECT_LE(per_parameter, 2 + 4 + 12.0 / dp + 0.1) << "dp " << dp;
   }
+}
+
+// The masters' all-gather goes in bf16 for buckets of GEMM weights (Megatron-LM's parameter gather,
+// half the bytes) and in fp32 for a bucket of tensors read outside GEMMs; the plan cuts those out
+// as segments of their own, so no GEMM weight travels in fp32 but the few in a segment's tail
+// (under dp * 16 floats each, all-reduced rather than gathered). GPT-2 medium's last stage is all
+// GEMM weights but ~0.1% (norms and biases); its first stage also looks up its tied embedding, a
+// quarter of the stage, in fp32.
+TEST(DistributedOptimizerMemory, MastersTravelInBf16ExceptBucketsOfNormsAndBiases) {
+  GptConfig medium;
+  medium.layers = 24;
+  medium.d_model = 1024;
+  medium.heads = 16;
+  medium.max_seq_len = 1024;
+  medium.vocab_size = 50257;
+  const auto ranges = split_layers(medium.layers, 2, 1, "");
+  for (int stage : {0, 1})
+    for (int dp : {2, 8, 64}) {
+      const ParamLayout layout(medium, ranges[stage]);
+      const Fp32Reads reads = Fp32Reads::of(layout);
+      const ShardPlan plan = plan_chunk_shards(layout, dp, kShardBucketFloats, &reads);
+      const std::vector<bool> bf16 = ShardedAdamW::buckets_gathered_in_bf16(plan, reads);
+      double in_bf16 = 0, in_fp32 = 0, in_tails = 0;
+      for (std::size_t i = 0; i < plan.buckets.size(); ++i)
+        (bf16[i] ? in_bf16 : in_fp32) += static_cast<double>(plan.buckets[i].piece) * dp;
+      for (const ShardTail& t : plan.tails) in_tails += static_cast<double>(t.length);
+      const std::string what = "stage " + std::to_string(stage) + " dp " + std::to_string(dp);
+      EXPECT_EQ(in_bf16 + in_fp32 + in_tails, static_cast<double>(layout.total_floats())) << what;
+      EXPECT_LE(in_fp32, static_cast<double>(reads.floats)) << what;  // fp32 buckets hold fp32 tensors only
+      EXPECT_LT(in_tails, 1e-3 * layout.total_floats()) << what;
+      EXPECT_GT(in_bf16 / layout.total_floats(), stage == 0 ? 0.74 : 0.998) << what;
+    }
 }
 
 // The plan: buckets and tails tile each segment exactly, pieces are aligned multiples, a cut starts
