@@ -13,10 +13,10 @@
 
 namespace pipelane::cuda_test {
 
-// Runs stage(rank, topology, backend) for every rank of `dims`; returns each rank's error ("" when
-// it returned).
+// Runs stage(rank, topology, backend) for every rank of `dims`, each backend of `compute` precision;
+// returns each rank's error ("" when it returned).
 template <typename Stage>
-std::vector<std::string> run_emulated_stages(const ParallelDims& dims, Stage&& stage) {
+std::vector<std::string> run_emulated_stages(const ParallelDims& dims, Stage&& stage, DType compute = DType::F32) {
   cuda_emu::set_stream_mode(cuda_emu::StreamMode::Immediate);
   ThreadJob job(dims);
   std::vector<std::string> errors(dims.world());
@@ -25,7 +25,9 @@ std::vector<std::string> run_emulated_stages(const ParallelDims& dims, Stage&& s
     ranks.emplace_back([&, rank] {
       try {
         Topology topo = job.topology(rank);
-        const auto backend = cuda_emu::make_emulated_cuda_backend();
+        cuda::CudaBackendConfig config = cuda_emu::emulated_backend_config();
+        config.compute = compute;
+        const auto backend = cuda_emu::make_emulated_cuda_backend(config);
         stage(rank, topo, *backend);
       } catch (const std::exception& e) {
         errors[rank] = e.what();

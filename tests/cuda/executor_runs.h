@@ -33,11 +33,12 @@ inline GptConfig gpt(int layers, int d_model, int heads, int seq_len, int vocab)
 inline GptConfig tiny_gpt() { return gpt(2, 32, 4, 8, 61); }
 
 // `steps` optimizer steps of `microbatches` x `micro_batch` sequences of `seq` tokens; the waits go
-// to `filler` when one is given (lanes).
+// to `filler` when one is given (lanes); `configure` may set any other option.
 inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& model, int pp, int micro_batch,
                             int seq, int microbatches, int steps, GapFiller* filler = nullptr,
                             bool sequence_parallel = false, DType storage = DType::F32,
-                            DType gemm_weights = DType::F32) {
+                            DType gemm_weights = DType::F32,
+                            const std::function<void(ExecutorOptions&)>& configure = {}) {
   ExecutorOptions o;
   o.sequence_parallel = sequence_parallel;
   o.storage = storage;
@@ -47,6 +48,7 @@ inline TrainRun train_steps(Topology& topo, Backend& backend, const GptConfig& m
   o.micro_batch = micro_batch;
   o.seq_len = seq;
   o.seed = 5;
+  if (configure) configure(o);
   PipelineExecutor exec(o, topo, backend);
   if (filler) exec.set_gap_filler(filler);
   const float loss_scale = 1.0f / (static_cast<float>(microbatches) * micro_batch * seq);
