@@ -39,6 +39,17 @@ GptConfig tiny_model() {
   return c;
 }
 
+// GPT-2 medium (355M): a size where one 1M-float bucket is small beside a layer.
+GptConfig gpt2_medium() {
+  GptConfig c;
+  c.layers = 24;
+  c.d_model = 1024;
+  c.heads = 16;
+  c.max_seq_len = 1024;
+  c.vocab_size = 50257;
+  return c;
+}
+
 constexpr int kMicroBatch = 2, kSeq = 16, kGlobalMicrobatches = 12, kSteps = 3;
 // Small buckets: a chunk of this model holds ~20-60k floats, so each has dozens of buckets and a
 // tail per segment.
@@ -322,12 +333,7 @@ TEST(DistributedOptimizerMemory, ShardedMastersAreTheShardAndTheWeightsTheBf16Co
   // embedding is read there by the head's GEMM only) holds Megatron-LM's 2 + 4 + 12/dp bytes a
   // parameter, plus its norms and biases in fp32 and the gather buffer (under 0.1 byte a parameter).
   MemorySpec medium = spec;
-  medium.model = GptConfig{};
-  medium.model.layers = 24;
-  medium.model.d_model = 1024;
-  medium.model.heads = 16;
-  medium.model.max_seq_len = 1024;
-  medium.model.vocab_size = 50257;
+  medium.model = gpt2_medium();
   for (int dp : {2, 8, 64}) {
     medium.optimizer_shards = dp;
     const RankMemory last = predict_rank_memory(medium, 1, 0, *cpu);
@@ -344,12 +350,7 @@ TEST(DistributedOptimizerMemory, ShardedMastersAreTheShardAndTheWeightsTheBf16Co
 // GEMM weights but ~0.1% (norms and biases); its first stage also looks up its tied embedding, a
 // quarter of the stage, in fp32.
 TEST(DistributedOptimizerMemory, MastersTravelInBf16ExceptBucketsOfNormsAndBiases) {
-  GptConfig medium;
-  medium.layers = 24;
-  medium.d_model = 1024;
-  medium.heads = 16;
-  medium.max_seq_len = 1024;
-  medium.vocab_size = 50257;
+  const GptConfig medium = gpt2_medium();
   const auto ranges = split_layers(medium.layers, 2, 1, "");
   for (int stage : {0, 1})
     for (int dp : {2, 8, 64}) {
