@@ -81,12 +81,12 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     // (parallel/optimizer_shards.h), as the executor allocates it.
     // Sharded masters (model/stage_weights.h): the tensors the passes read outside GEMMs are packed
     // in fp32, and the plan cuts them out as segments of their own.
-    const bool masters_sharded = spec.gemm_weights == DType::BF16 && spec.optimizer_shards > 1;
-    const Fp32Reads reads = Fp32Reads::of(model.layout());
+    const bool sharded_masters = masters_sharded(spec);
+    const Fp32Reads reads = sharded_masters ? Fp32Reads::of(model.layout()) : Fp32Reads{};
     const ShardPlan plan = plan_chunk_shards(model.layout(), spec.optimizer_shards, spec.optimizer_bucket_floats,
-                                             masters_sharded ? &reads : nullptr);
+                                             sharded_masters ? &reads : nullptr);
     const double S = spec.optimizer_shards == 1 ? P : aligned(plan.shard_floats * 4.0) / 4.0;
-    if (masters_sharded) {
+    if (sharded_masters) {
       // The bf16 copy and the packed fp32 tensors; the masters' shard and the buffer their fp32
       // all-gather goes through.
       r.weights += aligned(model.layout().total_floats() * 2.0) + aligned(reads.floats * 4.0);

@@ -162,7 +162,7 @@ struct PipelineExecutor::Impl {
         v(o.schedule.virtual_stages), stage(t.me.pp), m(o.schedule.microbatches),
         tp_comm(*t.tp, *compute), split_backward(backward_is_split(o.schedule.kind)),
         optimizer_sharded(o.distributed_optimizer && t.dp->size() > 1),
-        masters_sharded(optimizer_sharded && o.gemm_weights == DType::BF16) {
+        masters_sharded(pipelane::masters_sharded(memory_spec(o, t))) {
     if (pp != t.grid.dims().pp)
       throw std::invalid_argument("schedule pp does not match the topology's pp");
     if (o.gemm_weights == DType::BF16 && b.compute_precision() != DType::BF16)
@@ -593,17 +593,14 @@ struct PipelineExecutor::Impl {
       bytes += buffers * align_up(ch.model->layout().total_floats() * sizeof(float), Arena::kDefaultAlignment);
     return backend.create_arena(name, bytes, MemoryKind::Host);
   }
-  // The device buffer a gather of `ch`'s shards goes through: the masters' gather buffer, or
-  // without sharded masters one made in `scratch` (at most 1 MiB, kept until the caller drops it)
-  // for the largest chunk.
-  float* gather_buffer(Chunk& ch, std::unique_ptr<Arena>& scratch) {
-    if (ch.sharded->gather_buffer()) return ch.sharded->gather_buffer();
+  // Without sharded masters (which have a gather buffer each) the moments' gather goes through a
+  // device buffer of its own, for the largest chunk (at most 1 MiB), in `scratch`: the caller's,
+  // dropped once the gather is done.
+  float* moments_gather_buffer(std::unique_ptr<Arena>& scratch) {
     std::size_t floats = 1;
-    for (const Chunk& each : chunks) floats = std::max(floats, ShardedAdamW::gather_floats(each.sharded->plan()));
-    if (!scratch)
-      scratch = backend.create_arena("checkpoint gather (stage " + std::to_string(stage) + ")",
-                                     align_up(floats * sizeof(float), Arena::kDefaultAlignment), MemoryKind::Device);
-    scratch->reset();
+    for (const Chunk& ch : chunks) floats = std::max(floats, ShardedAdamW::gather_floats(ch.sharded->plan()));
+    scratch = backend.create_arena("checkpoint gather (stage " + std::to_string(stage) + ")",
+                                   align_up(floats * sizeof(float), Arena::kDefaultAlignment), MemoryKind::Device);
     return scratch->allocate_n<float>(floats, "gather buffer");
   }
 
@@ -658,6 +655,7 @@ CheckpointView PipelineExecutor::checkpoint_view(bool gather) {
                                         "moments (stage " + std::to_string(s.stage) + ")",
                                     buffers);
   std::unique_ptr<Arena> gather_arena;
+  float* moments_buffer = gather && !s.masters_sharded ? s.moments_gather_buffer(gather_arena) : nullptr;
   for (std::size_t c = 0; c < s.chunks.size(); ++c) {
     ChunkState& view = state.chunks[c];
     Chunk& ch = s.chunks[c];
@@ -667,7 +665,7 @@ CheckpointView PipelineExecutor::checkpoint_view(bool gather) {
     if (s.masters_sharded) view.params = state.arena->allocate_n<float>(n, "parameters (full layout)");
     if (gather) {
       s.note("checkpoint: optimizer-state all-gather with ranks " + s.peers(&RankCoords::dp, s.topo.grid.dims().dp));
-      float* buffer = s.gather_buffer(ch, gather_arena);
+      float* buffer = s.masters_sharded ? ch.sharded->gather_buffer() : moments_buffer;
       ch.sharded->gather_moments(view.adam_m, view.adam_v, buffer, s.backend, *s.compute);
       if (s.masters_sharded) ch.sharded->gather_masters(view.params, buffer, s.backend, *s.compute);
     } else {

@@ -19,10 +19,6 @@ float* buffer_of(const ChunkState& c, TensorGroup g) {
 
 }  // namespace
 
-TrainingMemory training_memory(PipelineExecutor& exec) {
-  return {exec.chunk_states(), exec.backend(), exec.compute_stream()};
-}
-
 TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointView& state) {
   return {state.chunks, exec.backend(), exec.compute_stream()};
 }

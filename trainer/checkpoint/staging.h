@@ -20,10 +20,9 @@ struct TrainingMemory {
   Backend& backend;
   Stream& stream;
 };
-// The executor's buffers; under the distributed optimizer without moments (parameters only).
-TrainingMemory training_memory(PipelineExecutor& exec);
-// With the moments in the parameters' layout (PipelineExecutor::checkpoint_view), which must
-// outlive the result.
+// The state of a view of the executor (PipelineExecutor::checkpoint_view or parameters_view: under
+// the distributed optimizer the training buffers lack the moments, and with sharded masters the
+// parameters too), which must outlive the result.
 TrainingMemory training_memory(PipelineExecutor& exec, const CheckpointView& state);
 
 // The tensors of this rank's chunks, each name once (the tied wte held by two chunks is stored once).

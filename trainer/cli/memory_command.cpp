@@ -63,17 +63,17 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
                : spec.storage == DType::BF16 ? "bf16 activations and messages, fp32 weights (the masters) and "
                                                "gradients (storage = bf16: what it allocates)"
                                              : "fp32 (pipelane's layout, what it allocates)");
-  const bool masters_sharded = spec.gemm_weights == DType::BF16 && spec.optimizer_shards > 1;
+  const bool sharded_masters = masters_sharded(spec);
   if (spec.gemm_weights == DType::BF16)
     std::fprintf(out, "  gemm_weights bf16: a bf16 copy of the weights for the GEMMs (2 bytes a parameter), %s\n",
-                 masters_sharded ? "the norms, biases and embedding lookup in fp32 beside it (weights)"
+                 sharded_masters ? "the norms, biases and embedding lookup in fp32 beside it (weights)"
                                  : "the fp32 parameters its masters");
   if (o.train.distributed_optimizer)
     std::fprintf(out, "  distributed optimizer: AdamW state of a %s%s\n",
                  o.parallel.dp > 1 ? ("1/" + std::to_string(o.parallel.dp) + " shard (dp " + std::to_string(o.parallel.dp) +
                                       ") per rank").c_str()
                                    : "whole stage per rank (dp 1; give --parallel.dp=N for the shards of N replicas)",
-                 element_bytes != 4 || masters_sharded ? ", fp32 master weights too"
+                 element_bytes != 4 || sharded_masters ? ", fp32 master weights too"
                                                        : "; the fp32 parameters stay whole on every rank");
   if (o.runtime.backend != "cpu")
     std::fprintf(out, "  sizes: the cpu backend's rules (the attention keeps [B, heads, T, T]); %s may keep less\n",
