@@ -16,11 +16,23 @@
 //     rerun layer's values are rounded as storage would have rounded them (round_layer), and the
 //     selective rerun's probabilities likewise (they equal forward's: the score GEMM's operands
 //     are bf16-rounded in both).
+//   - The attention's probabilities (the largest value at long sequences) skip the workspace where
+//     the backend takes them as a bf16 buffer (bf16_probabilities): the attention op writes them
+//     into the microbatch's bf16 buffer itself, rounded as store_layer would round them, and its
+//     backward reads them there. Selective recomputation's rerun writes them into bf16 scratch.
 //   - The stage's input, output and their gradients are bf16 buffers: stage-to-stage transfers
 //     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
 #include "model/gpt_model.h"
 
 namespace pipelane {
+
+bool GptStage::bf16_probabilities() const {
+  if (!bf16_storage()) return false;
+  const bool split = config().split_projections();
+  const OpKind forward = split ? OpKind::AttentionForwardGqa : OpKind::AttentionForward;
+  const OpKind backward = split ? OpKind::AttentionBackwardGqa : OpKind::AttentionBackward;
+  return backend_.supports(forward, DType::BF16) && backend_.supports(backward, DType::BF16);
+}
 
 std::array<std::size_t, kLayerValueCount> GptStage::layer_value_sizes(const Dims& d) const {
   const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n);
@@ -52,8 +64,10 @@ void GptStage::store_layer(const MicrobatchActivations& a, const LayerActivation
   backend_.round_to_bf16(h.res_out, d.nC, stream_);
   const auto sizes = layer_value_sizes(d);
   const StoredLayer& stored = a.stored[l];
+  // A value the layer wrote in bf16 itself (the probabilities) has no fp32 source here.
   for (std::size_t i = 0; i < kLayerValueCount; ++i)
-    if (stored.values[i]) backend_.cast_to_bf16(stored.values[i], h.*kLayerValues[i], sizes[i], stream_);
+    if (stored.values[i] && h.*kLayerValues[i])
+      backend_.cast_to_bf16(stored.values[i], h.*kLayerValues[i], sizes[i], stream_);
 }
 
 void GptStage::round_layer(const LayerActivations& h, const Dims& d) const {
@@ -68,9 +82,11 @@ void GptStage::load_layer(const MicrobatchActivations& a, StageScratch& s, int l
   const auto sizes = layer_value_sizes(d);
   const LayerActivations& workspace = s.storage_layers.front();
   const StoredLayer& stored = a.stored[l];
-  // Not its output: no backward reads it (the next layer's input comes from kept_layer_input).
+  // Not its output: no backward reads it (the next layer's input comes from kept_layer_input);
+  // nor what the backward reads in bf16 itself (no room for it in the workspace).
   for (std::size_t i = 0; i + 1 < kLayerValueCount; ++i)
-    if (stored.values[i]) backend_.cast_from_bf16(workspace.*kLayerValues[i], stored.values[i], sizes[i], stream_);
+    if (stored.values[i] && workspace.*kLayerValues[i])
+      backend_.cast_from_bf16(workspace.*kLayerValues[i], stored.values[i], sizes[i], stream_);
 }
 
 const float* GptStage::kept_layer_input(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const {

@@ -92,7 +92,7 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
       rope(h.qkv, s.rope, d.NH, 3 * d.CA, d, false);
       rope(h.qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, false);
     }
-    backend_.attention_forward(h.atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_forward(h.atty, saved_attention(h), h.qkv, d.B, d.T, d.CA, d.NH, stream_);
   } else {
     backend_.matmul_forward(h.q, ln, params.gemm(o.qkvw), params.fp32_or_null(o.qkvb), d.N, d.C, d.CA, stream_);
     backend_.matmul_forward(h.k, ln, params.gemm(o.kw), params.fp32_or_null(o.kb), d.N, d.C, d.KV, stream_);
@@ -101,7 +101,7 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
       rope(h.q, s.rope, d.NH, d.CA, d, false);
       rope(h.k, s.rope, d.KVH, d.KV, d, false);
     }
-    backend_.attention_forward_gqa(h.atty, h.att, h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
+    backend_.attention_forward_gqa(h.atty, saved_attention(h), h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
   }
   out_projection(s.proj, params, h.atty, o.attprojw, o.attprojb, d.CA, d);
 }

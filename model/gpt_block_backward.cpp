@@ -65,7 +65,7 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
   backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw),
                            d.N, d.CA, d.C, stream_);  // s.dtmp holds [N, CA] here
   if (!config().split_projections()) {
-    backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.atty, h.att, d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, h.atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(s.dqkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(s.dqkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
@@ -74,8 +74,8 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
                              3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(s.dqkv, d.N, d.CA, d.KV);
-    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, h.atty, h.att, d.B, d.T, d.NH, d.KVH,
-                                    d.hs, stream_);
+    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, h.atty, saved_attention(h), d.B, d.T, d.NH,
+                                    d.KVH, d.hs, stream_);
     if (rope_on) {
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);
@@ -116,7 +116,7 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln1;
   backend_.matmul_backward_input(s.dtmp, dout, params.gemm(o.attprojw), d.N, d.CA, d.C, stream_);  // [N, CA]
   if (!config().split_projections()) {
-    backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.atty, h.att, d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, h.atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(h.d_qkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(h.d_qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
@@ -124,8 +124,8 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
     backend_.matmul_backward_input(partial, h.d_qkv, params.gemm(o.qkvw), d.N, d.C, 3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
-    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, h.atty, h.att, d.B, d.T, d.NH, d.KVH,
-                                    d.hs, stream_);
+    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, h.atty, saved_attention(h), d.B, d.T, d.NH,
+                                    d.KVH, d.hs, stream_);
     if (rope_on) {
       rope(g.q, s.rope, d.NH, d.CA, d, true);
       rope(g.k, s.rope, d.KVH, d.KV, d, true);

@@ -99,7 +99,7 @@ void GptStage::sum_partials(float* partial, const Dims& d) const {
 // gradients, which live from B to W whatever forward kept.
 template <typename Alloc>
 LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
-                                      bool split_backward, StoredLayer* stored) const {
+                                      bool split_backward, StoredLayer* stored, bool probabilities) const {
   // n: the residual stream's rows on this rank (all N without sequence parallelism).
   const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n), C = d.C, CA = d.CA,
                     CM = d.CM, KV = d.KV;
@@ -124,7 +124,7 @@ LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps k
     x.ln1_rstd = alloc(n, "activations.ln1_rstd");
     value(&LayerActivations::qkv, qkv, "activations.qkv");
     if (split && x.qkv) x.q = x.qkv, x.k = x.qkv + N * CA, x.v = x.k + N * KV;
-    if (keeps == LayerKeeps::Everything) value(&LayerActivations::att, saved, "activations.att");
+    if (keeps == LayerKeeps::Everything && probabilities) value(&LayerActivations::att, saved, "activations.att");
     value(&LayerActivations::atty, N * CA, "activations.atty");
     value(&LayerActivations::res_attn, n * C, "activations.res_attn");
     value(&LayerActivations::ln2, n * C, "activations.ln2");
@@ -208,9 +208,12 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   if (config().position == PositionKind::Rope)
     s.rope = alloc(static_cast<std::size_t>(config().max_seq_len) * d.hs, "scratch.rope");
   if (recompute_.kind == RecomputeKind::Selective) {
-    s.recompute_att = alloc(split ? backend_.attention_gqa_saved_floats(B, T, d.NH, d.hs)
-                                  : backend_.attention_saved_floats(B, T, d.CA, d.NH),
-                            "recompute.att");
+    const std::size_t saved = split ? backend_.attention_gqa_saved_floats(B, T, d.NH, d.hs)
+                                    : backend_.attention_saved_floats(B, T, d.CA, d.NH);
+    if (bf16_probabilities())
+      s.recompute_att_bf16 = reinterpret_cast<std::uint16_t*>(alloc((saved + 1) / 2, "recompute.att"));
+    else
+      s.recompute_att = alloc(saved, "recompute.att");
     s.recompute_atty = alloc(N * d.CA, "recompute.atty");
   }
   for (int k = 0; k < recompute_workspace_layers(recompute_plan_); ++k)
@@ -222,7 +225,9 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   if (bf16_storage()) {
     const bool any_kept = std::any_of(recompute_plan_.begin(), recompute_plan_.end(),
                                       [](const LayerRecompute& r) { return r.keeps != LayerKeeps::Output; });
-    if (any_kept) s.storage_layers.push_back(plan_layer(alloc, d, LayerKeeps::Everything, true, false));
+    if (any_kept)
+      s.storage_layers.push_back(
+          plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, !bf16_probabilities()));
     s.storage_x = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.x");
     s.storage_dx = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.dx");
   }

@@ -44,7 +44,14 @@ struct LayerActivations {
   //   d_ln1      [N,C]     of ln1 (all-reduced under tp)
   //   d_up       [N,CM]    SwiGLU only: of up (d_fch is then gate's)
   float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1, *d_up;
+  // bf16 storage on a backend that writes and reads the attention's probabilities in bf16 itself
+  // (GptStage::bf16_probabilities): where they are, in bf16 (att is then null); else null.
+  std::uint16_t* att_bf16;
 };
+// The attention's saved state as the attention ops take it: att, or att_bf16.
+inline ActivationOut saved_attention(const LayerActivations& h) {
+  return h.att_bf16 ? ActivationOut::of_bf16(h.att_bf16) : ActivationOut(h.att);
+}
 
 // bf16 storage (GptStage's `storage` = BF16): the values a layer keeps, each in bf16, indexed as
 // kLayerValues (null where the layer keeps nothing of that value, or the config lacks it).
@@ -115,12 +122,15 @@ struct StageScratch {
   // selective: one layer's attention-core state and a throwaway copy of its output [N,CA];
   // full: the forward activations of the largest group of layers recomputed together.
   float *recompute_att = nullptr, *recompute_atty = nullptr;
+  std::uint16_t* recompute_att_bf16 = nullptr;  // recompute_att in bf16 (GptStage::bf16_probabilities)
   std::vector<LayerActivations> recompute_layers;
   // Sequence parallelism only: the all-gathered norm output [N,C] a column-parallel layer reads
   // (forward, and again for its weight gradient), and the all-gathered residual gradient [N,C].
   float *gathered = nullptr, *dres_full = nullptr;
   // bf16 storage only: the fp32 layer a layer's forward runs in and its backward reads its
-  // widened values from (one, empty when every layer is a full recompute's; the next layer's
+  // widened values from (without the probabilities where the backend keeps those in bf16 itself:
+  // they go straight to the microbatch's bf16 buffer; one, empty when every layer is a full
+  // recompute's; the next layer's
   // forward runs in it too: layer_forward reads its input, the previous res_out, only before it
   // writes its own res_out); a layer's widened input [n,C]; the fp32 input gradient before it is
   // sent in bf16 [n,C].
@@ -306,9 +316,11 @@ class GptStage {
   // backward sees it; a full group rerun into the workspace, ending at layer l; the attention
   // core's state rebuilt for a selective layer.
     // stored: null, or (bf16 storage) where the values go instead, in bf16.
+  // probabilities = false: without the attention's probabilities (bf16 storage's workspace when
+  // the backend keeps them in bf16 itself).
   template <typename Alloc>
   LayerActivations plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
-                              bool split_backward, StoredLayer* stored = nullptr) const;
+                              bool split_backward, StoredLayer* stored = nullptr, bool probabilities = true) const;
   void layer_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                      const float* x, const Dims& d) const;
   LayerActivations forward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
@@ -323,6 +335,10 @@ class GptStage {
   void embed(const StageWeights& params, float* out, const Dims& d, StageScratch& s, const std::int32_t* tokens) const;
   // bf16 storage (gpt_bf16_storage.cpp; each does nothing, or the fp32 thing, under F32).
   bool bf16_storage() const { return storage_ == DType::BF16; }
+  // bf16 storage on a backend whose attention ops write and read the probabilities as a bf16
+  // buffer (supports(op, BF16)): the layers keep them there directly, with no fp32 copy in the
+  // workspace; and selective recomputation's scratch for them is bf16 too.
+  bool bf16_probabilities() const;
   // Elements of each kLayerValues entry of a layer (0: the config lacks it, or it stays fp32).
   std::array<std::size_t, kLayerValueCount> layer_value_sizes(const Dims& d) const;
   // After layer l's forward into h: its output rounded to bf16 in place (the next layer's input)

@@ -46,10 +46,16 @@ void GptStage::layer_forward(const StageWeights& params, LayerActivations& h, co
 LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& s, int l) const {
   const LayerRecompute& r = recompute_plan_[l];
   LayerActivations h = a.layers[l];
-  if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att;
+  if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att, h.att_bf16 = s.recompute_att_bf16;
   if (r.keeps != LayerKeeps::Output) {
     if (!bf16_storage()) return h;
-    return with_fp32_state_of(s.storage_layers.front(), h);
+    LayerActivations w = with_fp32_state_of(s.storage_layers.front(), h);
+    if (bf16_probabilities()) {  // straight into (and out of) bf16: the kept buffer, or selective's scratch
+      std::uint16_t* kept = a.stored[l].values[layer_value_index(&LayerActivations::att)];
+      w.att = nullptr;
+      w.att_bf16 = r.keeps == LayerKeeps::Everything ? kept : s.recompute_att_bf16;
+    }
+    return w;
   }
   LayerActivations w = s.recompute_layers[l - r.group_first];
   if (r.ends_group(l) && !bf16_storage()) w.res_out = h.res_out;  // bf16: store_layer keeps it
@@ -90,10 +96,11 @@ void GptStage::recompute_group(const StageWeights& params, MicrobatchActivations
 // kept; the output it also produces equals the kept atty and goes to a throwaway buffer.
 void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const {
   if (!config().split_projections())
-    backend_.attention_forward(s.recompute_atty, h.att, h.qkv, d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_forward(s.recompute_atty, saved_attention(h), h.qkv, d.B, d.T, d.CA, d.NH, stream_);
   else
-    backend_.attention_forward_gqa(s.recompute_atty, h.att, h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
-  if (bf16_storage()) {  // what none would have widened from storage
+    backend_.attention_forward_gqa(s.recompute_atty, saved_attention(h), h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs,
+                                   stream_);
+  if (bf16_storage() && !h.att_bf16) {  // what none would have widened from storage
     const std::size_t probabilities = layer_value_sizes(d)[layer_value_index(&LayerActivations::att)];
     if (probabilities != 0) backend_.round_to_bf16(h.att, probabilities, stream_);
   }

@@ -18,8 +18,9 @@
 // residual stream, whose gradient is a sum). N = rows (B*T), C = channels, row-major. Reductions
 // run over a fixed partition, so results do not depend on the thread count of our own kernels.
 // supports(op, dtype) says what a backend can run. The ops with a bf16 buffer: the three
-// bf16-storage casts (below), and under compute precision BF16 the GEMM family's weight operand
-// (GemmWeight: the matmuls and the LM head read a bf16 weight in place of rounding an fp32 one).
+// bf16-storage casts (below), the attention's saved probabilities (ActivationOut/In), and under
+// compute precision BF16 the GEMM family's weight operand (GemmWeight: the matmuls and the LM
+// head read a bf16 weight in place of rounding an fp32 one).
 //
 // Compute precision (compute_precision(), chosen when the backend is made): F32, or BF16 the way
 // PyTorch's autocast runs bf16: every buffer stays fp32 (weights as masters, gradients, optimizer
@@ -89,7 +90,8 @@ enum class OpKind : std::uint8_t {
 };
 const char* op_kind_name(OpKind op);
 // The ops with a bf16 buffer, what supports(op, DType::BF16) says yes to on CPU and CUDA: the
-// casts, and under compute precision BF16 the ops that read a GEMM weight (GemmWeight, below).
+// casts, the attention's probabilities, and under compute precision BF16 the ops that read a GEMM
+// weight (GemmWeight, below).
 inline bool is_bf16_cast(OpKind op) {
   return op == OpKind::CastToBf16 || op == OpKind::CastFromBf16 || op == OpKind::RoundToBf16;
 }
@@ -103,9 +105,16 @@ inline bool reads_gemm_weight(OpKind op) {
       return false;
   }
 }
-// What supports(op, BF16) answers on a backend of compute precision `compute`.
+// The attention ops whose saved probabilities (`att`) may be a bf16 buffer (ActivationOut/In):
+// bf16 storage keeps them in bf16 without an fp32 copy of its own. Any compute precision.
+inline bool keeps_bf16_probabilities(OpKind op) {
+  return op == OpKind::AttentionForward || op == OpKind::AttentionBackward || op == OpKind::AttentionForwardGqa ||
+         op == OpKind::AttentionBackwardGqa;
+}
+// What supports(op, BF16) answers on a backend of compute precision `compute` (a backend whose
+// attention saves something other than the probabilities says no for those).
 inline bool has_bf16_buffer(OpKind op, DType compute) {
-  return is_bf16_cast(op) || (compute == DType::BF16 && reads_gemm_weight(op));
+  return is_bf16_cast(op) || keeps_bf16_probabilities(op) || (compute == DType::BF16 && reads_gemm_weight(op));
 }
 
 // The weight operand of a GEMM (the matmul family, the LM head): an fp32 tensor, or its bf16 copy
@@ -122,6 +131,39 @@ struct GemmWeight {
     GemmWeight g(nullptr);
     g.bf16 = w;
     return g;
+  }
+  bool is_bf16() const { return bf16 != nullptr; }
+  const void* data() const { return bf16 ? static_cast<const void*>(bf16) : static_cast<const void*>(f32); }
+};
+
+// An activation buffer an op writes: fp32, or bf16 (bf16 storage: the top half of each fp32 bit
+// pattern, rounded to nearest even) where supports(op, BF16) says the op takes one. An op with a
+// bf16 buffer computes in fp32 as always and rounds what it writes there; its results elsewhere
+// are the fp32 buffer's bits. Implicit from `float*`, as GemmWeight: fp32 call sites read as they
+// did.
+struct ActivationOut {
+  float* f32 = nullptr;
+  std::uint16_t* bf16 = nullptr;
+  ActivationOut(float* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
+  static ActivationOut of_bf16(std::uint16_t* p) {
+    ActivationOut a(nullptr);
+    a.bf16 = p;
+    return a;
+  }
+  bool is_bf16() const { return bf16 != nullptr; }
+  void* data() const { return bf16 ? static_cast<void*>(bf16) : static_cast<void*>(f32); }
+};
+// An activation buffer an op reads: fp32, or bf16 (widened exactly: an op reading a bf16 buffer
+// gives the bits it gives on an fp32 buffer of the same values).
+struct ActivationIn {
+  const float* f32 = nullptr;
+  const std::uint16_t* bf16 = nullptr;
+  ActivationIn(const float* p) : f32(p) {}  // NOLINT(google-explicit-constructor)
+  ActivationIn(ActivationOut a) : f32(a.f32), bf16(a.bf16) {}  // NOLINT(google-explicit-constructor)
+  static ActivationIn of_bf16(const std::uint16_t* p) {
+    ActivationIn a(static_cast<const float*>(nullptr));
+    a.bf16 = p;
+    return a;
   }
   bool is_bf16() const { return bf16 != nullptr; }
   const void* data() const { return bf16 ? static_cast<const void*>(bf16) : static_cast<const void*>(f32); }
@@ -350,7 +392,8 @@ class Backend {
 
   // --- the op table ---
   // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts;
-  // BF16 what has_bf16_buffer says: the casts, and the GEMM weights under bf16 compute).
+  // BF16 what has_bf16_buffer says: the casts, the attention's probabilities, and the GEMM
+  // weights under bf16 compute).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
   virtual DType compute_precision() const = 0;
@@ -421,11 +464,12 @@ class Backend {
     (void)C;
     return static_cast<std::size_t>(B) * NH * T * T;
   }
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+  // `att` may be a bf16 buffer (supports(AttentionForward, BF16); the probabilities only).
+  virtual void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C,
                                  int NH, Stream& s) = 0;
   // `out` is the forward's output, unchanged since.
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, const float* att, int B, int T, int C, int NH,
+                                  const float* out, ActivationIn att, int B, int T, int C, int NH,
                                   Stream& s) = 0;
   // Incremental (KV-cache) causal attention for inference: qkv[n,3C] holds positions
   // [past, past + n) of one sequence; their K and V are appended to k_cache/v_cache ([max_T, C])
@@ -564,14 +608,14 @@ class Backend {
     (void)hs;
     return static_cast<std::size_t>(B) * NH * T * T;
   }
-  virtual void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v,
+  virtual void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v,
                                      int B, int T, int NH, int KVH, int hs, Stream& s) {
     (void)out, (void)att, (void)q, (void)k, (void)v, (void)B, (void)T, (void)NH, (void)KVH, (void)hs, (void)s;
     unsupported("attention_forward_gqa");
   }
   // dq, dk, dv (=); `out` is the forward's output, unchanged since.
   virtual void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                      const float* k, const float* v, const float* out, const float* att, int B,
+                                      const float* k, const float* v, const float* out, ActivationIn att, int B,
                                       int T, int NH, int KVH, int hs, Stream& s) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)att, (void)B, (void)T,
         (void)NH, (void)KVH, (void)hs, (void)s;

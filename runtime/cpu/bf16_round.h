@@ -22,6 +22,20 @@ inline float round_to_bf16(float f) {
   return f;
 }
 
+// The bf16 bits of f rounded as above (a bf16 buffer's element), and a bf16 element widened.
+inline std::uint16_t bf16_bits(float f) {
+  const float r = round_to_bf16(f);
+  std::uint32_t u;
+  std::memcpy(&u, &r, sizeof u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+inline float bf16_value(std::uint16_t bits) {
+  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // The operand as the GEMMs see it: itself in fp32, rounded in bf16 compute mode.
 template <bool kBf16>
 inline float gemm_operand(float x) {

@@ -198,14 +198,14 @@ class CpuBackend final : public Backend {
     else cpu::matmul_backward_input(dinp, dout, fp32_weight(weight, "matmul_backward_input"), N, C, OC);
   }
 
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+  void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
                          Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_forward(out, att, qkv, B, T, C, NH);
     else cpu::attention_forward(out, att, qkv, B, T, C, NH);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*,
-                          const float* att, int B, int T, int C, int NH, Stream&) override {
+                          ActivationIn att, int B, int T, int C, int NH, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
     else cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
@@ -361,14 +361,14 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
-  void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B,
+  void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
                              int T, int NH, int KVH, int hs, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
     else cpu::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
   }
   void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float*, const float* att, int B, int T, int NH, int KVH,
+                              const float* v, const float*, ActivationIn att, int B, int T, int NH, int KVH,
                               int hs, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward_gqa(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);

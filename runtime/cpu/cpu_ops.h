@@ -65,10 +65,11 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
                            int OC);
 
 // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v], heads contiguous.
-// att[B,NH,T,T] keeps the softmax probabilities for backward (zero above the diagonal).
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// att[B,NH,T,T] keeps the softmax probabilities for backward (zero above the diagonal), in fp32
+// or bf16 (probability_rows.h).
+void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
 // dqkv (=).
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH);
 // KV-cache attention for inference (see Backend::attention_forward_kv).
 void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
@@ -160,8 +161,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      GemmWeight weight, int N, int C, int OC);
 void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH);
 void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp);
 double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
@@ -220,20 +221,20 @@ void swiglu_forward(float* out, const float* gate, const float* up, std::size_t 
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                      std::size_t n);
 // Grouped-query causal attention on separate q, k, v; dq, dk, dv (=).
-void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
                            int NH, int KVH, int hs);
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs);
+                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
 void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
                               float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs);
 // The lookup's backward without positions: dwte (+=) for tokens in [v0, v0 + vcount).
 void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
                                int vcount);
 namespace bf16 {
-void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
+void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
                            int NH, int KVH, int hs);
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs);
+                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
 }  // namespace bf16
 
 }  // namespace pipelane::cpu

@@ -4,20 +4,22 @@
 // In bf16 compute mode the same loops run on bf16-rounded q, k, v and dout, and the products that
 // a GPU runs as GEMMs read the probabilities (att @ v, att^T @ dy) and dpreatt rounded too
 // (gemm_operand<true>); softmax and its backward stay fp32. gemm_operand<false> is the identity:
-// the fp32 instances are the fp32 ops as they were.
+// the fp32 instances are the fp32 ops as they were. The saved probabilities may be a bf16 buffer
+// (P = std::uint16_t, probability_rows.h): each row is computed in fp32 and rounded into it.
 #include <cmath>
 #include <vector>
 
 #include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
+#include "runtime/cpu/probability_rows.h"
 #include "runtime/cpu/vector_loops.h"
 #include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
 
 
-template <bool kBf16>
-void attention_forward_t(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+template <bool kBf16, typename P>
+void attention_forward_t(float* out, P* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -25,10 +27,11 @@ void attention_forward_t(float* out, float* att, const float* qkv, int B, int T,
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const float* base = qkv + static_cast<std::size_t>(b) * T * C3;
-      float* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      ProbabilityRow<P> computed(T);
       for (int i = 0; i < T; ++i) {
         const float* q = base + static_cast<std::size_t>(i) * C3 + h * hs;
-        float* row = A + static_cast<std::size_t>(i) * T;
+        float* row = computed.at(A + static_cast<std::size_t>(i) * T);
         float maxv = -INFINITY;
         for (int j = 0; j <= i; ++j) {
           const float* k = base + static_cast<std::size_t>(j) * C3 + C + h * hs;
@@ -49,33 +52,35 @@ void attention_forward_t(float* out, float* att, const float* qkv, int B, int T,
           const float* v = base + static_cast<std::size_t>(j) * C3 + 2 * C + h * hs;
           axpy(o, gemm_operand<kBf16>(row[j]), v, hs);
         }
+        computed.store(A + static_cast<std::size_t>(i) * T, T);
       }
     }
   }
 }
 
-template <bool kBf16>
-void attention_backward_t(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+template <bool kBf16, typename P>
+void attention_backward_t(float* dqkv, const float* dout, const float* qkv, const P* att, int B,
                           int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
   {
-    std::vector<float> dscore(static_cast<std::size_t>(T));  // one row of dS, per thread
+    // One row of dS per thread (and for a bf16 buffer the widened row of P after it).
+    std::vector<float> dscore(static_cast<std::size_t>(std::is_same_v<P, float> ? T : 2 * T));
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
         const float* base = qkv + static_cast<std::size_t>(b) * T * C3;
         float* dbase = dqkv + static_cast<std::size_t>(b) * T * C3;
-        const float* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+        const P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
         for (int t = 0; t < T; ++t)
           for (int part = 0; part < 3; ++part) {
             float* d = dbase + static_cast<std::size_t>(t) * C3 + part * C + h * hs;
             for (int e = 0; e < hs; ++e) d[e] = 0.f;
           }
         for (int i = 0; i < T; ++i) {
-          const float* row = A + static_cast<std::size_t>(i) * T;
+          const float* row = probability_row(A + static_cast<std::size_t>(i) * T, i + 1, dscore.data() + T);
           const float* go = dout + (static_cast<std::size_t>(b) * T + i) * C + h * hs;
           const float* q = base + static_cast<std::size_t>(i) * C3 + h * hs;
           float* dq = dbase + static_cast<std::size_t>(i) * C3 + h * hs;
@@ -101,27 +106,31 @@ void attention_backward_t(float* dqkv, const float* dout, const float* qkv, cons
   }
 }
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  attention_forward_t<false>(out, att, qkv, B, T, C, NH);
+void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
+  if (att.is_bf16()) attention_forward_t<false>(out, att.bf16, qkv, B, T, C, NH);
+  else attention_forward_t<false>(out, att.f32, qkv, B, T, C, NH);
 }
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH) {
-  attention_backward_t<false>(dqkv, dout, qkv, att, B, T, C, NH);
+  if (att.is_bf16()) attention_backward_t<false>(dqkv, dout, qkv, att.bf16, B, T, C, NH);
+  else attention_backward_t<false>(dqkv, dout, qkv, att.f32, B, T, C, NH);
 }
 
 namespace bf16 {
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
   std::vector<float> q(static_cast<std::size_t>(B) * T * 3 * C);
   round_to_bf16(q.data(), qkv, q.size());
-  attention_forward_t<true>(out, att, q.data(), B, T, C, NH);
+  if (att.is_bf16()) attention_forward_t<true>(out, att.bf16, q.data(), B, T, C, NH);
+  else attention_forward_t<true>(out, att.f32, q.data(), B, T, C, NH);
 }
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH) {
   const std::size_t n = static_cast<std::size_t>(B) * T * C;
   std::vector<float> q(3 * n), d(n);
   round_to_bf16(q.data(), qkv, q.size());
   round_to_bf16(d.data(), dout, n);
-  attention_backward_t<true>(dqkv, d.data(), q.data(), att, B, T, C, NH);
+  if (att.is_bf16()) attention_backward_t<true>(dqkv, d.data(), q.data(), att.bf16, B, T, C, NH);
+  else attention_backward_t<true>(dqkv, d.data(), q.data(), att.f32, B, T, C, NH);
 }
 }  // namespace bf16
 

@@ -4,7 +4,8 @@
 // ops_attention.cpp. Backward: one (batch, kv head) per task, its G query heads in order, so the
 // dk/dv sums over the group run in one fixed order (no atomics, any thread count). bf16 compute
 // rounds q, k, v, dout, the probabilities and dS where a GPU's GEMMs would read them, as the MHA
-// kernels do (gemm_operand).
+// kernels do (gemm_operand). The saved probabilities may be a bf16 buffer (P = std::uint16_t,
+// probability_rows.h).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/fast_math.h"
+#include "runtime/cpu/probability_rows.h"
 #include "runtime/cpu/vector_loops.h"
 
 namespace pipelane::cpu {
@@ -23,8 +25,8 @@ struct Rows {
   std::size_t q, kv;
 };
 
-template <bool kBf16>
-void forward_t(float* out, float* att, const float* q, const float* k, const float* v, int B, int T, int NH,
+template <bool kBf16, typename P>
+void forward_t(float* out, P* att, const float* q, const float* k, const float* v, int B, int T, int NH,
                int KVH, int hs) {
   const Rows ld{static_cast<std::size_t>(NH) * hs, static_cast<std::size_t>(KVH) * hs};
   const int G = NH / KVH;
@@ -34,10 +36,11 @@ void forward_t(float* out, float* att, const float* q, const float* k, const flo
     for (int h = 0; h < NH; ++h) {
       const std::size_t row0 = static_cast<std::size_t>(b) * T;
       const std::size_t kcol = static_cast<std::size_t>(h / G) * hs;
-      float* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+      ProbabilityRow<P> computed(T);
       for (int i = 0; i < T; ++i) {
         const float* qi = q + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
-        float* row = A + static_cast<std::size_t>(i) * T;
+        float* row = computed.at(A + static_cast<std::size_t>(i) * T);
         float maxv = -INFINITY;
         for (int j = 0; j <= i; ++j) {
           row[j] = dot(qi, k + (row0 + j) * ld.kv + kcol, hs) * scale;
@@ -54,20 +57,22 @@ void forward_t(float* out, float* att, const float* q, const float* k, const flo
         float* o = out + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
         for (int d = 0; d < hs; ++d) o[d] = 0.f;
         for (int j = 0; j <= i; ++j) axpy(o, gemm_operand<kBf16>(row[j]), v + (row0 + j) * ld.kv + kcol, hs);
+        computed.store(A + static_cast<std::size_t>(i) * T, T);
       }
     }
   }
 }
 
-template <bool kBf16>
+template <bool kBf16, typename P>
 void backward_t(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                const float* v, const float* att, int B, int T, int NH, int KVH, int hs) {
+                const float* v, const P* att, int B, int T, int NH, int KVH, int hs) {
   const Rows ld{static_cast<std::size_t>(NH) * hs, static_cast<std::size_t>(KVH) * hs};
   const int G = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
   {
-    std::vector<float> dscore(static_cast<std::size_t>(T));  // one row of dP, per thread
+    // One row of dP per thread (and for a bf16 buffer the widened row of P after it).
+    std::vector<float> dscore(static_cast<std::size_t>(std::is_same_v<P, float> ? T : 2 * T));
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b) {
       for (int kh = 0; kh < KVH; ++kh) {
@@ -81,9 +86,9 @@ void backward_t(float* dq, float* dk, float* dv, const float* dout, const float*
         }
         for (int g = 0; g < G; ++g) {
           const int h = kh * G + g;
-          const float* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
+          const P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
           for (int i = 0; i < T; ++i) {
-            const float* row = A + static_cast<std::size_t>(i) * T;
+            const float* row = probability_row(A + static_cast<std::size_t>(i) * T, i + 1, dscore.data() + T);
             const std::size_t qoff = (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
             const float* go = dout + qoff;
             float weighted = 0.f;  // sum_j P_ij dP_ij
@@ -114,28 +119,34 @@ std::vector<float> rounded(const float* x, std::size_t n) {
 }
 }  // namespace
 
-void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
-                           int NH, int KVH, int hs) {
-  forward_t<false>(out, att, q, k, v, B, T, NH, KVH, hs);
+void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
+                           int T, int NH, int KVH, int hs) {
+  if (att.is_bf16()) forward_t<false>(out, att.bf16, q, k, v, B, T, NH, KVH, hs);
+  else forward_t<false>(out, att.f32, q, k, v, B, T, NH, KVH, hs);
 }
 
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs) {
-  backward_t<false>(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
+                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
+  if (att.is_bf16()) backward_t<false>(dq, dk, dv, dout, q, k, v, att.bf16, B, T, NH, KVH, hs);
+  else backward_t<false>(dq, dk, dv, dout, q, k, v, att.f32, B, T, NH, KVH, hs);
 }
 
 namespace bf16 {
-void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
-                           int NH, int KVH, int hs) {
+void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
+                           int T, int NH, int KVH, int hs) {
   const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
   const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv);
-  forward_t<true>(out, att, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
+  if (att.is_bf16()) forward_t<true>(out, att.bf16, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
+  else forward_t<true>(out, att.f32, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
 }
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, const float* att, int B, int T, int NH, int KVH, int hs) {
+                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
   const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
   const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv), d16 = rounded(dout, nq);
-  backward_t<true>(dq, dk, dv, d16.data(), q16.data(), k16.data(), v16.data(), att, B, T, NH, KVH, hs);
+  if (att.is_bf16())
+    backward_t<true>(dq, dk, dv, d16.data(), q16.data(), k16.data(), v16.data(), att.bf16, B, T, NH, KVH, hs);
+  else
+    backward_t<true>(dq, dk, dv, d16.data(), q16.data(), k16.data(), v16.data(), att.f32, B, T, NH, KVH, hs);
 }
 }  // namespace bf16
 

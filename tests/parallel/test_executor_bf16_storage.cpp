@@ -157,6 +157,38 @@ TEST(Bf16StorageMemory, ALayerKeepsHalfItsBytes) {
   }
 }
 
+// bf16 storage's fp32 workspace (one layer's buffers) holds no attention probabilities on a
+// backend whose attention ops write and read them in bf16 themselves (the CPU's): they go straight
+// to the layer's bf16 buffer. Scratch under bf16 storage is the fp32 scratch plus one fp32 layer
+// without its probabilities plus the widened input and the input gradient ([N, C] each); with
+// selective recomputation the rerun's probabilities are bf16 scratch too.
+TEST(Bf16StorageMemory, TheProbabilitiesSkipTheFp32Workspace) {
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  const std::unique_ptr<Stream> stream = cpu->create_stream(StreamPriority::High);
+  const int B = 2, T = 16;
+  const auto aligned_floats = [](std::size_t n) { return align_up(n * sizeof(float), Arena::kDefaultAlignment); };
+  for (const GptConfig& model : {threaded_job::tiny_gpt(), threaded_job::tiny_gpt(ModelArch::Llama)}) {
+    SCOPED_TRACE(arch_name(model.arch));
+    ASSERT_TRUE(cpu->supports(OpKind::AttentionForward, DType::BF16));
+    const StageRange one_layer{0, 1, false, false}, no_layer{0, 0, false, false};
+    const std::size_t probabilities = static_cast<std::size_t>(B) * model.heads * T * T;
+    const std::size_t rows = aligned_floats(static_cast<std::size_t>(B) * T * model.d_model);
+    for (const RecomputeKind kind : {RecomputeKind::None, RecomputeKind::Selective}) {
+      const RecomputeOptions recompute{kind};
+      const GptStage fp32(model, one_layer, *cpu, *stream, nullptr, recompute);
+      const GptStage bf16(model, one_layer, *cpu, *stream, nullptr, recompute, false, DType::BF16);
+      // One fp32 layer keeping everything: what the workspace is planned as, probabilities included.
+      const GptStage everything(model, one_layer, *cpu, *stream);
+      const std::size_t layer = everything.activation_bytes(B, T) -
+                                GptStage(model, no_layer, *cpu, *stream).activation_bytes(B, T);
+      std::size_t want = fp32.scratch_bytes(B, T) + layer - aligned_floats(probabilities) + 2 * rows;
+      if (kind == RecomputeKind::Selective)
+        want = want - aligned_floats(probabilities) + aligned_floats((probabilities + 1) / 2);
+      EXPECT_EQ(bf16.scratch_bytes(B, T), want) << recompute_kind_name(kind);
+    }
+  }
+}
+
 const Case kCases[] = {
     {"pp2_1f1b", {1, 1, 2}, ScheduleKind::OneFOneB, 1},
     {"pp2_zbh1", {1, 1, 2}, ScheduleKind::ZeroBubbleH1, 1},

@@ -509,6 +509,7 @@ std::vector<OpCase> all_cases(std::uint32_t seed) {
   add_llama_cases(cases, rng);
   add_cnn_cases(cases, rng);
   add_bf16_storage_cases(cases, rng);
+  add_bf16_probability_cases(cases, rng);
   return cases;
 }
 

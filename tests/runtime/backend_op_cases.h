@@ -55,6 +55,14 @@ struct OpCase {
   // first input element (for the NaN/Inf check). Returns the outputs, downloaded.
   std::function<Outputs(DeviceBuffers& bufs, bool poison)> run;
   std::function<Expected()> reference;
+  // Outputs with a limit of their own, by name (a bf16 buffer's values: one rounding each).
+  std::map<std::string, double> output_limits = {};
+  // The case hands the op a bf16 buffer: it runs where supports(op, BF16) says yes.
+  bool bf16_buffer = false;
+  double limit_of(const std::string& output) const {
+    const auto it = output_limits.find(output);
+    return it == output_limits.end() ? nmse_limit : it->second;
+  }
 };
 
 // Every op of the table, at least once (odd sizes included). Deterministic for a seed.
@@ -72,6 +80,8 @@ void add_cnn_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 void add_cnn_training_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // The bf16-storage casts' cases (backend_op_cases_bf16.cpp), appended by all_cases.
 void add_bf16_storage_cases(std::vector<OpCase>& cases, std::mt19937& rng);
+// The attention ops on bf16 probabilities (backend_op_cases_probabilities.cpp), appended by all_cases.
+void add_bf16_probability_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // v with a NaN in its first element when `poison` (the NaN/Inf check's input).
 std::vector<float> poisoned_first(std::vector<float> v, bool poison);
 

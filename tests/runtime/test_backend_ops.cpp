@@ -102,6 +102,11 @@ TEST_P(BackendOps, EveryOpMatchesTheReferenceAndTheCpuBackend) {
     if (is_bf16_cast(c.op)) {
       EXPECT_TRUE(backend_->supports(c.op, DType::BF16)) << op_kind_name(c.op);
     }
+    // A case on a bf16 buffer runs where the backend says it takes one (the CPU backend always).
+    if (c.bf16_buffer && !backend_->supports(c.op, DType::BF16)) {
+      ASSERT_NE(GetParam(), "cpu") << "cpu takes no bf16 buffer for " << op_kind_name(c.op);
+      continue;
+    }
     const OpRun first = run_case(*backend_, c, false);
     const OpRun second = run_case(*backend_, c, false);
     const OpRun on_cpu = run_case(*cpu_, c, false);
@@ -112,9 +117,9 @@ TEST_P(BackendOps, EveryOpMatchesTheReferenceAndTheCpuBackend) {
       const std::vector<float>& got = first.outputs.at(name);
       ASSERT_EQ(got.size(), expected.size()) << name;
       const double against_reference = backend_ops::nmse(got, expected);
-      EXPECT_LE(against_reference, c.nmse_limit) << name << " against the reference";
+      EXPECT_LE(against_reference, c.limit_of(name)) << name << " against the reference";
       EXPECT_TRUE(same_bits(got, second.outputs.at(name))) << name << ": two runs differ";
-      EXPECT_LE(backend_ops::nmse(got, on_cpu.outputs.at(name)), c.nmse_limit) << name << " against cpu";
+      EXPECT_LE(backend_ops::nmse(got, on_cpu.outputs.at(name)), c.limit_of(name)) << name << " against cpu";
     }
     // A NaN in an input: NaN/Inf must appear exactly where the CPU backend puts them.
     const OpRun poisoned = run_case(*backend_, c, true), poisoned_cpu = run_case(*cpu_, c, true);

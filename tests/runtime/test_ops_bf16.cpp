@@ -12,6 +12,7 @@
 #include "runtime/backend_registry.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/onednn_bf16_gemm.h"
+#include "tests/runtime/bf16_probability_bits.h"
 #include "tests/runtime/bf16_reference.h"
 
 namespace pipelane::bf16_test {
@@ -51,6 +52,16 @@ TEST_P(Bf16ComputeCpu, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
   SKIP_WITHOUT_ONEDNN_BF16(GetParam());
   const auto cpu = make_cpu_backend(1, DType::BF16, GetParam());
   expect_bf16_weights_change_no_bit(*cpu, make_inputs());
+}
+
+// bf16 storage's probabilities written and read by the attention ops themselves: the bits of the
+// fp32 buffer's ops around the casts, MHA and GQA (MQA too), in either compute precision.
+TEST(Bf16ComputeCpuChoice, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
+  for (const DType compute : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(compute));
+    const auto cpu = make_cpu_backend(2, compute);
+    for (const int kv_heads : {0, 2, 1}) bf16_probabilities_test::expect_bf16_probabilities_change_no_bit(*cpu, kv_heads);
+  }
 }
 
 TEST(Bf16ComputeCpuChoice, Fp32ComputeRefusesBf16Weights) {

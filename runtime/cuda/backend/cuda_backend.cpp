@@ -122,9 +122,14 @@ std::unique_ptr<Event> CudaBackendImpl::create_event() {
 }
 
 // Every op of the table, the Llama family's included (cuda_backend_llama.cpp), on fp32 buffers;
-// the bf16-storage casts on bf16 buffers too.
+// on bf16 buffers what has_bf16_buffer says, except the MHA attention's probabilities under cuDNN
+// (it saves fp32 softmax statistics instead).
 bool CudaBackendImpl::supports(OpKind op, DType dtype) const {
-  return op != OpKind::Count && (dtype == DType::F32 || (dtype == DType::BF16 && has_bf16_buffer(op, config_.compute)));
+  if (op == OpKind::Count) return false;
+  if (dtype == DType::F32) return true;
+  const bool mha = op == OpKind::AttentionForward || op == OpKind::AttentionBackward;
+  if (dtype == DType::BF16 && mha && config_.attention == AttentionImpl::Cudnn) return false;
+  return dtype == DType::BF16 && has_bf16_buffer(op, config_.compute);
 }
 
 CudaBackendStats CudaBackendImpl::stats() const {

@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cuda_runtime_api.h>
+#include <functional>
 
 #include <initializer_list>
 #include <memory>
@@ -152,9 +153,10 @@ class CudaBackendImpl final : public CudaBackend {
                            int C, int OC, Stream& s) override;
   void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight, const float* pre, int N,
                                    int C, int OC, Stream& s) override;
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s) override;
+  void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
+                         Stream& s) override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* att, int B,
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, ActivationIn att, int B,
                           int T, int C, int NH, Stream& s) override;
   void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache, float* v_cache, int past,
                             int n, int C, int NH, Stream& s) override;
@@ -201,10 +203,10 @@ class CudaBackendImpl final : public CudaBackend {
   void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream& s) override;
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n,
                        Stream& s) override;
-  void attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v, int B, int T,
-                             int NH, int KVH, int hs, Stream& s) override;
+  void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
+                             int T, int NH, int KVH, int hs, Stream& s) override;
   void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float* out, const float* att, int B, int T, int NH, int KVH,
+                              const float* v, const float* out, ActivationIn att, int B, int T, int NH, int KVH,
                               int hs, Stream& s) override;
   void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
                                 float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs,
@@ -246,6 +248,15 @@ class CudaBackendImpl final : public CudaBackend {
                                 GemmWeight weight, int N, int C, int OC, Stream& s);
   void matmul_backward_input_autocast(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                                       Stream& s);
+  // An attention op on a bf16 probabilities buffer: `run` (the op on fp32 probabilities) on an
+  // fp32 temporary of n floats, rounded into the buffer after it (forward) or widened from it
+  // before (backward) by the bf16-storage casts' kernels: the bits of the fp32 op followed or
+  // preceded by cast_to_bf16 / cast_from_bf16. The MHA ops under cuDNN keep statistics, not
+  // probabilities: std::invalid_argument (supports() says no).
+  void probabilities_into_bf16(std::uint16_t* att, std::size_t n, bool mha, const char* op, Stream& s,
+                               const std::function<void(float*)>& run);
+  void probabilities_from_bf16(const std::uint16_t* att, std::size_t n, bool mha, const char* op, Stream& s,
+                               const std::function<void(const float*)>& run);
   void attention_forward_autocast(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
   void attention_backward_autocast(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                                    int C, int NH, Stream& s);

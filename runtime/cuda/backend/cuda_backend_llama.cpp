@@ -87,8 +87,14 @@ void CudaBackendImpl::swiglu_backward(float* dgate, float* dup, const float* dou
 
 // ---- grouped-query attention ----
 
-void CudaBackendImpl::attention_forward_gqa(float* out, float* att, const float* q, const float* k, const float* v,
-                                            int B, int T, int NH, int KVH, int hs, Stream& s) {
+void CudaBackendImpl::attention_forward_gqa(float* out, ActivationOut probabilities, const float* q, const float* k,
+                                            const float* v, int B, int T, int NH, int KVH, int hs, Stream& s) {
+  if (probabilities.is_bf16())
+    return probabilities_into_bf16(probabilities.bf16, attention_gqa_saved_floats(B, T, NH, hs), false,
+                                   "attention_forward_gqa", s, [&](float* att) {
+                                     attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs, s);
+                                   });
+  float* att = probabilities.f32;
   const cudaStream_t h = enter(s);
   expect_device("attention_forward_gqa", {out, att, q, k, v});
   const GqaShape shape{B, T, NH, KVH, hs};
@@ -115,8 +121,15 @@ void CudaBackendImpl::attention_forward_gqa(float* out, float* att, const float*
 }
 
 void CudaBackendImpl::attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                             const float* k, const float* v, const float* out, const float* att,
-                                             int B, int T, int NH, int KVH, int hs, Stream& s) {
+                                             const float* k, const float* v, const float* out,
+                                             ActivationIn probabilities, int B, int T, int NH, int KVH, int hs,
+                                             Stream& s) {
+  if (probabilities.is_bf16())
+    return probabilities_from_bf16(probabilities.bf16, attention_gqa_saved_floats(B, T, NH, hs), false,
+                                   "attention_backward_gqa", s, [&](const float* att) {
+                                     attention_backward_gqa(dq, dk, dv, dout, q, k, v, out, att, B, T, NH, KVH, hs, s);
+                                   });
+  const float* att = probabilities.f32;
   (void)out;  // the probabilities are kept: nothing to recompute
   const cudaStream_t h = enter(s);
   expect_device("attention_backward_gqa", {dq, dk, dv, dout, q, k, v, att});

@@ -154,14 +154,46 @@ std::size_t CudaBackendImpl::attention_saved_floats(int B, int T, int C, int NH)
   if (config_.attention == AttentionImpl::Cudnn) return static_cast<std::size_t>(B) * NH * T;
   return Backend::attention_saved_floats(B, T, C, NH);
 }
-void CudaBackendImpl::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                                        Stream& s) {
+void CudaBackendImpl::probabilities_into_bf16(std::uint16_t* att, std::size_t n, bool mha, const char* op, Stream& s,
+                                              const std::function<void(float*)>& run) {
+  if (mha && config_.attention == AttentionImpl::Cudnn)
+    throw std::invalid_argument(name() + ": " + op + " got a bf16 buffer; the cuDNN attention saves fp32 statistics");
+  const cudaStream_t h = enter(s);
+  expect_device(op, {att});
+  const Temp<float> p(*scratch_, n, h);
+  run(p.get());
+  convert_from_float<bf16>(reinterpret_cast<bf16*>(att), p.get(), n, h);
+}
+void CudaBackendImpl::probabilities_from_bf16(const std::uint16_t* att, std::size_t n, bool mha, const char* op,
+                                              Stream& s, const std::function<void(const float*)>& run) {
+  if (mha && config_.attention == AttentionImpl::Cudnn)
+    throw std::invalid_argument(name() + ": " + op + " got a bf16 buffer; the cuDNN attention saves fp32 statistics");
+  const cudaStream_t h = enter(s);
+  expect_device(op, {att});
+  const Temp<float> p(*scratch_, n, h);
+  convert_to_float<bf16>(p.get(), reinterpret_cast<const bf16*>(att), n, h);
+  run(p.get());
+}
+
+void CudaBackendImpl::attention_forward(float* out, ActivationOut probabilities, const float* qkv, int B, int T,
+                                        int C, int NH, Stream& s) {
+  if (probabilities.is_bf16())
+    return probabilities_into_bf16(probabilities.bf16, attention_saved_floats(B, T, C, NH), true,
+                                   "attention_forward", s,
+                                   [&](float* att) { attention_forward(out, att, qkv, B, T, C, NH, s); });
+  float* att = probabilities.f32;
   if (config_.attention == AttentionImpl::Cudnn) return attention_forward_cudnn(out, att, qkv, B, T, C, NH, s);
   if (bf16_compute()) return attention_forward_autocast(out, att, qkv, B, T, C, NH, s);
   attention_forward_t(out, att, qkv, B, T, C, NH, s);
 }
 void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                         const float* att, int B, int T, int C, int NH, Stream& s) {
+                                         ActivationIn probabilities, int B, int T, int C, int NH, Stream& s) {
+  if (probabilities.is_bf16())
+    return probabilities_from_bf16(probabilities.bf16, attention_saved_floats(B, T, C, NH), true,
+                                   "attention_backward", s, [&](const float* att) {
+                                     attention_backward(dqkv, dout, qkv, out, att, B, T, C, NH, s);
+                                   });
+  const float* att = probabilities.f32;
   if (config_.attention == AttentionImpl::Cudnn)
     return attention_backward_cudnn(dqkv, dout, qkv, out, att, B, T, C, NH, s);
   if (bf16_compute()) return attention_backward_autocast(dqkv, dout, qkv, att, B, T, C, NH, s);

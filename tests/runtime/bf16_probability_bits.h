@@ -1,0 +1,118 @@
+// The attention ops on a bf16 probabilities buffer give the bits of the fp32 buffer's ops around
+// the bf16-storage casts, on any backend that takes one (supports(op, BF16)): forward writes the
+// fp32 op's output and cast_to_bf16 of its probabilities; backward on them gives what it gives
+// on an fp32 buffer holding the same (rounded) values. This is what lets bf16 storage keep the
+// probabilities without an fp32 copy and change no bit (model/gpt_bf16_storage.cpp).
+// tests/runtime/test_ops_bf16.cpp runs it on the CPU backend, tests/cuda/test_cuda_autocast.cpp
+// on the emulated (or real) CUDA backend, each in both compute precisions.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+
+namespace pipelane::bf16_probabilities_test {
+
+// Buffers of one test in a backend's arena, with host copies in and out.
+class Buffers {
+ public:
+  explicit Buffers(Backend& backend)
+      : backend_(backend), stream_(backend.create_stream(StreamPriority::High)),
+        arena_(backend.create_arena("bf16 probabilities", std::size_t{8} << 20)) {}
+  float* upload(const std::vector<float>& host) {
+    float* d = arena_->allocate_n<float>(host.size());
+    backend_.copy(d, host.data(), host.size() * sizeof(float), *stream_);
+    return d;
+  }
+  float* zeros(std::size_t n) { return upload(std::vector<float>(n, 0.f)); }
+  std::uint16_t* bf16(std::size_t n) {
+    std::uint16_t* d = arena_->allocate_n<std::uint16_t>(n);
+    backend_.memset_zero(d, n * sizeof(std::uint16_t), *stream_);
+    return d;
+  }
+  template <typename T>
+  std::vector<T> download(const T* d, std::size_t n) {
+    std::vector<T> h(n);
+    backend_.copy(h.data(), d, n * sizeof(T), *stream_);
+    stream_->synchronize();
+    return h;
+  }
+  Stream& stream() { return *stream_; }
+
+ private:
+  Backend& backend_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Arena> arena_;
+};
+
+inline std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+template <typename T>
+void expect_same_bits(const std::vector<T>& a, const std::vector<T>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << a.size() << " elements differ";
+}
+
+// MHA (fused qkv) when kv_heads == 0, else GQA with that many kv heads.
+inline void expect_bf16_probabilities_change_no_bit(Backend& backend, int kv_heads) {
+  const bool gqa = kv_heads > 0;
+  ASSERT_TRUE(backend.supports(gqa ? OpKind::AttentionForwardGqa : OpKind::AttentionForward, DType::BF16));
+  ASSERT_TRUE(backend.supports(gqa ? OpKind::AttentionBackwardGqa : OpKind::AttentionBackward, DType::BF16));
+  const int B = 2, T = 9, NH = 4, hs = 8, KVH = gqa ? kv_heads : NH, N = B * T, C = NH * hs;
+  const std::size_t nq = static_cast<std::size_t>(N) * C, nkv = static_cast<std::size_t>(N) * KVH * hs;
+  const std::size_t na = gqa ? backend.attention_gqa_saved_floats(B, T, NH, hs)
+                             : backend.attention_saved_floats(B, T, C, NH);
+  ASSERT_EQ(na, static_cast<std::size_t>(B) * NH * T * T) << "the probabilities";
+  std::mt19937 rng(20261205u + kv_heads);
+  Buffers b(backend);
+  // MHA: one [N, 3C] allocation (q at 0, k at C, v at 2C of each row); GQA: three.
+  const std::vector<float> q_host = random_floats(rng, gqa ? nq : 3 * nq), k_host = random_floats(rng, nkv),
+                           v_host = random_floats(rng, nkv), dout_host = random_floats(rng, nq);
+  float *q = b.upload(q_host), *k = gqa ? b.upload(k_host) : nullptr, *v = gqa ? b.upload(v_host) : nullptr;
+  float* dout = b.upload(dout_host);
+  const auto forward = [&](float* out, ActivationOut att) {
+    if (gqa) backend.attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs, b.stream());
+    else backend.attention_forward(out, att, q, B, T, C, NH, b.stream());
+  };
+  // The input gradients, downloaded (MHA: dqkv; GQA: dq, dk, dv one after the other).
+  const auto backward = [&](const float* out, ActivationIn att) {
+    if (!gqa) {
+      float* dqkv = b.zeros(3 * nq);
+      backend.attention_backward(dqkv, dout, q, out, att, B, T, C, NH, b.stream());
+      return b.download(dqkv, 3 * nq);
+    }
+    float *dq = b.zeros(nq), *dk = b.zeros(nkv), *dv = b.zeros(nkv);
+    backend.attention_backward_gqa(dq, dk, dv, dout, q, k, v, out, att, B, T, NH, KVH, hs, b.stream());
+    std::vector<float> all = b.download(dq, nq), dkh = b.download(dk, nkv), dvh = b.download(dv, nkv);
+    all.insert(all.end(), dkh.begin(), dkh.end());
+    all.insert(all.end(), dvh.begin(), dvh.end());
+    return all;
+  };
+  const std::string what = gqa ? "gqa" : "mha";
+
+  float *out32 = b.zeros(nq), *att32 = b.zeros(na), *out16 = b.zeros(nq);
+  std::uint16_t* att16 = b.bf16(na);
+  forward(out32, att32);
+  forward(out16, ActivationOut::of_bf16(att16));
+  expect_same_bits(b.download(out16, nq), b.download(out32, nq), what + " forward output");
+  std::uint16_t* cast = b.bf16(na);
+  backend.cast_to_bf16(cast, att32, na, b.stream());
+  expect_same_bits(b.download(att16, na), b.download(cast, na), what + " probabilities (against cast_to_bf16)");
+
+  backend.round_to_bf16(att32, na, b.stream());  // the fp32 buffer now holds the bf16 values
+  expect_same_bits(backward(out16, ActivationIn::of_bf16(att16)), backward(out32, att32), what + " input gradients");
+}
+
+}  // namespace pipelane::bf16_probabilities_test
