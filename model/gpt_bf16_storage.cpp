@@ -19,7 +19,8 @@
 //   - The attention's probabilities (the largest value at long sequences) skip the workspace where
 //     the backend takes them as a bf16 buffer (bf16_probabilities): the attention op writes them
 //     into the microbatch's bf16 buffer itself, rounded as store_layer would round them, and its
-//     backward reads them there. Selective recomputation's rerun writes them into bf16 scratch.
+//     backward reads them there. Selective recomputation's rerun writes them into bf16 scratch,
+//     and a full rerun's workspace keeps them in bf16 too.
 //   - The stage's input, output and their gradients are bf16 buffers: stage-to-stage transfers
 //     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
 #include "model/gpt_model.h"

@@ -207,17 +207,23 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   }
   if (config().position == PositionKind::Rope)
     s.rope = alloc(static_cast<std::size_t>(config().max_seq_len) * d.hs, "scratch.rope");
+  const std::size_t saved = split ? backend_.attention_gqa_saved_floats(B, T, d.NH, d.hs)
+                                  : backend_.attention_saved_floats(B, T, d.CA, d.NH);
+  const auto bf16_probabilities_buffer = [&](const char* what) {
+    return reinterpret_cast<std::uint16_t*>(alloc((saved + 1) / 2, what));
+  };
   if (recompute_.kind == RecomputeKind::Selective) {
-    const std::size_t saved = split ? backend_.attention_gqa_saved_floats(B, T, d.NH, d.hs)
-                                    : backend_.attention_saved_floats(B, T, d.CA, d.NH);
-    if (bf16_probabilities())
-      s.recompute_att_bf16 = reinterpret_cast<std::uint16_t*>(alloc((saved + 1) / 2, "recompute.att"));
-    else
-      s.recompute_att = alloc(saved, "recompute.att");
+    if (bf16_probabilities()) s.recompute_att_bf16 = bf16_probabilities_buffer("recompute.att");
+    else s.recompute_att = alloc(saved, "recompute.att");
     s.recompute_atty = alloc(N * d.CA, "recompute.atty");
   }
-  for (int k = 0; k < recompute_workspace_layers(recompute_plan_); ++k)
-    s.recompute_layers.push_back(plan_layer(alloc, d, LayerKeeps::Everything, true, false));
+  // A full rerun's layers; their probabilities in bf16 where the backend takes them so (under bf16
+  // storage backward reads them rounded either way).
+  for (int k = 0; k < recompute_workspace_layers(recompute_plan_); ++k) {
+    s.recompute_layers.push_back(
+        plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, !bf16_probabilities()));
+    if (bf16_probabilities()) s.recompute_layers.back().att_bf16 = bf16_probabilities_buffer("recompute.layer_att");
+  }
   if (sequence_parallel_) {
     s.gathered = alloc(N * C, "scratch.gathered");
     s.dres_full = alloc(N * C, "scratch.dres_full");

@@ -120,7 +120,8 @@ struct StageScratch {
   float *rope = nullptr;   // [max_seq_len, head_size] RoPE's cos/sin table (model/rope_table.h), filled once
   // Recomputation's workspace (model/recompute.h), shared by every microbatch like the rest:
   // selective: one layer's attention-core state and a throwaway copy of its output [N,CA];
-  // full: the forward activations of the largest group of layers recomputed together.
+  // full: the forward activations of the largest group of layers recomputed together (under bf16
+  // storage their probabilities in bf16 where the backend takes them so: att_bf16).
   float *recompute_att = nullptr, *recompute_atty = nullptr;
   std::uint16_t* recompute_att_bf16 = nullptr;  // recompute_att in bf16 (GptStage::bf16_probabilities)
   std::vector<LayerActivations> recompute_layers;

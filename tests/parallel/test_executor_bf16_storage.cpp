@@ -161,7 +161,9 @@ TEST(Bf16StorageMemory, ALayerKeepsHalfItsBytes) {
 // backend whose attention ops write and read them in bf16 themselves (the CPU's): they go straight
 // to the layer's bf16 buffer. Scratch under bf16 storage is the fp32 scratch plus one fp32 layer
 // without its probabilities plus the widened input and the input gradient ([N, C] each); with
-// selective recomputation the rerun's probabilities are bf16 scratch too.
+// selective recomputation the rerun's probabilities are bf16 scratch too. Under full
+// recomputation of the one layer there is no such workspace (nothing is kept to compute in), and
+// the rerun's own workspace keeps its probabilities in bf16.
 TEST(Bf16StorageMemory, TheProbabilitiesSkipTheFp32Workspace) {
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
   const std::unique_ptr<Stream> stream = cpu->create_stream(StreamPriority::High);
@@ -173,7 +175,7 @@ TEST(Bf16StorageMemory, TheProbabilitiesSkipTheFp32Workspace) {
     const StageRange one_layer{0, 1, false, false}, no_layer{0, 0, false, false};
     const std::size_t probabilities = static_cast<std::size_t>(B) * model.heads * T * T;
     const std::size_t rows = aligned_floats(static_cast<std::size_t>(B) * T * model.d_model);
-    for (const RecomputeKind kind : {RecomputeKind::None, RecomputeKind::Selective}) {
+    for (const RecomputeKind kind : {RecomputeKind::None, RecomputeKind::Selective, RecomputeKind::Full}) {
       const RecomputeOptions recompute{kind};
       const GptStage fp32(model, one_layer, *cpu, *stream, nullptr, recompute);
       const GptStage bf16(model, one_layer, *cpu, *stream, nullptr, recompute, false, DType::BF16);
@@ -181,8 +183,9 @@ TEST(Bf16StorageMemory, TheProbabilitiesSkipTheFp32Workspace) {
       const GptStage everything(model, one_layer, *cpu, *stream);
       const std::size_t layer = everything.activation_bytes(B, T) -
                                 GptStage(model, no_layer, *cpu, *stream).activation_bytes(B, T);
-      std::size_t want = fp32.scratch_bytes(B, T) + layer - aligned_floats(probabilities) + 2 * rows;
-      if (kind == RecomputeKind::Selective)
+      const std::size_t workspace = kind == RecomputeKind::Full ? 0 : layer - aligned_floats(probabilities);
+      std::size_t want = fp32.scratch_bytes(B, T) + workspace + 2 * rows;
+      if (kind != RecomputeKind::None)  // the rerun's probabilities: fp32 -> bf16
         want = want - aligned_floats(probabilities) + aligned_floats((probabilities + 1) / 2);
       EXPECT_EQ(bf16.scratch_bytes(B, T), want) << recompute_kind_name(kind);
     }
