@@ -65,7 +65,9 @@ for dp in 2 4; do
       --train.distributed_optimizer=$zero
   done
 done
-if build/pipelane train --help 2>/dev/null | grep -q "sequence_parallel"; then
+# The help held in a variable: `grep -q` leaving a pipe early would fail the pipe under pipefail.
+train_help=$(build/pipelane train --help 2>/dev/null || true)
+if grep -q "sequence_parallel" <<< "$train_help"; then
   for sp in false true; do
     measure "sequence parallel $sp, tp 2" 2 --parallel.tp=2 --parallel.sequence_parallel=$sp
   done
