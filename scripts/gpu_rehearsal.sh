@@ -65,7 +65,8 @@ mount -t overlay overlay -o lowerdir=$cuda_lib,upperdir=$R/upper-cuda,workdir=$R
 ldconfig -C $R/ld.so.cache 2>/dev/null
 mount --bind $R/ld.so.cache /etc/ld.so.cache
 echo "hidden here: \$(ls $R/upper-lib | wc -l) libraries of $arch_lib, /usr/include/hdf5, cuDNN/NCCL of $cuda_lib"
-if ldconfig -p | grep -qE 'libhdf5|libboost|libopenblas|libmpi\.|libcudnn|libnccl'; then
+# grep reads the whole list (no -q): closing the pipe early would fail it under pipefail.
+if ldconfig -p | grep -E 'libhdf5|libboost|libopenblas|libmpi\.|libcudnn|libnccl' >&2; then
   echo "rehearsal: a hidden library is still visible" >&2; exit 1
 fi
 cd $R/tree
