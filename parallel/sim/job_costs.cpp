@@ -212,7 +212,8 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
   // Data-parallel gradient all-reduces: each chunk's gradients (fp32) over the dp group of its
   // stage. The distributed optimizer reduce-scatters them instead (the tails it all-reduces, fewer
   // than dp x 16 floats a segment, are left out) and all-gathers the updated parameters (fp32,
-  // pipelane's masters) after the optimizer step: charged to OptimizerStep, the gather the next
+  // pipelane's masters; with sharded masters the bf16 copy, but for the tensors read outside GEMMs)
+  // after the optimizer step: charged to OptimizerStep, the gather the next
   // iteration's first forward waits for. On the first stage it is on the critical path. A stage
   // that starts by receiving overlaps it with that wait in the executor: its first activation
   // comes no sooner than the first stage's gather and the forwards of the stages before it (their
@@ -223,10 +224,14 @@ JobCostModel::JobCostModel(const JobSpec& job, const JobShape& shape, const Clus
   for (int s = 0; s < pp && job.dp > 1; ++s) {
     const LinkSpec& link = cluster.group_link(physical_rank(job, {0, 0, s}), dp_stride(job), job.dp);
     for (int c = 0; c < spec.virtual_stages; ++c) {
-      const double bytes = shape.chunk(spec, s, c).params * 4;
+      const ChunkShape& chunk = shape.chunk(spec, s, c);
+      const double bytes = chunk.params * 4;
       if (job.optimizer_shards() > 1) {
         dp_reduce_s_[s][c] = reduce_scatter_s(bytes, job.dp, link);
-        dp_gather_s_[s] += all_gather_s(bytes, job.dp, link);
+        const double gathered = job.masters_sharded()
+                                    ? 2 * (chunk.params - chunk.fp32_read_params) + 4 * chunk.fp32_read_params
+                                    : bytes;
+        dp_gather_s_[s] += all_gather_s(gathered, job.dp, link);
       } else {
         dp_reduce_s_[s][c] = all_reduce_s(bytes, job.dp, link, algorithm_);
       }

@@ -18,6 +18,7 @@ MemorySpec memory_spec_of(const JobSpec& job, Precision precision) {
   m.storage = precision == Precision::Bf16 ? DType::BF16 : DType::F32;
   m.optimizer_shards = job.optimizer_shards();
   m.sequence_parallel = job.sequence_parallel;
+  m.gemm_weights = job.gemm_weights;
   return m;
 }
 

@@ -8,6 +8,7 @@
 
 #include "model/gpt_layout.h"
 #include "model/gpt_model.h"
+#include "model/stage_weights.h"
 #include "parallel/layer_split.h"
 #include "parallel/optimizer_shards.h"
 
@@ -107,9 +108,16 @@ JobShape job_shape(const JobSpec& job) {
     if (job.sequence_parallel && job.split_backward()) c.tp_all_reduces_bwd_weight = 2 * range.num_layers();
     const GptStage stage(cfg, range, *sizing, *stream, job.tp > 1 ? &group : nullptr, {}, job.sequence_parallel);
     c.params = static_cast<double>(stage.layout().total_floats());
-    c.optimizer_params = job.optimizer_shards() > 1
-                             ? static_cast<double>(plan_chunk_shards(stage.layout(), job.optimizer_shards()).shard_floats)
-                             : c.params;
+    // The shard plan the executor makes: with sharded masters the fp32-read tensors are cut out
+    // as segments of their own (parallel/optimizer_shards.h).
+    const Fp32Reads reads = job.masters_sharded() ? Fp32Reads::of(stage.layout()) : Fp32Reads{};
+    c.fp32_read_params = static_cast<double>(reads.floats);
+    c.optimizer_params =
+        job.optimizer_shards() > 1
+            ? static_cast<double>(plan_chunk_shards(stage.layout(), job.optimizer_shards(), kShardBucketFloats,
+                                                    job.masters_sharded() ? &reads : nullptr)
+                                      .shard_floats)
+            : c.params;
     if (const ParamEntry* wte = stage.layout().tied_embedding(); wte && (range.has_embedding != range.has_head))
       c.tied_embedding_params = static_cast<double>(wte->numel);
     shape.virtual_stages.push_back(c);

@@ -9,6 +9,7 @@
 #include "model/gpt_config.h"
 #include "model/recompute.h"
 #include "parallel/schedule.h"
+#include "runtime/tensor.h"
 
 namespace pipelane::sim {
 
@@ -36,11 +37,18 @@ struct JobSpec {
   RecomputeOptions recompute;
   bool distributed_optimizer = false;
   bool sequence_parallel = false;
+  // [train] gemm_weights: F32, or BF16 (a bf16 copy of the weights the GEMMs read, 2 bytes a
+  // parameter). Under the distributed optimizer that shards the fp32 masters too
+  // (masters_sharded(), parallel/memory_model.h's rule): the updated parameters are all-gathered in
+  // bf16, but for the tensors the passes read outside GEMMs (norms, biases, the embedding lookup),
+  // which go in fp32.
+  DType gemm_weights = DType::F32;
 
   int world() const { return tp * dp * schedule.pp; }
   bool split_backward() const { return schedule.kind == ScheduleKind::ZeroBubbleH1; }
   // dp ranks the optimizer state is cut over (1: replicated).
   int optimizer_shards() const { return distributed_optimizer ? dp : 1; }
+  bool masters_sharded() const { return gemm_weights == DType::BF16 && optimizer_shards() > 1; }
   // tp ranks the [B, T, C] activations are cut over (1: tensor parallelism alone).
   int sequence_shards() const { return sequence_parallel ? tp : 1; }
   double tokens_per_iteration() const {
@@ -66,6 +74,7 @@ struct ChunkShape {
   int rerun_b_all_reduces = 0, rerun_w_all_reduces = 0;
   double params = 0;            // this rank's parameters
   double optimizer_params = 0;  // those its optimizer step updates: params, or its ZeRO shard
+  double fp32_read_params = 0;  // sharded masters: the params read outside GEMMs (gathered in fp32)
   double tied_embedding_params = 0;  // wte elements summed with the other end's copy at GradSync
 };
 

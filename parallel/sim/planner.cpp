@@ -132,6 +132,7 @@ std::vector<JobSpec> candidate_jobs(const PlanSpace& space, int devices, int max
         JobSpec grid;
         grid.model = space.model;
         grid.seq_len = space.seq_len;
+        grid.gemm_weights = space.gemm_weights;
         grid.micro_batch = mb;
         grid.tp = tp;
         grid.dp = dp;

@@ -34,6 +34,9 @@ struct PlanSpace {
   std::vector<bool> distributed_optimizer{false, true};
   // On where tp > 1 and tp divides a microbatch's rows (likewise).
   std::vector<bool> sequence_parallel{false};
+  // The config's [train] gemm_weights, every candidate's (not searched: a bf16 copy changes no
+  // result, only memory and, under the distributed optimizer, what the parameter gather moves).
+  DType gemm_weights = DType::F32;
 };
 
 struct PlanCandidate {

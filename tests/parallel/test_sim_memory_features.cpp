@@ -8,6 +8,7 @@
 #include "parallel/sim/job_memory.h"
 #include "parallel/sim/planner.h"
 #include "parallel/sim/simulation.h"
+#include "runtime/cpu/cpu_backend.h"
 #include "tests/parallel/sim_test_shapes.h"
 
 namespace pipelane::sim {
@@ -187,6 +188,54 @@ TEST(SimZero, ReduceScatterBeforeAndAllGatherAfterAnOptimizerStepOverTheShard) {
     // A ring all-reduce is a reduce-scatter and an all-gather: ZeRO moves the same bytes.
     expect_close(reduce_scatter_s(bytes, 4, link) + all_gather_s(bytes, 4, link),
                  all_reduce_s(bytes, 4, link, AllReduceAlgorithm::Ring));
+  }
+}
+
+// [train] gemm_weights = bf16 under the distributed optimizer shards the fp32 masters too (the
+// executor's layout): the simulator's memory is the memory model's for that spec, lower than with
+// fp32 GEMM weights, and the parameter all-gather after the step moves the bf16 copy (2 bytes a
+// parameter) but for the tensors read outside GEMMs, which go in fp32.
+TEST(SimZero, ShardedMastersAreTheMemoryModelsAndGatherInBf16) {
+  JobSpec job = two_stage_job(ScheduleKind::OneFOneB, RecomputeKind::None);
+  job.dp = 4;
+  job.distributed_optimizer = true;
+  JobSpec sharded = job;
+  sharded.gemm_weights = DType::BF16;
+  ASSERT_TRUE(sharded.masters_sharded());
+  ASSERT_FALSE(job.masters_sharded());
+  const Cluster cluster = one_node(8, "h100");
+  const LinkSpec& link = cluster.intra_node;
+
+  MemorySpec spec;  // the same job, written out for the memory model
+  spec.model = job.model;
+  spec.schedule = job.schedule;
+  spec.micro_batch = job.micro_batch;
+  spec.seq_len = job.seq_len;
+  spec.storage = DType::BF16;
+  spec.gemm_weights = DType::BF16;
+  spec.optimizer_shards = 4;
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
+  const std::vector<RankMemory> want = predict_memory(spec, *cpu);
+  const std::vector<double> got = job_memory_bytes(sharded, Precision::Bf16);
+  const std::vector<double> fp32 = job_memory_bytes(job, Precision::Bf16);
+  ASSERT_EQ(got.size(), 2u);
+  const JobShape shape = job_shape(sharded), fp32_shape = job_shape(job);
+  const JobCostModel costs(sharded, shape, cluster, table_of(sharded, cluster), AllReduceAlgorithm::Ring);
+  const Instr step{Op::OptimizerStep, -1, 0};
+  double hidden = 0;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_DOUBLE_EQ(got[s], want[s].total());
+    EXPECT_GT(want[s].master_weights, 0.0);
+    EXPECT_LT(got[s], fp32[s]) << "the masters' shard and the bf16 copy against whole fp32 weights";
+    const ChunkShape& c = shape.chunk(sharded.schedule, s, 0);
+    EXPECT_GT(c.fp32_read_params, 0.0);  // the norms and biases (and stage 0's embedding lookup)
+    EXPECT_LT(c.fp32_read_params, c.params / 2);
+    EXPECT_EQ(fp32_shape.chunk(job.schedule, s, 0).fp32_read_params, 0.0);
+    const double gather = all_gather_s(2 * (c.params - c.fp32_read_params) + 4 * c.fp32_read_params, 4, link);
+    EXPECT_LT(gather, all_gather_s(4 * c.params, 4, link));
+    expect_close(costs.compute_s(s, step),
+                 c.optimizer_params * 28 / cluster.device.memory_bandwidth + std::max(0.0, gather - hidden));
+    hidden += gather + costs.compute_s(s, Instr{Op::Fwd, 0, 0});
   }
 }
 

@@ -143,6 +143,7 @@ sim::PlanSpace plan_space(const PlanOptions& o, const TrainOptions& train, const
   const sim::JobSpec base_job = job_from_options(train, 1);
   space.model = base_job.model;
   space.seq_len = base_job.seq_len;
+  space.gemm_weights = base_job.gemm_weights;
   space.global_batch = train.train.global_batch;
   space.devices = o.devices;
   space.schedules = parse_schedules(o.schedules);

@@ -61,6 +61,7 @@ sim::JobSpec job_from_options(const TrainOptions& o, int cluster_devices) {
   job.recompute = recompute_options_from(o.train);
   job.distributed_optimizer = o.train.distributed_optimizer;
   job.sequence_parallel = o.parallel.sequence_parallel;
+  job.gemm_weights = o.train.gemm_weights == "bf16" ? DType::BF16 : DType::F32;
   return job;
 }
 

@@ -1,7 +1,7 @@
 // A profiled run's interference estimate becomes the simulator's CPU interference parameter
 // (trainer/sim/sim_inputs.h: RunProfile::lane_gap_delay_s): per gap left to the lanes, as the
 // control gaps measured it; a negative estimate (noise) is taken as 0 and says so; a run without an
-// estimate gives none.
+// estimate gives none. The simulated job keeps the config's memory features.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,6 +13,7 @@
 
 #include "lanes/lane_summary.h"
 #include "tests/datasets/test_files.h"
+#include "trainer/config/train_options.h"
 #include "trainer/sim/sim_inputs.h"
 
 namespace pipelane {
@@ -67,6 +68,28 @@ TEST(SimInputs, ANegativeEstimateIsTakenAsZeroAndSaysSo) {
   EXPECT_DOUBLE_EQ(run.lane_gap_delay_s, 0.0);
   EXPECT_NE(run.lane_gap_delay_source.find("-0.25 +- 0.75 ms per lane gap"), std::string::npos) << run.lane_gap_delay_source;
   EXPECT_NE(run.lane_gap_delay_source.find("negative: taken as 0"), std::string::npos);
+}
+
+// What `pipelane simulate` and `plan` simulate is the config's job, memory features included:
+// bf16 GEMM weights under the distributed optimizer shard the masters there as in the run.
+TEST(SimInputs, TheJobKeepsTheConfigsMemoryFeatures) {
+  const std::string config = std::string(PIPELANE_SOURCE_DIR) + "/configs/tiny.ini";
+  const auto job_of = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"train", "--config", config, "--parallel.dp=2", "--train.global_batch=32",
+                                  "--train.precision=bf16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<const char*> argv;
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    return job_from_options(parse_train_options(static_cast<int>(argv.size()), argv.data()), 2);
+  };
+  const sim::JobSpec plain = job_of({});
+  EXPECT_EQ(plain.gemm_weights, DType::F32);
+  EXPECT_FALSE(plain.masters_sharded());
+  const sim::JobSpec sharded = job_of({"--train.distributed_optimizer=true", "--train.gemm_weights=bf16"});
+  EXPECT_TRUE(sharded.distributed_optimizer);
+  EXPECT_EQ(sharded.gemm_weights, DType::BF16);
+  EXPECT_TRUE(sharded.masters_sharded());
+  EXPECT_EQ(sharded.dp, 2);
 }
 
 TEST(SimInputs, NoEstimateNoParameter) {
