@@ -25,7 +25,26 @@
 //     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
 #include "model/gpt_model.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace pipelane {
+
+bool GptStage::bf16_norm_outputs() const {
+  if (!bf16_storage() || sequence_parallel_) return false;
+  const OpKind norm = config().norm == NormKind::LayerNorm ? OpKind::LayerNormForward : OpKind::RmsNormForward;
+  std::vector<OpKind> ops{norm, OpKind::MatmulForward, OpKind::MatmulBackward};
+  if (config().mlp == MlpKind::Gelu) ops.push_back(OpKind::MatmulGeluForward);
+  return std::all_of(ops.begin(), ops.end(), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
+}
+
+std::uint32_t GptStage::bf16_direct_values() const {
+  const auto bit = [](float* LayerActivations::*member) { return 1u << layer_value_index(member); };
+  std::uint32_t direct = 0;
+  if (bf16_probabilities()) direct |= bit(&LayerActivations::att);
+  if (bf16_norm_outputs()) direct |= bit(&LayerActivations::ln1) | bit(&LayerActivations::ln2);
+  return direct;
+}
 
 bool GptStage::bf16_probabilities() const {
   if (!bf16_storage()) return false;

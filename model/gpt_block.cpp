@@ -29,7 +29,7 @@ GptStage::Dims GptStage::dims(int B, int T) const {
   return d;
 }
 
-void GptStage::norm_forward(float* out, float* mean, float* rstd, const float* inp, const StageWeights& params,
+void GptStage::norm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const StageWeights& params,
                             std::size_t w, std::size_t b, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
@@ -83,7 +83,7 @@ void GptStage::out_projection(float* out, const StageWeights& params, const floa
 }
 
 void GptStage::attention_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o,
-                                 StageScratch& s, const float* ln, const Dims& d) const {
+                                 StageScratch& s, ActivationIn ln, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
   if (!config().split_projections()) {
     // Column-parallel c_attn: this rank's q, k and v ([N, 3*CA], laid out [q | k | v]).
@@ -107,7 +107,7 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
 }
 
 void GptStage::mlp_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                           const float* ln, const Dims& d) const {
+                           ActivationIn ln, const Dims& d) const {
   if (config().mlp == MlpKind::Gelu) {
     backend_.matmul_gelu_forward(h.fch, h.fch_gelu, ln, params.gemm(o.fcw), params.fp32_or_null(o.fcb), d.N, d.C, d.CM,
                                  stream_);

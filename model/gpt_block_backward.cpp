@@ -21,7 +21,7 @@ SplitQkv split_qkv(float* base, int N, int CA, int KV) {
 // The weight (and bias) gradients (+=) of q_proj, k_proj and v_proj from their output gradients
 // g and their input ln1, in that order: whole backward and W half make the same calls.
 void split_qkv_weight_gradients(Backend& backend, Stream& stream, const StageWeights& params, float* grads,
-                                const SplitQkv& g, const float* ln1, const LayerOffsets& o, int N, int C, int CA,
+                                const SplitQkv& g, ActivationIn ln1, const LayerOffsets& o, int N, int C, int CA,
                                 int KV) {
   backend.matmul_backward(nullptr, grads + o.qkvw, at(grads, o.qkvb), g.q, ln1, params.gemm(o.qkvw), N, C, CA, stream);
   backend.matmul_backward(nullptr, grads + o.kw, at(grads, o.kb), g.k, ln1, params.gemm(o.kw), N, C, KV, stream);
@@ -34,7 +34,7 @@ void split_qkv_weight_gradients(Backend& backend, Stream& stream, const StageWei
 const float* GptStage::mlp_backward(const StageWeights& params, float* grads, const LayerActivations& h,
                                     const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(s.dres, s.dres_full, d);
-  const float* ln2 = gather_rows(h.ln2, s.gathered, d);
+  const ActivationIn ln2 = gather_rows(value_in(h, &LayerActivations::ln2), s.gathered, d);
   if (config().mlp == MlpKind::Gelu) {
     backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw),
                              d.N, d.CM, d.C, stream_);
@@ -61,7 +61,7 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
                                           const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(s.dres, s.dres_full, d);
-  const float* ln1 = gather_rows(h.ln1, s.gathered, d);
+  const ActivationIn ln1 = gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d);
   backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw),
                            d.N, d.CA, d.C, stream_);  // s.dtmp holds [N, CA] here
   if (!config().split_projections()) {
@@ -141,7 +141,7 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
 void GptStage::mlp_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h,
                                    const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
-  const float* ln2 = gather_rows(h.ln2, s.gathered, d);
+  const ActivationIn ln2 = gather_rows(value_in(h, &LayerActivations::ln2), s.gathered, d);
   backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, h.fch_gelu, params.gemm(o.fcprojw),
                            d.N, d.CM, d.C, stream_);
   if (config().mlp == MlpKind::SwiGlu)
@@ -154,7 +154,7 @@ void GptStage::mlp_backward_weight(const StageWeights& params, float* grads, con
 void GptStage::attention_backward_weight(const StageWeights& params, float* grads, const LayerActivations& h,
                                          const LayerOffsets& o, StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
-  const float* ln1 = gather_rows(h.ln1, s.gathered, d);
+  const ActivationIn ln1 = gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d);
   backend_.matmul_backward(nullptr, grads + o.attprojw, at(grads, o.attprojb), dout, h.atty, params.gemm(o.attprojw),
                            d.N, d.CA, d.C, stream_);
   if (!config().split_projections()) {

@@ -90,6 +90,12 @@ const float* GptStage::gather_rows(const float* part, float* full, const Dims& d
   return full;
 }
 
+ActivationIn GptStage::gather_rows(ActivationIn part, float* full, const Dims& d) const {
+  if (!sequence_parallel_) return part;
+  if (part.is_bf16()) throw std::logic_error("GptStage::gather_rows: a bf16 buffer under sequence parallelism");
+  return gather_rows(part.f32, full, d);
+}
+
 void GptStage::sum_partials(float* partial, const Dims& d) const {
   if (sequence_parallel_) tp_->reduce_scatter_sum(partial, d.nC);
   else reduce_sum(partial, d.NC);
@@ -99,7 +105,7 @@ void GptStage::sum_partials(float* partial, const Dims& d) const {
 // gradients, which live from B to W whatever forward kept.
 template <typename Alloc>
 LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
-                                      bool split_backward, StoredLayer* stored, bool probabilities) const {
+                                      bool split_backward, StoredLayer* stored, std::uint32_t without) const {
   // n: the residual stream's rows on this rank (all N without sequence parallelism).
   const std::size_t N = static_cast<std::size_t>(d.N), n = static_cast<std::size_t>(d.n), C = d.C, CA = d.CA,
                     CM = d.CM, KV = d.KV;
@@ -115,6 +121,7 @@ LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps k
   const auto sizes = stored ? layer_value_sizes(d) : std::array<std::size_t, kLayerValueCount>{};
   const auto value = [&](float* LayerActivations::*member, std::size_t count, const char* what) {
     const std::size_t i = layer_value_index(member);
+    if (without >> i & 1u) return;
     if (stored && sizes[i] != 0) stored->values[i] = reinterpret_cast<std::uint16_t*>(alloc((count + 1) / 2, what));
     else x.*member = alloc(count, what);
   };
@@ -124,7 +131,7 @@ LayerActivations GptStage::plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps k
     x.ln1_rstd = alloc(n, "activations.ln1_rstd");
     value(&LayerActivations::qkv, qkv, "activations.qkv");
     if (split && x.qkv) x.q = x.qkv, x.k = x.qkv + N * CA, x.v = x.k + N * KV;
-    if (keeps == LayerKeeps::Everything && probabilities) value(&LayerActivations::att, saved, "activations.att");
+    if (keeps == LayerKeeps::Everything) value(&LayerActivations::att, saved, "activations.att");
     value(&LayerActivations::atty, N * CA, "activations.atty");
     value(&LayerActivations::res_attn, n * C, "activations.res_attn");
     value(&LayerActivations::ln2, n * C, "activations.ln2");
@@ -219,10 +226,13 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   }
   // A full rerun's layers; their probabilities in bf16 where the backend takes them so (under bf16
   // storage backward reads them rounded either way).
+  const std::uint32_t att_bit = 1u << layer_value_index(&LayerActivations::att);
   for (int k = 0; k < recompute_workspace_layers(recompute_plan_); ++k) {
     s.recompute_layers.push_back(
-        plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, !bf16_probabilities()));
-    if (bf16_probabilities()) s.recompute_layers.back().att_bf16 = bf16_probabilities_buffer("recompute.layer_att");
+        plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, bf16_probabilities() ? att_bit : 0));
+    if (bf16_probabilities())
+      s.recompute_layers.back().bf16[layer_value_index(&LayerActivations::att)] =
+          bf16_probabilities_buffer("recompute.layer_att");
   }
   if (sequence_parallel_) {
     s.gathered = alloc(N * C, "scratch.gathered");
@@ -233,7 +243,7 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
                                       [](const LayerRecompute& r) { return r.keeps != LayerKeeps::Output; });
     if (any_kept)
       s.storage_layers.push_back(
-          plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, !bf16_probabilities()));
+          plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, bf16_direct_values()));
     s.storage_x = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.x");
     s.storage_dx = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.dx");
   }

@@ -30,6 +30,7 @@ namespace pipelane {
 // heads x head size; one allocation, qkv == q), after RoPE; fch is gate_proj's output (SwiGLU) or
 // up_proj's (GeLU), up is up_proj's (SwiGLU only) and fch_gelu the activation fed to down_proj.
 // ln*_mean are null under rmsnorm.
+inline constexpr std::size_t kLayerValueSlots = 10;  // kLayerValues' entries (checked below)
 struct LayerActivations {
   float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res_attn;
   float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res_out;
@@ -44,14 +45,11 @@ struct LayerActivations {
   //   d_ln1      [N,C]     of ln1 (all-reduced under tp)
   //   d_up       [N,CM]    SwiGLU only: of up (d_fch is then gate's)
   float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1, *d_up;
-  // bf16 storage on a backend that writes and reads the attention's probabilities in bf16 itself
-  // (GptStage::bf16_probabilities): where they are, in bf16 (att is then null); else null.
-  std::uint16_t* att_bf16;
+  // bf16 storage: the values (indexed as kLayerValues) the layer's ops write and read as bf16
+  // buffers themselves (GptStage::bf16_direct_values: the attention's probabilities, the norms'
+  // outputs), where they are; the fp32 member is then null. Null elsewhere.
+  std::array<std::uint16_t*, kLayerValueSlots> bf16;
 };
-// The attention's saved state as the attention ops take it: att, or att_bf16.
-inline ActivationOut saved_attention(const LayerActivations& h) {
-  return h.att_bf16 ? ActivationOut::of_bf16(h.att_bf16) : ActivationOut(h.att);
-}
 
 // bf16 storage (GptStage's `storage` = BF16): the values a layer keeps, each in bf16, indexed as
 // kLayerValues (null where the layer keeps nothing of that value, or the config lacks it).
@@ -64,12 +62,24 @@ inline constexpr float* LayerActivations::*kLayerValues[] = {
     &LayerActivations::fch_gelu, &LayerActivations::res_out};
 inline constexpr std::size_t kLayerValueCount = std::size(kLayerValues);
 static_assert(kLayerValues[kLayerValueCount - 1] == &LayerActivations::res_out, "res_out is the last value");
+static_assert(kLayerValueCount == kLayerValueSlots, "LayerActivations::bf16 has a slot for every value");
 // The index of `member` in kLayerValues (kLayerValueCount: not a value).
 constexpr std::size_t layer_value_index(float* LayerActivations::*member) {
   for (std::size_t i = 0; i < kLayerValueCount; ++i)
     if (kLayerValues[i] == member) return i;
   return kLayerValueCount;
 }
+// A value as the ops write and read it: its fp32 buffer, or its bf16 one (LayerActivations::bf16).
+inline ActivationOut value_out(const LayerActivations& h, float* LayerActivations::*member) {
+  std::uint16_t* bf16 = h.bf16[layer_value_index(member)];
+  return bf16 ? ActivationOut::of_bf16(bf16) : ActivationOut(h.*member);
+}
+inline ActivationIn value_in(const LayerActivations& h, float* LayerActivations::*member) {
+  return value_out(h, member);
+}
+// The attention's saved state as the attention ops take it.
+inline ActivationOut saved_attention(const LayerActivations& h) { return value_out(h, &LayerActivations::att); }
+
 struct StoredLayer {
   std::array<std::uint16_t*, kLayerValueCount> values{};
   std::uint16_t* res_out() const { return values[kLayerValueCount - 1]; }
@@ -121,7 +131,7 @@ struct StageScratch {
   // Recomputation's workspace (model/recompute.h), shared by every microbatch like the rest:
   // selective: one layer's attention-core state and a throwaway copy of its output [N,CA];
   // full: the forward activations of the largest group of layers recomputed together (under bf16
-  // storage their probabilities in bf16 where the backend takes them so: att_bf16).
+  // storage their probabilities in bf16 where the backend takes them so: bf16[att]).
   float *recompute_att = nullptr, *recompute_atty = nullptr;
   std::uint16_t* recompute_att_bf16 = nullptr;  // recompute_att in bf16 (GptStage::bf16_probabilities)
   std::vector<LayerActivations> recompute_layers;
@@ -269,8 +279,8 @@ class GptStage {
     std::size_t NC, nC;
   };
   Dims dims(int B, int T) const;
-  void norm_forward(float* out, float* mean, float* rstd, const float* inp, const StageWeights& params, std::size_t w,
-                    std::size_t b, int N) const;
+  void norm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const StageWeights& params,
+                    std::size_t w, std::size_t b, int N) const;
   void norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const StageWeights& params,
                      std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const;
   void norm_backward_input(float* dinp, const float* dout, const float* inp, const StageWeights& params, std::size_t w,
@@ -284,14 +294,15 @@ class GptStage {
   // row-parallel layer's partial output) summed over the tp ranks: all-reduced in place, or
   // reduce-scattered so that its first n rows are this rank's rows of the sum.
   const float* gather_rows(const float* part, float* full, const Dims& d) const;
+  ActivationIn gather_rows(ActivationIn part, float* full, const Dims& d) const;  // fp32 part under SP
   void sum_partials(float* partial, const Dims& d) const;
   void out_projection(float* out, const StageWeights& params, const float* inp, std::size_t w, std::size_t b, int in,
                       const Dims& d) const;
   // ln: the normalised input, all rows (gather_rows of the layer's ln1 / ln2).
   void attention_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                         const float* ln, const Dims& d) const;
+                         ActivationIn ln, const Dims& d) const;
   void mlp_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
-                   const float* ln, const Dims& d) const;
+                   ActivationIn ln, const Dims& d) const;
   // Return the gradient of the sublayer's normalised input, summed over tp: this rank's rows of it.
   const float* attention_backward(const StageWeights& params, float* grads, const LayerActivations& h,
                                   const LayerOffsets& o, StageScratch& s, const Dims& d) const;
@@ -317,11 +328,11 @@ class GptStage {
   // backward sees it; a full group rerun into the workspace, ending at layer l; the attention
   // core's state rebuilt for a selective layer.
     // stored: null, or (bf16 storage) where the values go instead, in bf16.
-  // probabilities = false: without the attention's probabilities (bf16 storage's workspace when
-  // the backend keeps them in bf16 itself).
+  // without: a mask over kLayerValues of values not planned in fp32 (bf16 storage's workspace
+  // without what the ops keep in bf16 themselves).
   template <typename Alloc>
   LayerActivations plan_layer(Alloc&& alloc, const Dims& d, LayerKeeps keeps, bool ends_group,
-                              bool split_backward, StoredLayer* stored = nullptr, bool probabilities = true) const;
+                              bool split_backward, StoredLayer* stored = nullptr, std::uint32_t without = 0) const;
   void layer_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                      const float* x, const Dims& d) const;
   LayerActivations forward_view(MicrobatchActivations& a, StageScratch& s, int l) const;
@@ -340,6 +351,13 @@ class GptStage {
   // buffer (supports(op, BF16)): the layers keep them there directly, with no fp32 copy in the
   // workspace; and selective recomputation's scratch for them is bf16 too.
   bool bf16_probabilities() const;
+  // bf16 storage without sequence parallelism on a backend whose norms write a bf16 output and
+  // whose GEMMs read a bf16 input (bf16 compute): the norms write ln1 and ln2 straight into the
+  // layer's bf16 buffers and the GEMMs read them there. (Under sequence parallelism the norms'
+  // rows are all-gathered in fp32 first: they stay in the workspace.)
+  bool bf16_norm_outputs() const;
+  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers.
+  std::uint32_t bf16_direct_values() const;
   // Elements of each kLayerValues entry of a layer (0: the config lacks it, or it stays fp32).
   std::array<std::size_t, kLayerValueCount> layer_value_sizes(const Dims& d) const;
   // After layer l's forward into h: its output rounded to bf16 in place (the next layer's input)

@@ -33,11 +33,11 @@ LayerActivations with_fp32_state_of(LayerActivations workspace, const LayerActiv
 
 void GptStage::layer_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                              const float* x, const Dims& d) const {
-  norm_forward(h.ln1, h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.n);
-  attention_forward(params, h, o, s, gather_rows(h.ln1, s.gathered, d), d);
+  norm_forward(value_out(h, &LayerActivations::ln1), h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.n);
+  attention_forward(params, h, o, s, gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d), d);
   backend_.add(h.res_attn, x, s.proj, d.nC, stream_);
-  norm_forward(h.ln2, h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.n);
-  mlp_forward(params, h, o, s, gather_rows(h.ln2, s.gathered, d), d);
+  norm_forward(value_out(h, &LayerActivations::ln2), h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.n);
+  mlp_forward(params, h, o, s, gather_rows(value_in(h, &LayerActivations::ln2), s.gathered, d), d);
   backend_.add(h.res_out, h.res_attn, s.proj, d.nC, stream_);
 }
 
@@ -46,14 +46,18 @@ void GptStage::layer_forward(const StageWeights& params, LayerActivations& h, co
 LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& s, int l) const {
   const LayerRecompute& r = recompute_plan_[l];
   LayerActivations h = a.layers[l];
-  if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att, h.att_bf16 = s.recompute_att_bf16;
+  const std::size_t att = layer_value_index(&LayerActivations::att);
+  if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att, h.bf16[att] = s.recompute_att_bf16;
   if (r.keeps != LayerKeeps::Output) {
     if (!bf16_storage()) return h;
     LayerActivations w = with_fp32_state_of(s.storage_layers.front(), h);
-    if (bf16_probabilities()) {  // straight into (and out of) bf16: the kept buffer, or selective's scratch
-      std::uint16_t* kept = a.stored[l].values[layer_value_index(&LayerActivations::att)];
-      w.att = nullptr;
-      w.att_bf16 = r.keeps == LayerKeeps::Everything ? kept : s.recompute_att_bf16;
+    // Straight into (and out of) bf16: the kept buffers, or for a selective layer's probabilities
+    // its scratch.
+    const std::uint32_t direct = bf16_direct_values();
+    for (std::size_t i = 0; i < kLayerValueCount; ++i) {
+      if (!(direct >> i & 1u)) continue;
+      w.*kLayerValues[i] = nullptr;
+      w.bf16[i] = i == att && r.keeps == LayerKeeps::AllButAttentionCore ? s.recompute_att_bf16 : a.stored[l].values[i];
     }
     return w;
   }
@@ -100,7 +104,7 @@ void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch&
   else
     backend_.attention_forward_gqa(s.recompute_atty, saved_attention(h), h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs,
                                    stream_);
-  if (bf16_storage() && !h.att_bf16) {  // what none would have widened from storage
+  if (bf16_storage() && !h.bf16[layer_value_index(&LayerActivations::att)]) {  // what none widens from storage
     const std::size_t probabilities = layer_value_sizes(d)[layer_value_index(&LayerActivations::att)];
     if (probabilities != 0) backend_.round_to_bf16(h.att, probabilities, stream_);
   }

@@ -7,6 +7,7 @@
 #include "parallel/optimizer_shards.h"
 #include "parallel/sharded_adamw.h"
 #include "runtime/arena.h"
+#include "runtime/backend_registry.h"
 
 namespace pipelane {
 
@@ -107,6 +108,13 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
     r.chunks.push_back(ch);
   }
   return r;
+}
+
+std::unique_ptr<Backend> make_sizing_backend(const MemorySpec& spec) {
+  BackendOptions options;
+  options.threads = 1;
+  options.compute = spec.storage == DType::BF16 ? DType::BF16 : DType::F32;
+  return BackendRegistry::with_builtins().create("cpu", options);
 }
 
 std::vector<RankMemory> predict_memory(const MemorySpec& spec, Backend& sizing) {

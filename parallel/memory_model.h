@@ -30,6 +30,7 @@
 // outputs, the residual adds, a stage's input) and the p2p messages are split by rows over the tp
 // ranks, as GptStage lays them out; the final norm's output and the head's gradient stay whole.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,11 @@ RankMemory predict_rank_memory(const MemorySpec& spec, int stage, int tp_rank, B
 // Every stage's, tp rank 0's (the ranks of a tensor-parallel group hold the same sizes; data-
 // parallel replicas are copies).
 std::vector<RankMemory> predict_memory(const MemorySpec& spec, Backend& sizing);
+// The backend whose rules size a prediction made away from the run's own backend (`pipelane
+// memory`, the job simulator): the CPU backend's (its attention keeps the probabilities), in the
+// compute precision the spec's run has - bf16 under bf16 storage, which needs it, and where the
+// norms' outputs then go straight to bf16 as the run's do.
+std::unique_ptr<Backend> make_sizing_backend(const MemorySpec& spec);
 
 // The memory features `spec` uses, for messages and run headers: "recompute selective, distributed
 // optimizer over dp 4, sequence parallel, bf16 storage (activations and messages), bf16 GEMM weights"; "" when none is.

@@ -18,9 +18,10 @@
 // residual stream, whose gradient is a sum). N = rows (B*T), C = channels, row-major. Reductions
 // run over a fixed partition, so results do not depend on the thread count of our own kernels.
 // supports(op, dtype) says what a backend can run. The ops with a bf16 buffer: the three
-// bf16-storage casts (below), the attention's saved probabilities (ActivationOut/In), and under
-// compute precision BF16 the GEMM family's weight operand (GemmWeight: the matmuls and the LM
-// head read a bf16 weight in place of rounding an fp32 one).
+// bf16-storage casts (below), the attention's saved probabilities and the norms' output
+// (ActivationOut/In), and under compute precision BF16 the GEMM family's weight operand
+// (GemmWeight: the matmuls and the LM head read a bf16 weight in place of rounding an fp32 one)
+// and nn.Linear's input (a bf16 input in place of rounding an fp32 one).
 //
 // Compute precision (compute_precision(), chosen when the backend is made): F32, or BF16 the way
 // PyTorch's autocast runs bf16: every buffer stays fp32 (weights as masters, gradients, optimizer
@@ -90,8 +91,8 @@ enum class OpKind : std::uint8_t {
 };
 const char* op_kind_name(OpKind op);
 // The ops with a bf16 buffer, what supports(op, DType::BF16) says yes to on CPU and CUDA: the
-// casts, the attention's probabilities, and under compute precision BF16 the ops that read a GEMM
-// weight (GemmWeight, below).
+// casts, the attention's probabilities, the norms' output, and under compute precision BF16 the
+// ops that read a GEMM weight (GemmWeight, below) or, some of them, a bf16 input.
 inline bool is_bf16_cast(OpKind op) {
   return op == OpKind::CastToBf16 || op == OpKind::CastFromBf16 || op == OpKind::RoundToBf16;
 }
@@ -111,10 +112,20 @@ inline bool keeps_bf16_probabilities(OpKind op) {
   return op == OpKind::AttentionForward || op == OpKind::AttentionBackward || op == OpKind::AttentionForwardGqa ||
          op == OpKind::AttentionBackwardGqa;
 }
+// The norms' forward, whose output may be a bf16 buffer (ActivationOut): bf16 storage keeps it so.
+// Any compute precision.
+inline bool writes_bf16_norm(OpKind op) { return op == OpKind::LayerNormForward || op == OpKind::RmsNormForward; }
+// The GEMMs whose input activation may be a bf16 buffer under bf16 compute (ActivationIn: it reads
+// what it would have rounded an fp32 input to): nn.Linear forward, its weight gradient, the
+// GeLU-fused forward.
+inline bool reads_bf16_gemm_input(OpKind op) {
+  return op == OpKind::MatmulForward || op == OpKind::MatmulBackward || op == OpKind::MatmulGeluForward;
+}
 // What supports(op, BF16) answers on a backend of compute precision `compute` (a backend whose
 // attention saves something other than the probabilities says no for those).
 inline bool has_bf16_buffer(OpKind op, DType compute) {
-  return is_bf16_cast(op) || keeps_bf16_probabilities(op) || (compute == DType::BF16 && reads_gemm_weight(op));
+  return is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) ||
+         (compute == DType::BF16 && reads_gemm_weight(op));
 }
 
 // The weight operand of a GEMM (the matmul family, the LM head): an fp32 tensor, or its bf16 copy
@@ -392,8 +403,8 @@ class Backend {
 
   // --- the op table ---
   // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts;
-  // BF16 what has_bf16_buffer says: the casts, the attention's probabilities, and the GEMM
-  // weights under bf16 compute).
+  // BF16 what has_bf16_buffer says: the casts, the attention's probabilities, the norms' output,
+  // and the GEMMs' weights and inputs under bf16 compute).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
   virtual DType compute_precision() const = 0;
@@ -415,8 +426,9 @@ class Backend {
                                         const std::int32_t* tokens, int B, int T, int C, int v0,
                                         int vcount, Stream& s) = 0;
 
-  // Layernorm over the last dimension, eps 1e-5; mean/rstd saved for backward.
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+  // Layernorm over the last dimension, eps 1e-5; mean/rstd saved for backward. `out` may be a
+  // bf16 buffer (writes_bf16_norm): the fp32 result rounded.
+  virtual void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C,
                                  Stream& s) = 0;
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -431,11 +443,14 @@ class Backend {
                                          int N, int C, Stream& s) = 0;
 
   // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
-  virtual void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias,
+  // Under bf16 compute `inp` may be a bf16 buffer (reads_bf16_gemm_input; it holds what the GEMM
+  // would round an fp32 input to: the same bits); in fp32 compute a bf16 input is
+  // std::invalid_argument.
+  virtual void matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias,
                               int N, int C, int OC, Stream& s) = 0;
-  // dinp (=, may be null), dweight (+=), dbias (+=, may be null).
+  // dinp (=, may be null), dweight (+=), dbias (+=, may be null). `inp` as matmul_forward's.
   virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, GemmWeight weight, int N, int C, int OC,
+                               ActivationIn inp, GemmWeight weight, int N, int C, int OC,
                                Stream& s) = 0;
   // Only dinp (=), bit-identical to matmul_backward's.
   virtual void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N,
@@ -443,7 +458,7 @@ class Backend {
   // The MLP's first layer with its GeLU: pre = inp @ weight^T + bias (kept for backward), out =
   // gelu(pre). By default the two ops; the CUDA backend fuses the GeLU into the GEMM's epilogue
   // (cuBLASLt's GELU_AUX_BIAS) where the width fits.
-  virtual void matmul_gelu_forward(float* pre, float* out, const float* inp, GemmWeight weight,
+  virtual void matmul_gelu_forward(float* pre, float* out, ActivationIn inp, GemmWeight weight,
                                    const float* bias, int N, int C, int OC, Stream& s) {
     matmul_forward(pre, inp, weight, bias, N, C, OC, s);
     gelu_forward(out, pre, static_cast<std::size_t>(N) * OC, s);
@@ -549,8 +564,8 @@ class Backend {
   // bf16 under BF16 as attention_forward/backward do.
 
   // RMSNorm over the last dimension: out = weight * x * rstd, rstd = 1 / sqrt(mean(x^2) + eps)
-  // (saved for backward), Hugging Face's LlamaRMSNorm in fp32.
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+  // (saved for backward), Hugging Face's LlamaRMSNorm in fp32. `out` as layernorm_forward's.
+  virtual void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C,
                                float eps, Stream& s) {
     (void)out, (void)rstd, (void)inp, (void)weight, (void)N, (void)C, (void)eps, (void)s;
     unsupported("rmsnorm_forward");
@@ -750,6 +765,12 @@ class Backend {
     if (w.is_bf16())
       throw std::invalid_argument(name() + ": " + op + " got a bf16 weight; bf16 weights need bf16 compute");
     return w.f32;
+  }
+  // The fp32 input of a GEMM in fp32 compute; a bf16 one is for bf16 compute only (ActivationIn).
+  const float* fp32_input(ActivationIn x, const char* op) const {
+    if (x.is_bf16())
+      throw std::invalid_argument(name() + ": " + op + " got a bf16 input; bf16 inputs need bf16 compute");
+    return x.f32;
   }
 };
 

@@ -25,8 +25,9 @@ MemorySpec memory_spec_of(const JobSpec& job, Precision precision) {
 std::vector<RankMemory> job_memory(const JobSpec& job, Precision precision) {
   // Sizes only: the CPU backend's rules (its attention keeps the probabilities [B, heads, T, T]),
   // as `pipelane memory` sizes them.
-  const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
-  return predict_memory(memory_spec_of(job, precision), *sizing);
+  const MemorySpec spec = memory_spec_of(job, precision);
+  const std::unique_ptr<Backend> sizing = make_sizing_backend(spec);
+  return predict_memory(spec, *sizing);
 }
 
 std::vector<double> job_memory_bytes(const JobSpec& job, Precision precision) {

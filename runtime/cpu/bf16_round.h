@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace pipelane::cpu {
 
@@ -34,6 +35,13 @@ inline float bf16_value(std::uint16_t bits) {
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+
+// A computed value as a buffer of element type T holds it: itself (fp32), or its bf16 bits.
+template <typename T>
+inline T stored_as(float v) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) return bf16_bits(v);
+  else return v;
 }
 
 // The operand as the GEMMs see it: itself in fp32, rounded in bf16 compute mode.

@@ -150,7 +150,7 @@ class CpuBackend final : public Backend {
     cpu::embedding_backward_local(dwte, dwpe, dout, tokens, B, T, C, v0, vcount);
   }
 
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+  void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int N, int C, Stream&) override {
     ThreadScope t(threads_);
     cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
@@ -174,21 +174,23 @@ class CpuBackend final : public Backend {
     cpu::layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C);
   }
 
-  void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
+  void matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                       int C, int OC, Stream&) override {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::matmul_forward(*onednn_, out, inp, weight, bias, N, C, OC);
     else if (bf16_) cpu::bf16::matmul_forward(out, inp, weight, bias, N, C, OC);
-    else cpu::matmul_forward(out, inp, fp32_weight(weight, "matmul_forward"), bias, N, C, OC);
+    else
+      cpu::matmul_forward(out, fp32_input(inp, "matmul_forward"), fp32_weight(weight, "matmul_forward"), bias, N, C,
+                          OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, GemmWeight weight, int N, int C, int OC,
+                       ActivationIn inp, GemmWeight weight, int N, int C, int OC,
                        Stream&) override {
     ThreadScope t(threads_);
     if (onednn_) cpu::onednn::matmul_backward(*onednn_, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     else if (bf16_) cpu::bf16::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    else cpu::matmul_backward(dinp, dweight, dbias, dout, inp, fp32_weight(weight, "matmul_backward"), N, C,
-                              OC);
+    else cpu::matmul_backward(dinp, dweight, dbias, dout, fp32_input(inp, "matmul_backward"),
+                              fp32_weight(weight, "matmul_backward"), N, C, OC);
   }
   void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                              int OC, Stream&) override {
@@ -327,7 +329,7 @@ class CpuBackend final : public Backend {
   }
 
   // ---- The Llama family ----
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+  void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
                        Stream&) override {
     ThreadScope t(threads_);
     cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);

@@ -37,7 +37,7 @@ void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
                               const std::int32_t* tokens, int B, int T, int C, int v0, int vcount);
 
 // Layernorm over the last dimension, eps 1e-5 (PyTorch's default). mean/rstd are saved for backward.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
@@ -155,9 +155,9 @@ void round_to_bf16(float* dst, const float* src, std::size_t n);
 namespace bf16 {
 // A GEMM weight's n values as the emulated GEMMs read them: fp32 rounded to bf16, or bf16 widened.
 std::vector<float> gemm_weight_values(GemmWeight weight, std::size_t n);
-void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
+void matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                     int C, int OC);
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, ActivationIn inp,
                      GemmWeight weight, int N, int C, int OC);
 void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
@@ -185,10 +185,10 @@ namespace onednn {
 // A bf16 GemmWeight goes to oneDNN as it is (no conversion); an fp32 one is converted per call,
 // into staging slot `slot` (weight_bits).
 const std::uint16_t* weight_bits(OnednnBf16Gemm& g, int slot, GemmWeight w, std::size_t n);
-void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight weight, const float* bias,
+void matmul_forward(OnednnBf16Gemm& g, float* out, ActivationIn inp, GemmWeight weight, const float* bias,
                     int N, int C, int OC);
 void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, GemmWeight weight, int N, int C, int OC);
+                     ActivationIn inp, GemmWeight weight, int N, int C, int OC);
 void matmul_backward_input(OnednnBf16Gemm& g, float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
 void lm_head_logits(OnednnBf16Gemm& g, float* logits, const float* x, GemmWeight wte, int N, int C, int Vp);
@@ -209,7 +209,7 @@ void graphsgd_step(const GraphSgdStep& step);
 
 // ---- The Llama family (runtime/backend.h has the contracts) ----
 // RMSNorm: out = weight * (x * rstd); backward: dinp (+=), dweight (+=).
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
+void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
 void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                             const float* rstd, int N, int C);
 void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C);

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
@@ -9,8 +10,10 @@ constexpr float kEps = 1e-5f;
 constexpr int kSlice = 16;  // channels per thread-owned slice in parameter-gradient reductions
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+// Out: float, or std::uint16_t for a bf16 output (each value rounded as it is written).
+template <typename Out>
+void layernorm_forward_t(Out* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
@@ -22,12 +25,18 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 #pragma omp simd reduction(+ : v)
     for (int c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
     const float r = 1.0f / std::sqrt(v / C + kEps);
-    float* o = out + static_cast<std::size_t>(n) * C;
+    Out* o = out + static_cast<std::size_t>(n) * C;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    for (int c = 0; c < C; ++c) o[c] = stored_as<Out>((x[c] - m) * r * weight[c] + bias[c]);
     mean[n] = m;
     rstd[n] = r;
   }
+}
+
+void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  if (out.is_bf16()) layernorm_forward_t(out.bf16, mean, rstd, inp, weight, bias, N, C);
+  else layernorm_forward_t(out.f32, mean, rstd, inp, weight, bias, N, C);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -26,6 +26,15 @@ std::vector<float> rounded(const float* src, std::size_t n) {
 std::size_t count(int rows, int cols) { return static_cast<std::size_t>(rows) * cols; }
 }  // namespace
 
+// A GEMM input as the emulated GEMMs read it: fp32 rounded to bf16, or bf16 widened (the same
+// values, so the same bits).
+std::vector<float> gemm_input_values(ActivationIn x, std::size_t n) {
+  if (!x.is_bf16()) return rounded(x.f32, n);
+  std::vector<float> out(n);
+  cast_from_bf16(out.data(), x.bf16, n);
+  return out;
+}
+
 std::vector<float> gemm_weight_values(GemmWeight weight, std::size_t n) {
   if (!weight.is_bf16()) return rounded(weight.f32, n);
   std::vector<float> out(n);
@@ -33,15 +42,15 @@ std::vector<float> gemm_weight_values(GemmWeight weight, std::size_t n) {
   return out;
 }
 
-void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
+void matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                     int C, int OC) {
-  const std::vector<float> x = rounded(inp, count(N, C)), w = gemm_weight_values(weight, count(OC, C));
+  const std::vector<float> x = gemm_input_values(inp, count(N, C)), w = gemm_weight_values(weight, count(OC, C));
   cpu::matmul_forward(out, x.data(), w.data(), bias, N, C, OC);
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, ActivationIn inp,
                      GemmWeight weight, int N, int C, int OC) {
-  const std::vector<float> d = rounded(dout, count(N, OC)), x = rounded(inp, count(N, C));
+  const std::vector<float> d = rounded(dout, count(N, OC)), x = gemm_input_values(inp, count(N, C));
   const std::vector<float> w = dinp ? gemm_weight_values(weight, count(OC, C)) : std::vector<float>{};
   cpu::matmul_backward(dinp, dweight, nullptr, d.data(), x.data(), w.data(), N, C, OC);
   // The bias gradient is a column sum of the fp32 dout, not a GEMM.

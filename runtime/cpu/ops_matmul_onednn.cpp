@@ -16,7 +16,14 @@ const std::uint16_t* weight_bits(OnednnBf16Gemm& g, int slot, GemmWeight w, std:
   return w.is_bf16() ? w.bf16 : g.staged(slot, w.f32, n);
 }
 
-void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight weight, const float* bias,
+namespace {
+// A bf16 input goes to oneDNN as it is; an fp32 one is converted into staging slot `slot`.
+const std::uint16_t* input_bits(OnednnBf16Gemm& g, int slot, ActivationIn x, std::size_t n) {
+  return x.is_bf16() ? x.bf16 : g.staged(slot, x.f32, n);
+}
+}  // namespace
+
+void matmul_forward(OnednnBf16Gemm& g, float* out, ActivationIn inp, GemmWeight weight, const float* bias,
                     int N, int C, int OC) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());
   if (bias) {
@@ -27,13 +34,13 @@ void matmul_forward(OnednnBf16Gemm& g, float* out, const float* inp, GemmWeight 
       for (int k = 0; k < OC; ++k) o[k] = bias[k];
     }
   }
-  const std::uint16_t* x = g.staged(kFirst, inp, count(N, C));
+  const std::uint16_t* x = input_bits(g, kFirst, inp, count(N, C));
   const std::uint16_t* w = weight_bits(g, kSecond, weight, count(OC, C));
   g.gemm(false, true, N, OC, C, x, C, w, C, bias != nullptr, out, OC);
 }
 
 void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, GemmWeight weight, int N, int C, int OC) {
+                     ActivationIn inp, GemmWeight weight, int N, int C, int OC) {
   const std::lock_guard<std::mutex> lock(g.op_mutex());
   const std::uint16_t* d = g.staged(kFirst, dout, count(N, OC));
   if (dinp) {  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
@@ -41,7 +48,7 @@ void matmul_backward(OnednnBf16Gemm& g, float* dinp, float* dweight, float* dbia
     g.gemm(false, false, N, C, OC, d, OC, w, C, false, dinp, C);
   }
   // dweight[OC,C] += dout^T[OC,N] @ inp[N,C]
-  const std::uint16_t* x = g.staged(kThird, inp, count(N, C));
+  const std::uint16_t* x = input_bits(g, kThird, inp, count(N, C));
   g.gemm(true, false, OC, C, N, d, OC, x, C, true, dweight, C);
   // The bias gradient is a column sum of the fp32 dout, not a GEMM.
   if (dbias) matmul_backward_bias(dbias, dout, N, OC);

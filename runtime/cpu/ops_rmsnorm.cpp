@@ -3,6 +3,7 @@
 // rows in row order inside thread-owned channel slices, so no result depends on the thread count.
 #include <cmath>
 
+#include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/cpu_ops.h"
 
 namespace pipelane::cpu {
@@ -11,7 +12,9 @@ namespace {
 constexpr int kSlice = 16;  // channels per thread-owned slice in the weight-gradient reduction
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+// Out: float, or std::uint16_t for a bf16 output (each value rounded as it is written).
+template <typename Out>
+void rmsnorm_forward_t(Out* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<std::size_t>(n) * C;
@@ -19,11 +22,16 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 #pragma omp simd reduction(+ : ss)
     for (int c = 0; c < C; ++c) ss += x[c] * x[c];
     const float r = 1.0f / std::sqrt(ss / C + eps);
-    float* o = out + static_cast<std::size_t>(n) * C;
+    Out* o = out + static_cast<std::size_t>(n) * C;
 #pragma omp simd
-    for (int c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * r);
+    for (int c = 0; c < C; ++c) o[c] = stored_as<Out>(weight[c] * (x[c] * r));
     rstd[n] = r;
   }
+}
+
+void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C, float eps) {
+  if (out.is_bf16()) rmsnorm_forward_t(out.bf16, rstd, inp, weight, N, C, eps);
+  else rmsnorm_forward_t(out.f32, rstd, inp, weight, N, C, eps);
 }
 
 // dx = r * (w * dy) - x * r^3 * mean(w * dy * x): the gradient through the normalisation.

@@ -22,8 +22,8 @@ namespace pipelane::cuda {
   template void add_positions<X>(X*, const X*, int, int, int, cudaStream_t);                      \
   template void embedding_backward_local<X>(float*, float*, const X*, const std::int32_t*, int,   \
                                             int, int, int, int, cudaStream_t);                   \
-  template void layernorm_forward<X>(X*, float*, float*, const X*, const X*, const X*, int, int,  \
-                                     cudaStream_t);                                              \
+  template void layernorm_forward<X, X>(X*, float*, float*, const X*, const X*, const X*, int,   \
+                                        int, cudaStream_t);                                      \
   template void layernorm_backward<X>(X*, float*, float*, const X*, const X*, const X*,           \
                                       const float*, const float*, int, int, float*,              \
                                       cudaStream_t);                                             \
@@ -64,6 +64,9 @@ namespace pipelane::cuda {
 
 PIPELANE_INSTANTIATE_OPS(float)
 PIPELANE_INSTANTIATE_OPS(bf16)
+// bf16 storage's norm output straight from fp32 inputs.
+template void layernorm_forward<float, bf16>(bf16*, float*, float*, const float*, const float*, const float*, int, int,
+                                             cudaStream_t);
 template void convert_from_float<bf16>(bf16*, const float*, std::size_t, cudaStream_t);
 template void convert_to_float<bf16>(float*, const bf16*, std::size_t, cudaStream_t);
 void round_to_bf16(float* x, std::size_t n, cudaStream_t stream) { for_each_element(RoundToBf16{x}, n, stream); }

@@ -12,7 +12,7 @@
 namespace pipelane::cuda {
 
 #define PIPELANE_INSTANTIATE_LLAMA_OPS(X)                                                                        \
-  template void rmsnorm_forward<X>(X*, float*, const X*, const X*, int, int, float, cudaStream_t);               \
+  template void rmsnorm_forward<X, X>(X*, float*, const X*, const X*, int, int, float, cudaStream_t);            \
   template void rmsnorm_backward_input<X>(X*, const X*, const X*, const X*, const float*, int, int, cudaStream_t); \
   template void rmsnorm_backward_params<X>(float*, const X*, const X*, const float*, int, int, float*,           \
                                            cudaStream_t);                                                         \
@@ -26,5 +26,7 @@ namespace pipelane::cuda {
 
 PIPELANE_INSTANTIATE_LLAMA_OPS(float)
 PIPELANE_INSTANTIATE_LLAMA_OPS(bf16)
+// bf16 storage's norm output straight from fp32 inputs.
+template void rmsnorm_forward<float, bf16>(bf16*, float*, const float*, const float*, int, int, float, cudaStream_t);
 
 }  // namespace pipelane::cuda

@@ -60,8 +60,9 @@ void embedding_backward_local(float* dwte, float* dwpe, const floatX* dout,
                               cudaStream_t stream);
 
 // ---- layernorm (kernels/layernorm.cuh), eps 1e-5 ----
-template <typename floatX>
-void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+// outX: the output's storage type (bf16 storage's bf16 output from fp32 inputs: <float, bf16>).
+template <typename floatX, typename outX = floatX>
+void layernorm_forward(outX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C, cudaStream_t stream);
 inline std::size_t layernorm_backward_scratch_floats(int N, int C) { return 2 * row_chunks(N) * C; }
 // dinp (+=), dweight (+=), dbias (+=).

@@ -20,8 +20,9 @@
 namespace pipelane::cuda {
 
 // ---- RMSNorm (kernels/rmsnorm.cuh): out = weight * (x * rstd), rstd = 1/sqrt(mean(x^2) + eps) ----
-template <typename floatX>
-void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
+// outX: the output's storage type, as layernorm_forward's.
+template <typename floatX, typename outX = floatX>
+void rmsnorm_forward(outX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
                      cudaStream_t stream);
 // dinp (+=) = (w * dy - x * rstd^2 * mean(w * dy * x)) * rstd.
 template <typename floatX>

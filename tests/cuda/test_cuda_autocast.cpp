@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "runtime/cpu/cpu_backend.h"
-#include "tests/runtime/bf16_probability_bits.h"
+#include "tests/runtime/bf16_buffer_bits.h"
 #include "tests/runtime/bf16_reference.h"
 #include "tests/cuda/test_backends.h"
 #if !PIPELANE_TEST_REAL_CUDA
@@ -52,14 +52,17 @@ TEST(CudaAutocast, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
   expect_fp32_compute_refuses_bf16_weights(*fp32);
 }
 
-// bf16 storage's probabilities written and read by the attention ops themselves: the bits of the
-// fp32 buffer's ops around the casts, MHA and GQA, in either compute precision.
+// bf16 storage's probabilities written and read by the attention ops themselves, its norm outputs
+// written by the norms and (bf16 compute) read by the GEMMs: the bits of the fp32 buffer's ops
+// around the casts, MHA and GQA, in either compute precision.
 TEST(CudaAutocast, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
   for (const DType compute : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(compute));
     const auto cuda = cuda_backend_for_test(compute);
     if (!cuda) GTEST_SKIP() << "no CUDA device";
-    for (const int kv_heads : {0, 2}) bf16_probabilities_test::expect_bf16_probabilities_change_no_bit(*cuda, kv_heads);
+    for (const int kv_heads : {0, 2}) bf16_buffers_test::expect_bf16_probabilities_change_no_bit(*cuda, kv_heads);
+    bf16_buffers_test::expect_bf16_norm_outputs_change_no_bit(*cuda);
+    if (compute == DType::BF16) bf16_buffers_test::expect_bf16_gemm_inputs_change_no_bit(*cuda);
   }
   // The cuDNN attention saves fp32 softmax statistics, not probabilities: no bf16 buffer for the
   // MHA ops (the model then keeps its fp32 workspace); its GQA ops are cuBLASLt's and take one.
@@ -67,7 +70,7 @@ TEST(CudaAutocast, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
   EXPECT_FALSE(cudnn->supports(OpKind::AttentionForward, DType::BF16));
   EXPECT_FALSE(cudnn->supports(OpKind::AttentionBackward, DType::BF16));
   EXPECT_TRUE(cudnn->supports(OpKind::AttentionForwardGqa, DType::BF16));
-  bf16_probabilities_test::Buffers b(*cudnn);
+  bf16_buffers_test::Buffers b(*cudnn);
   std::uint16_t* att = b.bf16(2 * 4 * 4);
   EXPECT_THROW(cudnn->attention_forward(b.zeros(2 * 4 * 8), ActivationOut::of_bf16(att), b.zeros(2 * 4 * 24), 2, 4, 8,
                                         2, b.stream()),

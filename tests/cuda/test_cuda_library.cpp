@@ -69,10 +69,10 @@ std::string error_of(F f) {
 
 TEST(CudaLibrary, LaunchWithoutDeviceThrowsOneClearError) {
   const std::string e = error_of([] {
-    cuda::layernorm_forward<float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1,
-                                   nullptr);
+    cuda::layernorm_forward<float, float>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1,
+                                          nullptr);
   });
-  EXPECT_NE(e.find("CUDA launch of layernorm_forward_kernel<floatX> failed: "), std::string::npos)
+  EXPECT_NE(e.find("CUDA launch of (layernorm_forward_kernel<floatX, outX>) failed: "), std::string::npos)
       << e;
   const std::string b = error_of([] { cuda::gelu_forward<bf16>(nullptr, nullptr, 1, nullptr); });
   EXPECT_NE(b.find("failed: "), std::string::npos) << b;

@@ -253,9 +253,11 @@ TEST(SimMemory, StageMemoryIsTheExecutorsArena) {
       // The simulator's memory is the memory model's, which sizes the arena.
       EXPECT_DOUBLE_EQ(job_memory_bytes(job, Precision::Fp32)[0], static_cast<double>(executor.arena_bytes()))
           << schedule_kind_name(kind) << ", recompute " << recompute_kind_name(recompute);
-      // On a bf16 device: what the executor allocates under bf16 storage.
+      // On a bf16 device: what the executor allocates under bf16 storage, which runs in bf16
+      // compute (its norms' outputs then go straight to bf16 too).
       e.storage = DType::BF16;
-      const PipelineExecutor bf16(e, topo, testing::cpu_backend());
+      const std::unique_ptr<Backend> bf16_compute = make_cpu_backend(1, DType::BF16);
+      const PipelineExecutor bf16(e, topo, *bf16_compute);
       EXPECT_DOUBLE_EQ(job_memory_bytes(job, Precision::Bf16)[0], static_cast<double>(bf16.arena_bytes()))
           << schedule_kind_name(kind) << ", recompute " << recompute_kind_name(recompute) << ", bf16 storage";
     }

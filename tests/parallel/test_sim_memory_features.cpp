@@ -8,7 +8,6 @@
 #include "parallel/sim/job_memory.h"
 #include "parallel/sim/planner.h"
 #include "parallel/sim/simulation.h"
-#include "runtime/cpu/cpu_backend.h"
 #include "tests/parallel/sim_test_shapes.h"
 
 namespace pipelane::sim {
@@ -214,8 +213,9 @@ TEST(SimZero, ShardedMastersAreTheMemoryModelsAndGatherInBf16) {
   spec.storage = DType::BF16;
   spec.gemm_weights = DType::BF16;
   spec.optimizer_shards = 4;
-  const std::unique_ptr<Backend> cpu = make_cpu_backend(1);
-  const std::vector<RankMemory> want = predict_memory(spec, *cpu);
+  const std::unique_ptr<Backend> sizing = make_sizing_backend(spec);
+  ASSERT_EQ(sizing->compute_precision(), DType::BF16) << "bf16 storage runs in bf16 compute";
+  const std::vector<RankMemory> want = predict_memory(spec, *sizing);
   const std::vector<double> got = job_memory_bytes(sharded, Precision::Bf16);
   const std::vector<double> fp32 = job_memory_bytes(job, Precision::Bf16);
   ASSERT_EQ(got.size(), 2u);

@@ -1,5 +1,6 @@
-// The attention ops with their saved probabilities in a bf16 buffer (ActivationOut/In,
-// runtime/backend.h: bf16 storage keeps them so), MHA and GQA, as op table cases.
+// The ops with a bf16 activation buffer (ActivationOut/In, runtime/backend.h: bf16 storage keeps
+// those values so) as op table cases: the attention ops' saved probabilities, MHA and GQA, and the
+// norms' forward output (LayerNorm, RMSNorm).
 // - Forward: `out` is the fp32 buffer's (the op computes in fp32 and only rounds what it stores):
 //   kReduction against the double reference. The stored probabilities are the exact ones rounded
 //   once to bf16: each within 2^-9 relative, so their NMSE against the exact (unrounded)
@@ -162,8 +163,8 @@ void add_mha_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
                    [=](DeviceBuffers& b, bool poison) {
                      float* out = b.zeros(static_cast<std::size_t>(N) * C);
                      std::uint16_t* att = upload_bf16(b, std::vector<std::uint16_t>(na, 0x4040));  // overwritten
-                     b.backend().attention_forward(out, ActivationOut::of_bf16(att), b.upload(poisoned_first(qkv, poison)),
-                                                   B, T, C, NH, b.stream());
+                     b.backend().attention_forward(out, ActivationOut::of_bf16(att),
+                                                   b.upload(poisoned_first(qkv, poison)), B, T, C, NH, b.stream());
                      return Outputs{{"out", b.download(out, static_cast<std::size_t>(N) * C)},
                                     {"att", download_bf16(b, att, na)}};
                    },
@@ -218,7 +219,8 @@ void add_gqa_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
                                                         b.upload(k), b.upload(v), b.zeros(nq),
                                                         ActivationIn::of_bf16(upload_bf16(b, stored)), B, T, NH, KVH,
                                                         hs, b.stream());
-                     return Outputs{{"dq", b.download(dq, nq)}, {"dk", b.download(dk, nkv)}, {"dv", b.download(dv, nkv)}};
+                     return Outputs{
+                         {"dq", b.download(dq, nq)}, {"dk", b.download(dk, nkv)}, {"dv", b.download(dv, nkv)}};
                    },
                    [=] {
                      Vec dq, dk, dv;
@@ -227,12 +229,54 @@ void add_gqa_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
                      return Expected{{"dq", dq}, {"dk", dk}, {"dv", dv}};
                    }});
 }
+
+// The norms' forward into a bf16 buffer: the output within one bf16 rounding of the double
+// reference (NMSE <= 2^-18, as the probabilities), the statistics as the fp32 op's (kReduction).
+void add_norm_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
+  const int N = 7, C = 52;
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  const std::vector<float> x = ref::random_floats(rng, n), w = ref::random_floats(rng, C);
+  const std::vector<float> b = ref::random_floats(rng, C);
+  cases.push_back({OpKind::LayerNormForward, "layernorm_forward (bf16 output)", kReduction,
+                   [=](DeviceBuffers& d, bool poison) {
+                     std::uint16_t* out = upload_bf16(d, std::vector<std::uint16_t>(n, 0x4040));  // overwritten
+                     float *mean = d.zeros(N), *rstd = d.zeros(N);
+                     d.backend().layernorm_forward(ActivationOut::of_bf16(out), mean, rstd,
+                                                   d.upload(poisoned_first(x, poison)), d.upload(w), d.upload(b), N, C,
+                                                   d.stream());
+                     return Outputs{{"out", download_bf16(d, out, n)}, {"mean", d.download(mean, N)},
+                                    {"rstd", d.download(rstd, N)}};
+                   },
+                   [=] {
+                     Vec mean, rstd;
+                     Vec out =
+                         ref::layernorm(ref::to_double(x), ref::to_double(w), ref::to_double(b), N, C, &mean, &rstd);
+                     return Expected{{"out", out}, {"mean", mean}, {"rstd", rstd}};
+                   },
+                   {{"out", kOneBf16Rounding}}});
+  cases.push_back({OpKind::RmsNormForward, "rmsnorm_forward (bf16 output)", kReduction,
+                   [=](DeviceBuffers& d, bool poison) {
+                     std::uint16_t* out = upload_bf16(d, std::vector<std::uint16_t>(n, 0x4040));  // overwritten
+                     float* rstd = d.zeros(N);
+                     d.backend().rmsnorm_forward(ActivationOut::of_bf16(out), rstd, d.upload(poisoned_first(x, poison)),
+                                                 d.upload(w), N, C, 1e-5f, d.stream());
+                     return Outputs{{"out", download_bf16(d, out, n)}, {"rstd", d.download(rstd, N)}};
+                   },
+                   [=] {
+                     Vec rstd;
+                     Vec out = ref::rmsnorm(ref::to_double(x), ref::to_double(w), N, C, 1e-5, &rstd);
+                     return Expected{{"out", out}, {"rstd", rstd}};
+                   },
+                   {{"out", kOneBf16Rounding}}});
+}
 }  // namespace
 
 void add_bf16_probability_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
+  const std::size_t first = cases.size();
   add_mha_cases(cases, rng);
   add_gqa_cases(cases, rng);
-  for (std::size_t i = cases.size() - 4; i < cases.size(); ++i) cases[i].bf16_buffer = true;
+  add_norm_cases(cases, rng);
+  for (std::size_t i = first; i < cases.size(); ++i) cases[i].bf16_buffer = true;
 }
 
 }  // namespace pipelane::backend_ops

@@ -275,14 +275,16 @@ inline Outputs run_ops(Backend& backend, const Inputs& in, WeightsAs weights = W
 // A bf16 weight (GemmWeight::of_bf16) holds the values a bf16 GEMM rounds an fp32 weight to, so
 // every GEMM-weight op of `backend` (bf16 compute) gives the same bits with either. run_ops with
 // `fused` runs each op reads_gemm_weight names (the three matmuls, the GeLU-fused pair, the head's
-// three), and supports(op, BF16) must say yes to exactly those, the casts and the attention's
-// bf16 probabilities (op table cases): no op claims bf16 buffers without a case.
+// three), and supports(op, BF16) must say yes to exactly those, the casts, the attention's bf16
+// probabilities and the norms' bf16 outputs (op table cases): no op claims bf16 buffers without a
+// case. (The matmuls' bf16 inputs: bf16_buffer_bits.h.)
 inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in) {
   ASSERT_EQ(backend.compute_precision(), DType::BF16);
   int gemm_weight_ops = 0;
   for (int k = 0; k < static_cast<int>(OpKind::Count); ++k) {
     const OpKind op = static_cast<OpKind>(k);
-    EXPECT_EQ(backend.supports(op, DType::BF16), is_bf16_cast(op) || keeps_bf16_probabilities(op) || reads_gemm_weight(op))
+    EXPECT_EQ(backend.supports(op, DType::BF16),
+              is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) || reads_gemm_weight(op))
         << op_kind_name(op);
     gemm_weight_ops += reads_gemm_weight(op);
   }
@@ -299,13 +301,15 @@ inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in
 }
 
 // A backend in fp32 compute refuses a bf16 weight (it would have to widen it, and no fp32 caller
-// should hand one), and says it has no bf16 case for the GEMMs (the casts and the attention's
-// probabilities are storage, in any compute precision).
+// should hand one), and says it has no bf16 case for the GEMMs (the casts, the attention's
+// probabilities and the norms' outputs are storage, in any compute precision).
 inline void expect_fp32_compute_refuses_bf16_weights(Backend& backend) {
   ASSERT_EQ(backend.compute_precision(), DType::F32);
   for (int k = 0; k < static_cast<int>(OpKind::Count); ++k) {
     const OpKind op = static_cast<OpKind>(k);
-    EXPECT_EQ(backend.supports(op, DType::BF16), is_bf16_cast(op) || keeps_bf16_probabilities(op)) << op_kind_name(op);
+    EXPECT_EQ(backend.supports(op, DType::BF16),
+              is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op))
+        << op_kind_name(op);
   }
   auto stream = backend.create_stream(StreamPriority::High);
   auto arena = backend.create_arena("bf16 weight refused", std::size_t{1} << 16);
@@ -313,6 +317,9 @@ inline void expect_fp32_compute_refuses_bf16_weights(Backend& backend) {
   float* out = arena->allocate_n<float>(16);
   std::uint16_t* w = arena->allocate_n<std::uint16_t>(16);
   EXPECT_THROW(backend.matmul_forward(out, x, GemmWeight::of_bf16(w), nullptr, 4, 4, 4, *stream),
+               std::invalid_argument);
+  // A bf16 input likewise (bf16 storage's norm outputs are for bf16 GEMMs).
+  EXPECT_THROW(backend.matmul_forward(out, ActivationIn::of_bf16(w), x, nullptr, 4, 4, 4, *stream),
                std::invalid_argument);
 }
 

@@ -12,7 +12,7 @@
 #include "runtime/backend_registry.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/cpu/onednn_bf16_gemm.h"
-#include "tests/runtime/bf16_probability_bits.h"
+#include "tests/runtime/bf16_buffer_bits.h"
 #include "tests/runtime/bf16_reference.h"
 
 namespace pipelane::bf16_test {
@@ -54,14 +54,24 @@ TEST_P(Bf16ComputeCpu, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
   expect_bf16_weights_change_no_bit(*cpu, make_inputs());
 }
 
-// bf16 storage's probabilities written and read by the attention ops themselves: the bits of the
-// fp32 buffer's ops around the casts, MHA and GQA (MQA too), in either compute precision.
-TEST(Bf16ComputeCpuChoice, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
+// bf16 storage's probabilities written and read by the attention ops themselves, and its norm
+// outputs written by the norms: the bits of the fp32 buffer's ops around the casts, MHA and GQA
+// (MQA too), in either compute precision.
+TEST(Bf16ComputeCpuChoice, Bf16ProbabilitiesAndNormOutputsGiveTheBitsOfTheFp32OpsAroundTheCasts) {
   for (const DType compute : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(compute));
     const auto cpu = make_cpu_backend(2, compute);
-    for (const int kv_heads : {0, 2, 1}) bf16_probabilities_test::expect_bf16_probabilities_change_no_bit(*cpu, kv_heads);
+    for (const int kv_heads : {0, 2, 1}) bf16_buffers_test::expect_bf16_probabilities_change_no_bit(*cpu, kv_heads);
+    bf16_buffers_test::expect_bf16_norm_outputs_change_no_bit(*cpu);
   }
+}
+
+// bf16 storage's norm outputs read by the GEMMs as they are: the bits of the rounded fp32 input,
+// on both GEMM paths.
+TEST_P(Bf16ComputeCpu, Bf16InputsGiveTheBitsOfRoundedFp32Inputs) {
+  SKIP_WITHOUT_ONEDNN_BF16(GetParam());
+  const auto cpu = make_cpu_backend(2, DType::BF16, GetParam());
+  bf16_buffers_test::expect_bf16_gemm_inputs_change_no_bit(*cpu);
 }
 
 TEST(Bf16ComputeCpuChoice, Fp32ComputeRefusesBf16Weights) {

@@ -47,7 +47,7 @@ MemorySpec memory_spec_from(const TrainOptions& o, int element_bytes) {
 void print_memory_prediction(const TrainOptions& o, int element_bytes, double device_memory_bytes, std::FILE* out) {
   const MemorySpec spec = memory_spec_from(o, element_bytes);
   // Sizes only: the CPU backend's rules (its attention keeps the probabilities [B, heads, T, T]).
-  const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
+  const std::unique_ptr<Backend> sizing = make_sizing_backend(spec);
   const std::vector<RankMemory> ranks = predict_memory(spec, *sizing);
   const GptConfig& c = spec.model;
   std::fprintf(out, "pipelane memory: %s, %d layers, d_model %d, %d heads, seq_len %d, micro_batch %d: %.3fB parameters\n",
@@ -113,7 +113,7 @@ void print_memory_prediction(const TrainOptions& o, int element_bytes, double de
 // The same prediction as one JSON object on one line: bytes per category for every stage.
 void print_memory_prediction_json(const TrainOptions& o, int element_bytes, std::FILE* out) {
   const MemorySpec spec = memory_spec_from(o, element_bytes);
-  const std::unique_ptr<Backend> sizing = BackendRegistry::with_builtins().create("cpu", BackendOptions{1, 0});
+  const std::unique_ptr<Backend> sizing = make_sizing_backend(spec);
   nlohmann::json stages = nlohmann::json::array();
   for (const RankMemory& r : predict_memory(spec, *sizing))
     stages.push_back({{"stage", r.stage}, {"weights", r.weights}, {"master_weights", r.master_weights},

@@ -181,11 +181,14 @@ void CudaBackendImpl::embedding_backward_local(float* dwte, float* dwpe, const f
 
 // ---- layernorm ----
 
-void CudaBackendImpl::layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                                        const float* bias, int N, int C, Stream& s) {
+void CudaBackendImpl::layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp,
+                                        const float* weight, const float* bias, int N, int C, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("layernorm_forward", {out, mean, rstd, inp, weight, bias});
-  cuda::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, N, C, h);
+  expect_device("layernorm_forward", {out.data(), mean, rstd, inp, weight, bias});
+  if (out.is_bf16())
+    cuda::layernorm_forward<float, bf16>(reinterpret_cast<bf16*>(out.bf16), mean, rstd, inp, weight, bias, N, C, h);
+  else
+    cuda::layernorm_forward<float>(out.f32, mean, rstd, inp, weight, bias, N, C, h);
 }
 void CudaBackendImpl::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                          const float* inp, const float* weight, const float* mean, const float* rstd,

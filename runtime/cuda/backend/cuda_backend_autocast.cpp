@@ -29,28 +29,37 @@ Bf16Weight::Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStrea
   }
 }
 
+Bf16Weight::Bf16Weight(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream) {
+  if (x.is_bf16()) {
+    w_ = reinterpret_cast<const bf16*>(x.bf16);
+  } else {
+    copy_ = std::make_unique<Bf16Copy>(pool, x.f32, n, stream);
+    w_ = copy_->get();
+  }
+}
 
-void CudaBackendImpl::matmul_forward_autocast(float* out, const float* inp, GemmWeight weight, const float* bias,
+
+void CudaBackendImpl::matmul_forward_autocast(float* out, ActivationIn inp, GemmWeight weight, const float* bias,
                                               int N, int C, int OC, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("matmul_forward", {out, inp, weight.data(), bias});
-  const Bf16Copy x(*scratch_, inp, count(N, C), h);
+  expect_device("matmul_forward", {out, inp.data(), weight.data(), bias});
+  const Bf16Weight x(*scratch_, inp, count(N, C), h);
   const Bf16Weight w(*scratch_, weight, count(OC, C), h);
   gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast), s);
 }
 
 void CudaBackendImpl::matmul_backward_autocast(float* dinp, float* dweight, float* dbias, const float* dout,
-                                               const float* inp, GemmWeight weight, int N, int C, int OC,
+                                               ActivationIn inp, GemmWeight weight, int N, int C, int OC,
                                                Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("matmul_backward", {dinp, dweight, dbias, dout, inp, weight.data()});
+  expect_device("matmul_backward", {dinp, dweight, dbias, dout, inp.data(), weight.data()});
   const Bf16Copy d(*scratch_, dout, count(N, OC), h);
   if (dinp) {
     const Bf16Weight w(*scratch_, weight, count(OC, C), h);
     gemm(matmul_backward_input_gemm(dinp, d.get(), w.get(), N, C, OC, kAutocast), s);
   }
   {
-    const Bf16Copy x(*scratch_, inp, count(N, C), h);
+    const Bf16Weight x(*scratch_, inp, count(N, C), h);
     gemm(matmul_backward_weight_gemm(dweight, d.get(), x.get(), N, C, OC, kAutocast), s);
   }
   if (dbias) {  // column sums of the fp32 dout, not a GEMM

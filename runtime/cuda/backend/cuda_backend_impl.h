@@ -54,6 +54,8 @@ class Bf16Copy {
 class Bf16Weight {
  public:
   Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream);
+  // A GEMM's input activation the same way: a bf16 one as it is, an fp32 one copied rounded.
+  Bf16Weight(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream);
   const __nv_bfloat16* get() const { return w_; }
 
  private:
@@ -134,7 +136,7 @@ class CudaBackendImpl final : public CudaBackend {
   void add_positions(float* out, const float* wpe, int B, int T, int C, Stream& s) override;
   void embedding_backward_local(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B,
                                 int T, int C, int v0, int vcount, Stream& s) override;
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+  void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int N, int C, Stream& s) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C,
@@ -143,13 +145,13 @@ class CudaBackendImpl final : public CudaBackend {
                                 const float* mean, const float* rstd, int N, int C, Stream& s) override;
   void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
                                  const float* mean, const float* rstd, int N, int C, Stream& s) override;
-  void matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N, int C, int OC,
+  void matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N, int C, int OC,
                       Stream& s) override;
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, ActivationIn inp,
                        GemmWeight weight, int N, int C, int OC, Stream& s) override;
   void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                              Stream& s) override;
-  void matmul_gelu_forward(float* pre, float* out, const float* inp, GemmWeight weight, const float* bias, int N,
+  void matmul_gelu_forward(float* pre, float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                            int C, int OC, Stream& s) override;
   void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight, const float* pre, int N,
                                    int C, int OC, Stream& s) override;
@@ -190,7 +192,7 @@ class CudaBackendImpl final : public CudaBackend {
   void graphsgd_step(const GraphSgdStep& step, Stream& s) override;  // cuda_backend_graph.cpp
 
   // The Llama family's ops (cuda_backend_llama.cpp).
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+  void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
                        Stream& s) override;
   void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* rstd,
                               int N, int C, Stream& s) override;
@@ -242,9 +244,9 @@ class CudaBackendImpl final : public CudaBackend {
  private:
   bool bf16_compute() const { return config_.compute == DType::BF16; }
   // The matmul family in bf16 compute on fp32 storage (cuda_backend_autocast.cpp).
-  void matmul_forward_autocast(float* out, const float* inp, GemmWeight weight, const float* bias, int N, int C,
+  void matmul_forward_autocast(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N, int C,
                                int OC, Stream& s);
-  void matmul_backward_autocast(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void matmul_backward_autocast(float* dinp, float* dweight, float* dbias, const float* dout, ActivationIn inp,
                                 GemmWeight weight, int N, int C, int OC, Stream& s);
   void matmul_backward_input_autocast(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                                       Stream& s);

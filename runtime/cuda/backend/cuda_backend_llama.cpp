@@ -39,11 +39,14 @@ class GemmOperand {
 
 // ---- RMSNorm ----
 
-void CudaBackendImpl::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                                      float eps, Stream& s) {
+void CudaBackendImpl::rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N,
+                                      int C, float eps, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("rmsnorm_forward", {out, rstd, inp, weight});
-  cuda::rmsnorm_forward<float>(out, rstd, inp, weight, N, C, eps, h);
+  expect_device("rmsnorm_forward", {out.data(), rstd, inp, weight});
+  if (out.is_bf16())
+    cuda::rmsnorm_forward<float, bf16>(reinterpret_cast<bf16*>(out.bf16), rstd, inp, weight, N, C, eps, h);
+  else
+    cuda::rmsnorm_forward<float>(out.f32, rstd, inp, weight, N, C, eps, h);
 }
 void CudaBackendImpl::rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
                                              const float* rstd, int N, int C, Stream& s) {

@@ -89,15 +89,16 @@ void CudaBackendImpl::matmul_backward_t(X* dinp, float* dweight, float* dbias, c
   }
 }
 
-void CudaBackendImpl::matmul_forward(float* out, const float* inp, GemmWeight weight, const float* bias, int N,
+void CudaBackendImpl::matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                                      int C, int OC, Stream& s) {
   if (bf16_compute()) return matmul_forward_autocast(out, inp, weight, bias, N, C, OC, s);
-  matmul_forward_t(out, inp, fp32_weight(weight, "matmul_forward"), bias, N, C, OC, s);
+  matmul_forward_t(out, fp32_input(inp, "matmul_forward"), fp32_weight(weight, "matmul_forward"), bias, N, C, OC, s);
 }
-void CudaBackendImpl::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+void CudaBackendImpl::matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, ActivationIn inp,
                                       GemmWeight weight, int N, int C, int OC, Stream& s) {
   if (bf16_compute()) return matmul_backward_autocast(dinp, dweight, dbias, dout, inp, weight, N, C, OC, s);
-  matmul_backward_t(dinp, dweight, dbias, dout, inp, fp32_weight(weight, "matmul_backward"), N, C, OC, s);
+  matmul_backward_t(dinp, dweight, dbias, dout, fp32_input(inp, "matmul_backward"),
+                    fp32_weight(weight, "matmul_backward"), N, C, OC, s);
 }
 void CudaBackendImpl::matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                                             Stream& s) {

@@ -11,8 +11,8 @@ namespace pipelane::cuda {
 constexpr float kLayernormEps = 1e-5f;
 constexpr int kRowsPerBlock = 8;  // warps per block, one row each
 
-template <typename floatX>
-__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
+template <typename floatX, typename outX>
+__global__ void layernorm_forward_kernel(outX* out, float* mean, float* rstd, const floatX* inp,
                                          const floatX* weight, const floatX* bias, int N, int C) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
@@ -27,9 +27,9 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     v += d * d;
   }
   const float r = 1.0f / sqrtf(warp_sum(v) / C + kLayernormEps);
-  floatX* o = out + static_cast<std::size_t>(row) * C;
+  outX* o = out + static_cast<std::size_t>(row) * C;
   for (int c = lane; c < C; c += 32)
-    o[c] = from_float<floatX>((to_float(x[c]) - m) * r * to_float(weight[c]) + to_float(bias[c]));
+    o[c] = from_float<outX>((to_float(x[c]) - m) * r * to_float(weight[c]) + to_float(bias[c]));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -80,12 +80,12 @@ struct LayernormParamTerms {
   }
 };
 
-template <typename floatX>
-void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
+template <typename floatX, typename outX>
+void layernorm_forward(outX* out, float* mean, float* rstd, const floatX* inp,
                        const floatX* weight, const floatX* bias, int N, int C,
                        cudaStream_t stream) {
   if (N <= 0) return;
-  PIPELANE_LAUNCH(layernorm_forward_kernel<floatX>, dim3(ceil_div(N, kRowsPerBlock)),
+  PIPELANE_LAUNCH((layernorm_forward_kernel<floatX, outX>), dim3(ceil_div(N, kRowsPerBlock)),
                   dim3(32 * kRowsPerBlock), 0, stream, out, mean, rstd, inp, weight, bias, N, C);
 }
 

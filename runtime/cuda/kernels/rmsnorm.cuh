@@ -11,8 +11,8 @@ namespace pipelane::cuda {
 
 constexpr int kRmsRowsPerBlock = 8;  // warps per block, one row each
 
-template <typename floatX>
-__global__ void rmsnorm_forward_kernel(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N,
+template <typename floatX, typename outX>
+__global__ void rmsnorm_forward_kernel(outX* out, float* rstd, const floatX* inp, const floatX* weight, int N,
                                        int C, float eps) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kRmsRowsPerBlock + threadIdx.x / 32;
@@ -24,8 +24,8 @@ __global__ void rmsnorm_forward_kernel(floatX* out, float* rstd, const floatX* i
     ss += v * v;
   }
   const float r = 1.0f / sqrtf(warp_sum(ss) / C + eps);
-  floatX* o = out + static_cast<std::size_t>(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = from_float<floatX>(to_float(weight[c]) * (to_float(x[c]) * r));
+  outX* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += 32) o[c] = from_float<outX>(to_float(weight[c]) * (to_float(x[c]) * r));
   if (lane == 0) rstd[row] = r;
 }
 
@@ -62,12 +62,12 @@ struct RmsnormWeightTerm {
   }
 };
 
-template <typename floatX>
-void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
+template <typename floatX, typename outX>
+void rmsnorm_forward(outX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
                      cudaStream_t stream) {
   if (N <= 0) return;
-  PIPELANE_LAUNCH(rmsnorm_forward_kernel<floatX>, dim3(ceil_div(N, kRmsRowsPerBlock)), dim3(32 * kRmsRowsPerBlock),
-                  0, stream, out, rstd, inp, weight, N, C, eps);
+  PIPELANE_LAUNCH((rmsnorm_forward_kernel<floatX, outX>), dim3(ceil_div(N, kRmsRowsPerBlock)),
+                  dim3(32 * kRmsRowsPerBlock), 0, stream, out, rstd, inp, weight, N, C, eps);
 }
 
 template <typename floatX>

@@ -1,10 +1,12 @@
-// The attention ops on a bf16 probabilities buffer give the bits of the fp32 buffer's ops around
-// the bf16-storage casts, on any backend that takes one (supports(op, BF16)): forward writes the
-// fp32 op's output and cast_to_bf16 of its probabilities; backward on them gives what it gives
-// on an fp32 buffer holding the same (rounded) values. This is what lets bf16 storage keep the
-// probabilities without an fp32 copy and change no bit (model/gpt_bf16_storage.cpp).
-// tests/runtime/test_ops_bf16.cpp runs it on the CPU backend, tests/cuda/test_cuda_autocast.cpp
-// on the emulated (or real) CUDA backend, each in both compute precisions.
+// The ops with a bf16 activation buffer (ActivationOut/In) give the bits of the fp32 buffer's ops
+// around the bf16-storage casts, on any backend that takes one (supports(op, BF16)):
+// - the attention ops' probabilities: forward writes the fp32 op's output and cast_to_bf16 of its
+//   probabilities; backward on them gives what it gives on an fp32 buffer of the same values;
+// - the norms' forward output: cast_to_bf16 of the fp32 op's, with the same statistics;
+// - under bf16 compute the GEMMs' input: a bf16 input gives the bits of the fp32 input it rounds.
+// This is what lets bf16 storage keep those values without an fp32 copy and change no bit
+// (model/gpt_bf16_storage.cpp). tests/runtime/test_ops_bf16.cpp runs them on the CPU backend,
+// tests/cuda/test_cuda_autocast.cpp on the emulated (or real) CUDA backend.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -16,7 +18,7 @@
 
 #include "runtime/backend.h"
 
-namespace pipelane::bf16_probabilities_test {
+namespace pipelane::bf16_buffers_test {
 
 // Buffers of one test in a backend's arena, with host copies in and out.
 class Buffers {
@@ -115,4 +117,74 @@ inline void expect_bf16_probabilities_change_no_bit(Backend& backend, int kv_hea
   expect_same_bits(backward(out16, ActivationIn::of_bf16(att16)), backward(out32, att32), what + " input gradients");
 }
 
-}  // namespace pipelane::bf16_probabilities_test
+// LayerNorm and RMSNorm forward into a bf16 buffer: cast_to_bf16 of the fp32 output, the same
+// statistics.
+inline void expect_bf16_norm_outputs_change_no_bit(Backend& backend) {
+  ASSERT_TRUE(backend.supports(OpKind::LayerNormForward, DType::BF16));
+  ASSERT_TRUE(backend.supports(OpKind::RmsNormForward, DType::BF16));
+  const int N = 13, C = 72;
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  std::mt19937 rng(20261206u);
+  Buffers b(backend);
+  const float *x = b.upload(random_floats(rng, n)), *w = b.upload(random_floats(rng, C)),
+              *bias = b.upload(random_floats(rng, C));
+  for (const bool rms : {false, true}) {
+    const std::string what = rms ? "rmsnorm_forward" : "layernorm_forward";
+    float *out32 = b.zeros(n), *mean32 = b.zeros(N), *rstd32 = b.zeros(N), *mean16 = b.zeros(N), *rstd16 = b.zeros(N);
+    std::uint16_t *out16 = b.bf16(n), *cast = b.bf16(n);
+    if (rms) {
+      backend.rmsnorm_forward(out32, rstd32, x, w, N, C, 1e-5f, b.stream());
+      backend.rmsnorm_forward(ActivationOut::of_bf16(out16), rstd16, x, w, N, C, 1e-5f, b.stream());
+    } else {
+      backend.layernorm_forward(out32, mean32, rstd32, x, w, bias, N, C, b.stream());
+      backend.layernorm_forward(ActivationOut::of_bf16(out16), mean16, rstd16, x, w, bias, N, C, b.stream());
+    }
+    backend.cast_to_bf16(cast, out32, n, b.stream());
+    expect_same_bits(b.download(out16, n), b.download(cast, n), what + " output (against cast_to_bf16)");
+    expect_same_bits(b.download(rstd16, N), b.download(rstd32, N), what + " rstd");
+    expect_same_bits(b.download(mean16, N), b.download(mean32, N), what + " mean");
+  }
+}
+
+// Under bf16 compute: matmul_forward, matmul_backward's weight gradient and matmul_gelu_forward
+// on a bf16 input give the bits they give on the fp32 input it is the rounding of.
+inline void expect_bf16_gemm_inputs_change_no_bit(Backend& backend) {
+  ASSERT_EQ(backend.compute_precision(), DType::BF16);
+  for (OpKind op : {OpKind::MatmulForward, OpKind::MatmulBackward, OpKind::MatmulGeluForward})
+    ASSERT_TRUE(backend.supports(op, DType::BF16)) << op_kind_name(op);
+  const int N = 11, C = 40, OC = 24;
+  const std::size_t nx = static_cast<std::size_t>(N) * C, ny = static_cast<std::size_t>(N) * OC;
+  std::mt19937 rng(20261207u);
+  Buffers b(backend);
+  const std::vector<float> x_host = random_floats(rng, nx);
+  float* x = b.upload(x_host);
+  std::uint16_t* x16 = b.bf16(nx);
+  backend.cast_to_bf16(x16, x, nx, b.stream());
+  const std::size_t nw = static_cast<std::size_t>(OC) * C;
+  const float *w = b.upload(random_floats(rng, nw)), *bias = b.upload(random_floats(rng, OC));
+  const float* dy = b.upload(random_floats(rng, ny));
+  const auto run = [&](ActivationIn in) {
+    float *y = b.zeros(ny), *pre = b.zeros(ny), *gelu = b.zeros(ny), *dw = b.zeros(nw);
+    float* dx = b.zeros(nx);
+    backend.matmul_forward(y, in, w, bias, N, C, OC, b.stream());
+    backend.matmul_gelu_forward(pre, gelu, in, w, bias, N, C, OC, b.stream());
+    backend.matmul_backward(dx, dw, nullptr, dy, in, w, N, C, OC, b.stream());
+    std::vector<float> all = b.download(y, ny);
+    for (const auto& part : {b.download(pre, ny), b.download(gelu, ny), b.download(dw, nw), b.download(dx, nx)})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  };
+  expect_same_bits(run(ActivationIn::of_bf16(x16)), run(x), "matmul outputs on a bf16 input");
+  // The fp32 input really differs from its rounding (else the check above would show nothing).
+  const std::vector<std::uint16_t> bits = b.download(x16, nx);
+  std::size_t rounded = 0;
+  for (std::size_t i = 0; i < nx; ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(bits[i]) << 16;
+    float widened;
+    std::memcpy(&widened, &u, sizeof widened);
+    rounded += widened != x_host[i];
+  }
+  EXPECT_GT(rounded, nx / 2);
+}
+
+}  // namespace pipelane::bf16_buffers_test
