@@ -16,11 +16,13 @@
 //     rerun layer's values are rounded as storage would have rounded them (round_layer), and the
 //     selective rerun's probabilities likewise (they equal forward's: the score GEMM's operands
 //     are bf16-rounded in both).
-//   - The attention's probabilities (the largest value at long sequences) skip the workspace where
-//     the backend takes them as a bf16 buffer (bf16_probabilities): the attention op writes them
-//     into the microbatch's bf16 buffer itself, rounded as store_layer would round them, and its
-//     backward reads them there. Selective recomputation's rerun writes them into bf16 scratch,
-//     and a full rerun's workspace keeps them in bf16 too.
+//   - Some values skip the workspace (bf16_direct_values): the attention's probabilities (the
+//     largest value at long sequences) where the backend takes them as a bf16 buffer, and without
+//     sequence parallelism the norms' outputs ln1 and ln2. Their ops write them into the
+//     microbatch's bf16 buffers themselves, rounded as store_layer would round them, and the ops
+//     that read them (the attention's backward, the GEMMs) read them there: the same bits.
+//     Selective recomputation's rerun writes the probabilities into bf16 scratch, and a full
+//     rerun's workspace keeps them in bf16 too.
 //   - The stage's input, output and their gradients are bf16 buffers: stage-to-stage transfers
 //     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
 #include "model/gpt_model.h"
@@ -84,7 +86,7 @@ void GptStage::store_layer(const MicrobatchActivations& a, const LayerActivation
   backend_.round_to_bf16(h.res_out, d.nC, stream_);
   const auto sizes = layer_value_sizes(d);
   const StoredLayer& stored = a.stored[l];
-  // A value the layer wrote in bf16 itself (the probabilities) has no fp32 source here.
+  // A value the layer wrote in bf16 itself (bf16_direct_values) has no fp32 source here.
   for (std::size_t i = 0; i < kLayerValueCount; ++i)
     if (stored.values[i] && h.*kLayerValues[i])
       backend_.cast_to_bf16(stored.values[i], h.*kLayerValues[i], sizes[i], stream_);

@@ -139,8 +139,8 @@ struct StageScratch {
   // (forward, and again for its weight gradient), and the all-gathered residual gradient [N,C].
   float *gathered = nullptr, *dres_full = nullptr;
   // bf16 storage only: the fp32 layer a layer's forward runs in and its backward reads its
-  // widened values from (without the probabilities where the backend keeps those in bf16 itself:
-  // they go straight to the microbatch's bf16 buffer; one, empty when every layer is a full
+  // widened values from (without what the ops keep in bf16 themselves, bf16_direct_values: those
+  // go straight to the microbatch's bf16 buffers; one, empty when every layer is a full
   // recompute's; the next layer's
   // forward runs in it too: layer_forward reads its input, the previous res_out, only before it
   // writes its own res_out); a layer's widened input [n,C]; the fp32 input gradient before it is
