@@ -10,6 +10,7 @@
 
 #include "runtime/cpu/cpu_ops.h"
 #include "tests/cuda/compare.h"
+#include "tests/support/backend_buffers.h"
 #if PIPELANE_TEST_REAL_CUDA
 #include <cuda_runtime_api.h>
 
@@ -25,38 +26,16 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// Buffers in the emulated device's memory.
-class Device {
+// Buffers in the (emulated) device's memory; values(): a download as doubles.
+class Device : public testing::BackendBuffers {
  public:
-  explicit Device(Backend& backend)
-      : backend_(backend), stream_(backend.create_stream(StreamPriority::High)),
-        arena_(backend.create_arena("bf16 test", std::size_t{16} << 20)) {}
-  template <typename T>
-  T* upload(const std::vector<T>& host) {
-    T* p = arena_->allocate_n<T>(host.size() + 1);
-    backend_.copy(p, host.data(), host.size() * sizeof(T), *stream_);
-    stream_->synchronize();
-    return p;
-  }
-  template <typename T>
-  std::vector<T> download(const T* p, std::size_t n) {
-    std::vector<T> out(n);
-    backend_.copy(out.data(), p, n * sizeof(T), *stream_);
-    stream_->synchronize();
-    return out;
-  }
+  explicit Device(Backend& backend) : BackendBuffers(backend, "bf16 test", std::size_t{16} << 20) {}
   template <typename T>
   Vec values(const T* p, std::size_t n) {
     Vec out;
     for (const T& x : download(p, n)) out.push_back(static_cast<double>(static_cast<float>(x)));
     return out;
   }
-  Stream& stream() { return *stream_; }
-
- private:
-  Backend& backend_;
-  std::unique_ptr<Stream> stream_;
-  std::unique_ptr<Arena> arena_;
 };
 
 std::vector<float> random_floats(std::mt19937& rng, std::size_t n, float scale = 1.f) {

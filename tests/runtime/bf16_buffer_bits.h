@@ -17,39 +17,15 @@
 #include <vector>
 
 #include "runtime/backend.h"
+#include "tests/support/backend_buffers.h"
 
 namespace pipelane::bf16_buffers_test {
 
-// Buffers of one test in a backend's arena, with host copies in and out.
-class Buffers {
+// Buffers of one test in a backend's arena; bf16(n): n zero bf16 elements.
+class Buffers : public testing::BackendBuffers {
  public:
-  explicit Buffers(Backend& backend)
-      : backend_(backend), stream_(backend.create_stream(StreamPriority::High)),
-        arena_(backend.create_arena("bf16 probabilities", std::size_t{8} << 20)) {}
-  float* upload(const std::vector<float>& host) {
-    float* d = arena_->allocate_n<float>(host.size());
-    backend_.copy(d, host.data(), host.size() * sizeof(float), *stream_);
-    return d;
-  }
-  float* zeros(std::size_t n) { return upload(std::vector<float>(n, 0.f)); }
-  std::uint16_t* bf16(std::size_t n) {
-    std::uint16_t* d = arena_->allocate_n<std::uint16_t>(n);
-    backend_.memset_zero(d, n * sizeof(std::uint16_t), *stream_);
-    return d;
-  }
-  template <typename T>
-  std::vector<T> download(const T* d, std::size_t n) {
-    std::vector<T> h(n);
-    backend_.copy(h.data(), d, n * sizeof(T), *stream_);
-    stream_->synchronize();
-    return h;
-  }
-  Stream& stream() { return *stream_; }
-
- private:
-  Backend& backend_;
-  std::unique_ptr<Stream> stream_;
-  std::unique_ptr<Arena> arena_;
+  explicit Buffers(Backend& backend) : BackendBuffers(backend, "bf16 buffers", std::size_t{8} << 20) {}
+  std::uint16_t* bf16(std::size_t n) { return zeros<std::uint16_t>(n); }
 };
 
 inline std::vector<float> random_floats(std::mt19937& rng, std::size_t n) {

@@ -20,20 +20,12 @@ Bf16Copy::Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStrea
   convert_from_float<bf16>(t_.get(), src, n, stream);
 }
 
-Bf16Weight::Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream) {
-  if (w.is_bf16()) {
-    w_ = reinterpret_cast<const bf16*>(w.bf16);
+Bf16Weight::Bf16Weight(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n,
+                       cudaStream_t stream) {
+  if (bf16_bits) {
+    w_ = reinterpret_cast<const bf16*>(bf16_bits);
   } else {
-    copy_ = std::make_unique<Bf16Copy>(pool, w.f32, n, stream);
-    w_ = copy_->get();
-  }
-}
-
-Bf16Weight::Bf16Weight(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream) {
-  if (x.is_bf16()) {
-    w_ = reinterpret_cast<const bf16*>(x.bf16);
-  } else {
-    copy_ = std::make_unique<Bf16Copy>(pool, x.f32, n, stream);
+    copy_ = std::make_unique<Bf16Copy>(pool, f32, n, stream);
     w_ = copy_->get();
   }
 }

@@ -53,12 +53,15 @@ class Bf16Copy {
 // A GEMM's weight in bf16: a bf16 GemmWeight as it is (no copy), an fp32 one copied (Bf16Copy).
 class Bf16Weight {
  public:
-  Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream);
+  Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream)
+      : Bf16Weight(pool, w.f32, w.bf16, n, stream) {}
   // A GEMM's input activation the same way: a bf16 one as it is, an fp32 one copied rounded.
-  Bf16Weight(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream);
+  Bf16Weight(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream)
+      : Bf16Weight(pool, x.f32, x.bf16, n, stream) {}
   const __nv_bfloat16* get() const { return w_; }
 
  private:
+  Bf16Weight(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n, cudaStream_t stream);
   std::unique_ptr<Bf16Copy> copy_;
   const __nv_bfloat16* w_;
 };
