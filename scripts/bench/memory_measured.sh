@@ -59,9 +59,10 @@ done
 for recompute in none selective full; do
   measure "recompute $recompute, pp 2 (1f1b)" 2 --parallel.pp=2 --train.recompute=$recompute
 done
+on_off() { [ "$1" = true ] && echo on || echo off; }  # the README's words for a switch
 for dp in 2 4; do
   for zero in false true; do
-    measure "distributed optimizer $zero, dp $dp" "$dp" --parallel.dp=$dp --train.global_batch=32 \
+    measure "distributed optimizer $(on_off $zero), dp $dp" "$dp" --parallel.dp=$dp --train.global_batch=32 \
       --train.distributed_optimizer=$zero
   done
 done
@@ -69,7 +70,7 @@ done
 train_help=$(build/pipelane train --help 2>/dev/null || true)
 if grep -q "sequence_parallel" <<< "$train_help"; then
   for sp in false true; do
-    measure "sequence parallel $sp, tp 2" 2 --parallel.tp=2 --parallel.sequence_parallel=$sp
+    measure "sequence parallel $(on_off $sp), tp 2" 2 --parallel.tp=2 --parallel.sequence_parallel=$sp
   done
 else
   echo "  (this build has no [parallel] sequence_parallel: no row for it)" >&2
