@@ -40,7 +40,7 @@ bool GptStage::bf16_norm_outputs() const {
   return std::all_of(ops.begin(), ops.end(), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
 }
 
-std::uint32_t GptStage::bf16_direct_values() const {
+std::uint32_t GptStage::plan_bf16_direct_values() const {
   const auto bit = [](float* LayerActivations::*member) { return 1u << layer_value_index(member); };
   std::uint32_t direct = 0;
   if (bf16_probabilities()) direct |= bit(&LayerActivations::att);

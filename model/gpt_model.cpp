@@ -32,6 +32,7 @@ GptStage::GptStage(const GptConfig& cfg, StageRange range, Backend& backend, Str
   if (storage == DType::BF16 && !backend.supports(OpKind::CastToBf16, DType::BF16))
     throw std::invalid_argument("backend " + backend.name() + " has no bf16 buffers (cast_to_bf16)");
   check_backend_supports_config();
+  bf16_direct_values_ = plan_bf16_direct_values();
 }
 
 int GptStage::sequence_rows(int B, int T) const {

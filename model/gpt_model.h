@@ -141,10 +141,9 @@ struct StageScratch {
   // bf16 storage only: the fp32 layer a layer's forward runs in and its backward reads its
   // widened values from (without what the ops keep in bf16 themselves, bf16_direct_values: those
   // go straight to the microbatch's bf16 buffers; one, empty when every layer is a full
-  // recompute's; the next layer's
-  // forward runs in it too: layer_forward reads its input, the previous res_out, only before it
-  // writes its own res_out); a layer's widened input [n,C]; the fp32 input gradient before it is
-  // sent in bf16 [n,C].
+  // recompute's; the next layer's forward runs in it too: layer_forward reads its input, the
+  // previous res_out, only before it writes its own res_out); a layer's widened input [n,C]; the
+  // fp32 input gradient before it is sent in bf16 [n,C].
   std::vector<LayerActivations> storage_layers;
   float *storage_x = nullptr, *storage_dx = nullptr;
 };
@@ -356,8 +355,10 @@ class GptStage {
   // layer's bf16 buffers and the GEMMs read them there. (Under sequence parallelism the norms'
   // rows are all-gathered in fp32 first: they stay in the workspace.)
   bool bf16_norm_outputs() const;
-  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers.
-  std::uint32_t bf16_direct_values() const;
+  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers: the two
+  // above, decided once when the stage is made (they depend on the backend and the config only).
+  std::uint32_t bf16_direct_values() const { return bf16_direct_values_; }
+  std::uint32_t plan_bf16_direct_values() const;
   // Elements of each kLayerValues entry of a layer (0: the config lacks it, or it stays fp32).
   std::array<std::size_t, kLayerValueCount> layer_value_sizes(const Dims& d) const;
   // After layer l's forward into h: its output rounded to bf16 in place (the next layer's input)
@@ -389,6 +390,7 @@ class GptStage {
   TensorParallelComm* tp_ = nullptr;  // null when tp == 1
   bool sequence_parallel_ = false;    // only with tp_
   DType storage_ = DType::F32;
+  std::uint32_t bf16_direct_values_ = 0;
   RecomputeOptions recompute_;
   std::vector<LayerRecompute> recompute_plan_;  // one per layer of the range
 };

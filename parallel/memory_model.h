@@ -58,10 +58,9 @@ struct MemorySpec {
   DType gemm_weights = DType::F32; // [train] gemm_weights: BF16 adds a bf16 copy of the weights for the GEMMs
 };
 
-// Whether the spec's fp32 master weights are sharded over dp: bf16 GEMM weights under the
-// distributed optimizer (the executor's layout then: model/stage_weights.h, parallel/sharded_adamw.h).
+// Whether the spec's fp32 master weights are sharded over dp (optimizer_shards.h's rule).
 inline bool masters_sharded(const MemorySpec& spec) {
-  return spec.gemm_weights == DType::BF16 && spec.optimizer_shards > 1;
+  return masters_sharded(spec.gemm_weights, spec.optimizer_shards);
 }
 
 // One model chunk (virtual stage) of a rank.

@@ -24,6 +24,13 @@ inline constexpr std::size_t kShardAlignFloats = 16;
 // A bucket's whole size aims at the replicated optimizer's all-reduce buckets (4 MiB).
 inline constexpr std::size_t kShardBucketFloats = std::size_t{1} << 20;
 
+// Whether the fp32 master weights are sharded over dp too: bf16 GEMM weights under the distributed
+// optimizer (the executor's layout then: model/stage_weights.h, parallel/sharded_adamw.h). The one
+// rule the memory model, the executor and the job simulator ask.
+inline bool masters_sharded(DType gemm_weights, int optimizer_shards) {
+  return gemm_weights == DType::BF16 && optimizer_shards > 1;
+}
+
 struct ShardBucket {
   std::size_t start = 0;         // in the flat buffer
   std::size_t piece = 0;         // floats each dp rank owns; the bucket is ranks * piece long

@@ -14,6 +14,10 @@
 
 namespace pipelane::sim {
 
+bool JobSpec::masters_sharded() const {
+  return pipelane::masters_sharded(gemm_weights, optimizer_shards());
+}
+
 namespace {
 
 // Sizing only: GptStage asks a tensor-parallel group for its size; nothing is ever reduced.

@@ -48,7 +48,7 @@ struct JobSpec {
   bool split_backward() const { return schedule.kind == ScheduleKind::ZeroBubbleH1; }
   // dp ranks the optimizer state is cut over (1: replicated).
   int optimizer_shards() const { return distributed_optimizer ? dp : 1; }
-  bool masters_sharded() const { return gemm_weights == DType::BF16 && optimizer_shards() > 1; }
+  bool masters_sharded() const;  // parallel/optimizer_shards.h's rule
   // tp ranks the [B, T, C] activations are cut over (1: tensor parallelism alone).
   int sequence_shards() const { return sequence_parallel ? tp : 1; }
   double tokens_per_iteration() const {

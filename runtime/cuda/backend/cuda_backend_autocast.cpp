@@ -20,7 +20,7 @@ Bf16Copy::Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStrea
   convert_from_float<bf16>(t_.get(), src, n, stream);
 }
 
-Bf16Weight::Bf16Weight(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n,
+Bf16Operand::Bf16Operand(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n,
                        cudaStream_t stream) {
   if (bf16_bits) {
     w_ = reinterpret_cast<const bf16*>(bf16_bits);
@@ -35,8 +35,8 @@ void CudaBackendImpl::matmul_forward_autocast(float* out, ActivationIn inp, Gemm
                                               int N, int C, int OC, Stream& s) {
   const cudaStream_t h = enter(s);
   expect_device("matmul_forward", {out, inp.data(), weight.data(), bias});
-  const Bf16Weight x(*scratch_, inp, count(N, C), h);
-  const Bf16Weight w(*scratch_, weight, count(OC, C), h);
+  const Bf16Operand x(*scratch_, inp, count(N, C), h);
+  const Bf16Operand w(*scratch_, weight, count(OC, C), h);
   gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast), s);
 }
 
@@ -47,11 +47,11 @@ void CudaBackendImpl::matmul_backward_autocast(float* dinp, float* dweight, floa
   expect_device("matmul_backward", {dinp, dweight, dbias, dout, inp.data(), weight.data()});
   const Bf16Copy d(*scratch_, dout, count(N, OC), h);
   if (dinp) {
-    const Bf16Weight w(*scratch_, weight, count(OC, C), h);
+    const Bf16Operand w(*scratch_, weight, count(OC, C), h);
     gemm(matmul_backward_input_gemm(dinp, d.get(), w.get(), N, C, OC, kAutocast), s);
   }
   {
-    const Bf16Weight x(*scratch_, inp, count(N, C), h);
+    const Bf16Operand x(*scratch_, inp, count(N, C), h);
     gemm(matmul_backward_weight_gemm(dweight, d.get(), x.get(), N, C, OC, kAutocast), s);
   }
   if (dbias) {  // column sums of the fp32 dout, not a GEMM
@@ -65,7 +65,7 @@ void CudaBackendImpl::matmul_backward_input_autocast(float* dinp, const float* d
   const cudaStream_t h = enter(s);
   expect_device("matmul_backward_input", {dinp, dout, weight.data()});
   const Bf16Copy d(*scratch_, dout, count(N, OC), h);
-  const Bf16Weight w(*scratch_, weight, count(OC, C), h);
+  const Bf16Operand w(*scratch_, weight, count(OC, C), h);
   gemm(matmul_backward_input_gemm(dinp, d.get(), w.get(), N, C, OC, kAutocast), s);
 }
 
@@ -121,7 +121,7 @@ void CudaBackendImpl::lm_head_logits_autocast(float* logits, const float* x, Gem
   const cudaStream_t h = enter(s);
   expect_device("lm_head_logits", {logits, x, wte.data()});
   const Bf16Copy x16(*scratch_, x, count(N, C), h);
-  const Bf16Weight w16(*scratch_, wte, count(Vp, C), h);
+  const Bf16Operand w16(*scratch_, wte, count(Vp, C), h);
   gemm(matmul_forward_gemm(logits, x16.get(), w16.get(), nullptr, N, C, Vp, kAutocast), s);
 }
 
@@ -132,7 +132,7 @@ double CudaBackendImpl::lm_head_cross_entropy_autocast(float* losses, float* dx,
   expect_device("lm_head_cross_entropy", {losses, dx, dwte, x, wte.data(), scratch});
   const DeviceInts tgt(*scratch_, targets, static_cast<std::size_t>(N), h);
   const Bf16Copy x16(*scratch_, x, count(N, C), h);
-  const Bf16Weight w16(*scratch_, wte, count(Vp, C), h);
+  const Bf16Operand w16(*scratch_, wte, count(Vp, C), h);
   const int R = head_chunk_rows(N, Vp);
   for (int r0 = 0; r0 < N; r0 += R) {
     const int rows = std::min(R, N - r0);

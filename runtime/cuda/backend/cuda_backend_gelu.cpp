@@ -23,8 +23,8 @@ void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, ActivationIn i
                             bias, N, C, OC, DataType::F32, pre),
         s);
   } else {
-    const Bf16Weight x(*scratch_, inp, count(N, C), h);
-    const Bf16Weight w(*scratch_, weight, count(OC, C), h);
+    const Bf16Operand x(*scratch_, inp, count(N, C), h);
+    const Bf16Operand w(*scratch_, weight, count(OC, C), h);
     fused = try_gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
   }
   if (fused) return;
@@ -44,7 +44,7 @@ void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout
                      s);
   } else {
     const Bf16Copy d(*scratch_, dout, count(N, OC), h);
-    const Bf16Weight w(*scratch_, weight, count(OC, C), h);
+    const Bf16Operand w(*scratch_, weight, count(OC, C), h);
     fused = try_gemm(matmul_backward_input_gemm(dpre, d.get(), w.get(), N, C, OC, kAutocast, pre), s);
   }
   if (fused) return;

@@ -50,18 +50,18 @@ class Bf16Copy {
   Temp<__nv_bfloat16> t_;
 };
 
-// A GEMM's weight in bf16: a bf16 GemmWeight as it is (no copy), an fp32 one copied (Bf16Copy).
-class Bf16Weight {
+// A GEMM operand in bf16: a bf16 weight (GemmWeight) or input (ActivationIn) as it is (no copy),
+// an fp32 one copied rounded (Bf16Copy).
+class Bf16Operand {
  public:
-  Bf16Weight(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream)
-      : Bf16Weight(pool, w.f32, w.bf16, n, stream) {}
-  // A GEMM's input activation the same way: a bf16 one as it is, an fp32 one copied rounded.
-  Bf16Weight(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream)
-      : Bf16Weight(pool, x.f32, x.bf16, n, stream) {}
+  Bf16Operand(ScratchPool& pool, GemmWeight w, std::size_t n, cudaStream_t stream)
+      : Bf16Operand(pool, w.f32, w.bf16, n, stream) {}
+  Bf16Operand(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream)
+      : Bf16Operand(pool, x.f32, x.bf16, n, stream) {}
   const __nv_bfloat16* get() const { return w_; }
 
  private:
-  Bf16Weight(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n, cudaStream_t stream);
+  Bf16Operand(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n, cudaStream_t stream);
   std::unique_ptr<Bf16Copy> copy_;
   const __nv_bfloat16* w_;
 };
@@ -257,11 +257,12 @@ class CudaBackendImpl final : public CudaBackend {
   // fp32 temporary of n floats, rounded into the buffer after it (forward) or widened from it
   // before (backward) by the bf16-storage casts' kernels: the bits of the fp32 op followed or
   // preceded by cast_to_bf16 / cast_from_bf16. The MHA ops under cuDNN keep statistics, not
-  // probabilities: std::invalid_argument (supports() says no).
-  void probabilities_into_bf16(std::uint16_t* att, std::size_t n, bool mha, const char* op, Stream& s,
+  // probabilities: std::invalid_argument where supports(op, BF16) says no.
+  void probabilities_into_bf16(OpKind op, std::uint16_t* att, std::size_t n, Stream& s,
                                const std::function<void(float*)>& run);
-  void probabilities_from_bf16(const std::uint16_t* att, std::size_t n, bool mha, const char* op, Stream& s,
+  void probabilities_from_bf16(OpKind op, const std::uint16_t* att, std::size_t n, Stream& s,
                                const std::function<void(const float*)>& run);
+  void expect_bf16_probabilities(OpKind op) const;
   void attention_forward_autocast(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
   void attention_backward_autocast(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                                    int C, int NH, Stream& s);

@@ -93,8 +93,8 @@ void CudaBackendImpl::swiglu_backward(float* dgate, float* dup, const float* dou
 void CudaBackendImpl::attention_forward_gqa(float* out, ActivationOut probabilities, const float* q, const float* k,
                                             const float* v, int B, int T, int NH, int KVH, int hs, Stream& s) {
   if (probabilities.is_bf16())
-    return probabilities_into_bf16(probabilities.bf16, attention_gqa_saved_floats(B, T, NH, hs), false,
-                                   "attention_forward_gqa", s, [&](float* att) {
+    return probabilities_into_bf16(OpKind::AttentionForwardGqa, probabilities.bf16,
+                                   attention_gqa_saved_floats(B, T, NH, hs), s, [&](float* att) {
                                      attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs, s);
                                    });
   float* att = probabilities.f32;
@@ -128,8 +128,8 @@ void CudaBackendImpl::attention_backward_gqa(float* dq, float* dk, float* dv, co
                                              ActivationIn probabilities, int B, int T, int NH, int KVH, int hs,
                                              Stream& s) {
   if (probabilities.is_bf16())
-    return probabilities_from_bf16(probabilities.bf16, attention_gqa_saved_floats(B, T, NH, hs), false,
-                                   "attention_backward_gqa", s, [&](const float* att) {
+    return probabilities_from_bf16(OpKind::AttentionBackwardGqa, probabilities.bf16,
+                                   attention_gqa_saved_floats(B, T, NH, hs), s, [&](const float* att) {
                                      attention_backward_gqa(dq, dk, dv, dout, q, k, v, out, att, B, T, NH, KVH, hs, s);
                                    });
   const float* att = probabilities.f32;

@@ -155,22 +155,25 @@ std::size_t CudaBackendImpl::attention_saved_floats(int B, int T, int C, int NH)
   if (config_.attention == AttentionImpl::Cudnn) return static_cast<std::size_t>(B) * NH * T;
   return Backend::attention_saved_floats(B, T, C, NH);
 }
-void CudaBackendImpl::probabilities_into_bf16(std::uint16_t* att, std::size_t n, bool mha, const char* op, Stream& s,
+void CudaBackendImpl::expect_bf16_probabilities(OpKind op) const {
+  if (!supports(op, DType::BF16))
+    throw std::invalid_argument(name() + ": " + op_kind_name(op) +
+                                " got bf16 probabilities; this attention saves fp32 statistics (cuDNN's)");
+}
+void CudaBackendImpl::probabilities_into_bf16(OpKind op, std::uint16_t* att, std::size_t n, Stream& s,
                                               const std::function<void(float*)>& run) {
-  if (mha && config_.attention == AttentionImpl::Cudnn)
-    throw std::invalid_argument(name() + ": " + op + " got a bf16 buffer; the cuDNN attention saves fp32 statistics");
+  expect_bf16_probabilities(op);
   const cudaStream_t h = enter(s);
-  expect_device(op, {att});
+  expect_device(op_kind_name(op), {att});
   const Temp<float> p(*scratch_, n, h);
   run(p.get());
   convert_from_float<bf16>(reinterpret_cast<bf16*>(att), p.get(), n, h);
 }
-void CudaBackendImpl::probabilities_from_bf16(const std::uint16_t* att, std::size_t n, bool mha, const char* op,
-                                              Stream& s, const std::function<void(const float*)>& run) {
-  if (mha && config_.attention == AttentionImpl::Cudnn)
-    throw std::invalid_argument(name() + ": " + op + " got a bf16 buffer; the cuDNN attention saves fp32 statistics");
+void CudaBackendImpl::probabilities_from_bf16(OpKind op, const std::uint16_t* att, std::size_t n, Stream& s,
+                                              const std::function<void(const float*)>& run) {
+  expect_bf16_probabilities(op);
   const cudaStream_t h = enter(s);
-  expect_device(op, {att});
+  expect_device(op_kind_name(op), {att});
   const Temp<float> p(*scratch_, n, h);
   convert_to_float<bf16>(p.get(), reinterpret_cast<const bf16*>(att), n, h);
   run(p.get());
@@ -179,8 +182,7 @@ void CudaBackendImpl::probabilities_from_bf16(const std::uint16_t* att, std::siz
 void CudaBackendImpl::attention_forward(float* out, ActivationOut probabilities, const float* qkv, int B, int T,
                                         int C, int NH, Stream& s) {
   if (probabilities.is_bf16())
-    return probabilities_into_bf16(probabilities.bf16, attention_saved_floats(B, T, C, NH), true,
-                                   "attention_forward", s,
+    return probabilities_into_bf16(OpKind::AttentionForward, probabilities.bf16, attention_saved_floats(B, T, C, NH), s,
                                    [&](float* att) { attention_forward(out, att, qkv, B, T, C, NH, s); });
   float* att = probabilities.f32;
   if (config_.attention == AttentionImpl::Cudnn) return attention_forward_cudnn(out, att, qkv, B, T, C, NH, s);
@@ -190,8 +192,8 @@ void CudaBackendImpl::attention_forward(float* out, ActivationOut probabilities,
 void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                                          ActivationIn probabilities, int B, int T, int C, int NH, Stream& s) {
   if (probabilities.is_bf16())
-    return probabilities_from_bf16(probabilities.bf16, attention_saved_floats(B, T, C, NH), true,
-                                   "attention_backward", s, [&](const float* att) {
+    return probabilities_from_bf16(OpKind::AttentionBackward, probabilities.bf16, attention_saved_floats(B, T, C, NH),
+                                   s, [&](const float* att) {
                                      attention_backward(dqkv, dout, qkv, out, att, B, T, C, NH, s);
                                    });
   const float* att = probabilities.f32;
@@ -321,7 +323,7 @@ double CudaBackendImpl::lm_head_cross_entropy_vocab_parallel(float* losses, floa
     return lm_head_vocab_parallel_t(losses, dx, dwte, x, fp32_weight(wte, "lm_head_cross_entropy_vocab_parallel"),
                                     targets, N, C, V, vocab_begin, vocab_count, grad_scale, scratch, reduce, s);
   const Bf16Copy x16(*scratch_, x, static_cast<std::size_t>(N) * C, h);
-  const Bf16Weight w16(*scratch_, wte, static_cast<std::size_t>(vocab_count) * C, h);
+  const Bf16Operand w16(*scratch_, wte, static_cast<std::size_t>(vocab_count) * C, h);
   return lm_head_vocab_parallel_t(losses, dx, dwte, x16.get(), w16.get(), targets, N, C, V, vocab_begin, vocab_count,
                                   grad_scale, scratch, reduce, s);
 }
