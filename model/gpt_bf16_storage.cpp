@@ -17,17 +17,22 @@
 //     selective rerun's probabilities likewise (they equal forward's: the score GEMM's operands
 //     are bf16-rounded in both).
 //   - Some values skip the workspace (bf16_direct_values): the attention's probabilities (the
-//     largest value at long sequences) where the backend takes them as a bf16 buffer, and without
-//     sequence parallelism the norms' outputs ln1 and ln2. Their ops write them into the
+//     largest value at long sequences) and output where the backend takes them as bf16 buffers,
+//     the MLP's activation (GeLU's or SwiGLU's output), and without sequence parallelism the norms'
+//     outputs ln1 and ln2. Their ops write them into the
 //     microbatch's bf16 buffers themselves, rounded as store_layer would round them, and the ops
 //     that read them (the attention's backward, the GEMMs) read them there: the same bits.
 //     Selective recomputation's rerun writes the probabilities into bf16 scratch, and a full
 //     rerun's workspace keeps them in bf16 too.
+//   - The residual stream skips it as well. A layer's forward adds in place in s.storage_x, its
+//     input: res_attn (cast to its bf16 buffer at once, where the norms' backward reads it,
+//     bf16_norm_inputs), then res_out (the next layer's input).
 //   - The stage's input, output and their gradients are bf16 buffers: stage-to-stage transfers
 //     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
 #include "model/gpt_model.h"
 
 #include <algorithm>
+#include <iterator>
 #include <vector>
 
 namespace pipelane {
@@ -45,7 +50,32 @@ std::uint32_t GptStage::plan_bf16_direct_values() const {
   std::uint32_t direct = 0;
   if (bf16_probabilities()) direct |= bit(&LayerActivations::att);
   if (bf16_norm_outputs()) direct |= bit(&LayerActivations::ln1) | bit(&LayerActivations::ln2);
+  if (bf16_norm_inputs()) direct |= bit(&LayerActivations::res_attn);
+  if (bf16_mlp_activations()) direct |= bit(&LayerActivations::fch_gelu);
+  if (bf16_attention_output()) direct |= bit(&LayerActivations::atty);
   return direct;
+}
+
+bool GptStage::bf16_attention_output() const {
+  return bf16_probabilities() && backend_.supports(OpKind::MatmulForward, DType::BF16) &&
+         backend_.supports(OpKind::MatmulBackward, DType::BF16);
+}
+
+bool GptStage::bf16_mlp_activations() const {
+  if (!bf16_storage()) return false;
+  const OpKind activation = config().mlp == MlpKind::Gelu ? OpKind::MatmulGeluForward : OpKind::SwigluForward;
+  const OpKind ops[] = {activation, OpKind::MatmulForward, OpKind::MatmulBackward};
+  return std::all_of(std::begin(ops), std::end(ops), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
+}
+
+bool GptStage::bf16_norm_inputs() const {
+  if (!bf16_storage()) return false;
+  const bool layernorm = config().norm == NormKind::LayerNorm;
+  const std::vector<OpKind> ops =
+      layernorm ? std::vector<OpKind>{OpKind::LayerNormBackward, OpKind::LayerNormBackwardInput,
+                                      OpKind::LayerNormBackwardParams}
+                : std::vector<OpKind>{OpKind::RmsNormBackwardInput, OpKind::RmsNormBackwardParams};
+  return std::all_of(ops.begin(), ops.end(), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
 }
 
 bool GptStage::bf16_probabilities() const {
@@ -88,7 +118,7 @@ void GptStage::store_layer(const MicrobatchActivations& a, const LayerActivation
   const StoredLayer& stored = a.stored[l];
   // A value the layer wrote in bf16 itself (bf16_direct_values) has no fp32 source here.
   for (std::size_t i = 0; i < kLayerValueCount; ++i)
-    if (stored.values[i] && h.*kLayerValues[i])
+    if (stored.values[i] && h.*kLayerValues[i] && !(bf16_direct_values() >> i & 1u))
       backend_.cast_to_bf16(stored.values[i], h.*kLayerValues[i], sizes[i], stream_);
 }
 

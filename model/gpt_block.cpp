@@ -38,7 +38,7 @@ void GptStage::norm_forward(ActivationOut out, float* mean, float* rstd, const f
     backend_.rmsnorm_forward(out, rstd, inp, params.fp32(w), N, C, config().norm_eps, stream_);
 }
 
-void GptStage::norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const StageWeights& params,
+void GptStage::norm_backward(float* dinp, float* grads, const float* dout, ActivationIn inp, const StageWeights& params,
                              std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
@@ -47,7 +47,7 @@ void GptStage::norm_backward(float* dinp, float* grads, const float* dout, const
     backend_.rmsnorm_backward(dinp, grads + w, dout, inp, params.fp32(w), rstd, N, C, stream_);
 }
 
-void GptStage::norm_backward_input(float* dinp, const float* dout, const float* inp, const StageWeights& params,
+void GptStage::norm_backward_input(float* dinp, const float* dout, ActivationIn inp, const StageWeights& params,
                                    std::size_t w, const float* mean, const float* rstd, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
@@ -56,7 +56,7 @@ void GptStage::norm_backward_input(float* dinp, const float* dout, const float* 
     backend_.rmsnorm_backward_input(dinp, dout, inp, params.fp32(w), rstd, N, C, stream_);
 }
 
-void GptStage::norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
+void GptStage::norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, ActivationIn inp,
                                     const float* mean, const float* rstd, int N) const {
   const int C = config().d_model;
   if (config().norm == NormKind::LayerNorm)
@@ -73,7 +73,7 @@ void GptStage::rope(float* x, const float* table, int heads, int ld, const Dims&
 // A row-parallel projection into the residual stream: partial products summed over tp (all rows,
 // or under sequence parallelism this rank's rows, at the start of `out`), then the (replicated)
 // bias added once. With tp == 1 the bias stays fused into the matmul.
-void GptStage::out_projection(float* out, const StageWeights& params, const float* inp, std::size_t w, std::size_t b,
+void GptStage::out_projection(float* out, const StageWeights& params, ActivationIn inp, std::size_t w, std::size_t b,
                               int in, const Dims& d) const {
   backend_.matmul_forward(out, inp, params.gemm(w), tp_ ? nullptr : params.fp32_or_null(b), d.N, in, d.C, stream_);
   if (tp_) {
@@ -92,7 +92,8 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
       rope(h.qkv, s.rope, d.NH, 3 * d.CA, d, false);
       rope(h.qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, false);
     }
-    backend_.attention_forward(h.atty, saved_attention(h), h.qkv, d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_forward(value_out(h, &LayerActivations::atty), saved_attention(h), h.qkv, d.B, d.T, d.CA, d.NH,
+                               stream_);
   } else {
     backend_.matmul_forward(h.q, ln, params.gemm(o.qkvw), params.fp32_or_null(o.qkvb), d.N, d.C, d.CA, stream_);
     backend_.matmul_forward(h.k, ln, params.gemm(o.kw), params.fp32_or_null(o.kb), d.N, d.C, d.KV, stream_);
@@ -101,22 +102,24 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
       rope(h.q, s.rope, d.NH, d.CA, d, false);
       rope(h.k, s.rope, d.KVH, d.KV, d, false);
     }
-    backend_.attention_forward_gqa(h.atty, saved_attention(h), h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs, stream_);
+    backend_.attention_forward_gqa(value_out(h, &LayerActivations::atty), saved_attention(h), h.q, h.k, h.v, d.B, d.T,
+                                   d.NH, d.KVH, d.hs, stream_);
   }
-  out_projection(s.proj, params, h.atty, o.attprojw, o.attprojb, d.CA, d);
+  out_projection(s.proj, params, value_in(h, &LayerActivations::atty), o.attprojw, o.attprojb, d.CA, d);
 }
 
 void GptStage::mlp_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
                            ActivationIn ln, const Dims& d) const {
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_gelu_forward(h.fch, h.fch_gelu, ln, params.gemm(o.fcw), params.fp32_or_null(o.fcb), d.N, d.C, d.CM,
-                                 stream_);
+    backend_.matmul_gelu_forward(h.fch, value_out(h, &LayerActivations::fch_gelu), ln, params.gemm(o.fcw),
+                                 params.fp32_or_null(o.fcb), d.N, d.C, d.CM, stream_);
   } else {
     backend_.matmul_forward(h.fch, ln, params.gemm(o.gatew), params.fp32_or_null(o.gateb), d.N, d.C, d.CM, stream_);
     backend_.matmul_forward(h.up, ln, params.gemm(o.fcw), params.fp32_or_null(o.fcb), d.N, d.C, d.CM, stream_);
-    backend_.swiglu_forward(h.fch_gelu, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
+    const std::size_t n = static_cast<std::size_t>(d.N) * d.CM;
+    backend_.swiglu_forward(value_out(h, &LayerActivations::fch_gelu), h.fch, h.up, n, stream_);
   }
-  out_projection(s.proj, params, h.fch_gelu, o.fcprojw, o.fcprojb, d.CM, d);
+  out_projection(s.proj, params, value_in(h, &LayerActivations::fch_gelu), o.fcprojw, o.fcprojb, d.CM, d);
 }
 
 void GptStage::input_gradient_sum(float* dx, float* tmp, const StageWeights& params,

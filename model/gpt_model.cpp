@@ -242,9 +242,11 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   if (bf16_storage()) {
     const bool any_kept = std::any_of(recompute_plan_.begin(), recompute_plan_.end(),
                                       [](const LayerRecompute& r) { return r.keeps != LayerKeeps::Output; });
+    // Its output is s.storage_x (forward_view), not a buffer of its own.
+    const std::uint32_t res_out_bit = 1u << layer_value_index(&LayerActivations::res_out);
     if (any_kept)
       s.storage_layers.push_back(
-          plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, bf16_direct_values()));
+          plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, bf16_direct_values() | res_out_bit));
     s.storage_x = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.x");
     s.storage_dx = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.dx");
   }

@@ -141,9 +141,10 @@ struct StageScratch {
   // bf16 storage only: the fp32 layer a layer's forward runs in and its backward reads its
   // widened values from (without what the ops keep in bf16 themselves, bf16_direct_values: those
   // go straight to the microbatch's bf16 buffers; one, empty when every layer is a full
-  // recompute's; the next layer's forward runs in it too: layer_forward reads its input, the
-  // previous res_out, only before it writes its own res_out); a layer's widened input [n,C]; the
-  // fp32 input gradient before it is sent in bf16 [n,C].
+  // recompute's); a layer's fp32 input [n,C]: in forward the stage's input or the previous
+  // layer's output, which is also where a layer writes its own (layer_forward reads its input
+  // only before it writes res_out), in backward its bf16 copy widened; the fp32 input gradient
+  // before it is sent in bf16 [n,C].
   std::vector<LayerActivations> storage_layers;
   float *storage_x = nullptr, *storage_dx = nullptr;
 };
@@ -280,11 +281,11 @@ class GptStage {
   Dims dims(int B, int T) const;
   void norm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const StageWeights& params,
                     std::size_t w, std::size_t b, int N) const;
-  void norm_backward(float* dinp, float* grads, const float* dout, const float* inp, const StageWeights& params,
+  void norm_backward(float* dinp, float* grads, const float* dout, ActivationIn inp, const StageWeights& params,
                      std::size_t w, std::size_t b, const float* mean, const float* rstd, int N) const;
-  void norm_backward_input(float* dinp, const float* dout, const float* inp, const StageWeights& params, std::size_t w,
+  void norm_backward_input(float* dinp, const float* dout, ActivationIn inp, const StageWeights& params, std::size_t w,
                            const float* mean, const float* rstd, int N) const;
-  void norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, const float* inp,
+  void norm_backward_params(float* grads, std::size_t w, std::size_t b, const float* dout, ActivationIn inp,
                             const float* mean, const float* rstd, int N) const;
   void rope(float* x, const float* table, int heads, int ld, const Dims& d, bool backward) const;
   // Sequence parallelism's two collectives, identities without it. gather_rows: this rank's rows
@@ -295,7 +296,7 @@ class GptStage {
   const float* gather_rows(const float* part, float* full, const Dims& d) const;
   ActivationIn gather_rows(ActivationIn part, float* full, const Dims& d) const;  // fp32 part under SP
   void sum_partials(float* partial, const Dims& d) const;
-  void out_projection(float* out, const StageWeights& params, const float* inp, std::size_t w, std::size_t b, int in,
+  void out_projection(float* out, const StageWeights& params, ActivationIn inp, std::size_t w, std::size_t b, int in,
                       const Dims& d) const;
   // ln: the normalised input, all rows (gather_rows of the layer's ln1 / ln2).
   void attention_forward(const StageWeights& params, LayerActivations& h, const LayerOffsets& o, StageScratch& s,
@@ -355,7 +356,18 @@ class GptStage {
   // layer's bf16 buffers and the GEMMs read them there. (Under sequence parallelism the norms'
   // rows are all-gathered in fp32 first: they stay in the workspace.)
   bool bf16_norm_outputs() const;
-  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers: the two
+  // bf16 storage on a backend whose norms' backward reads a bf16 input: res_attn, ln2's input, is
+  // kept only in bf16 (cast once it is made, layer_forward) and read there by the backward. In
+  // forward its fp32 value is in s.storage_x (forward_view).
+  bool bf16_norm_inputs() const;
+  // bf16 storage on a backend whose GeLU (SwiGLU) writes a bf16 output and whose GEMMs read a bf16
+  // input: the MLP's activation fch_gelu goes straight into the layer's bf16 buffer, and the
+  // projection after it reads it there (forward, and its weight gradient).
+  bool bf16_mlp_activations() const;
+  // bf16_probabilities() with GEMMs that read a bf16 input: the attention's output atty goes
+  // straight into the layer's bf16 buffer too, and the projection after it reads it there.
+  bool bf16_attention_output() const;
+  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers: the five
   // above, decided once when the stage is made (they depend on the backend and the config only).
   std::uint32_t bf16_direct_values() const { return bf16_direct_values_; }
   std::uint32_t plan_bf16_direct_values() const;

@@ -36,6 +36,9 @@ void GptStage::layer_forward(const StageWeights& params, LayerActivations& h, co
   norm_forward(value_out(h, &LayerActivations::ln1), h.ln1_mean, h.ln1_rstd, x, params, o.ln1w, o.ln1b, d.n);
   attention_forward(params, h, o, s, gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d), d);
   backend_.add(h.res_attn, x, s.proj, d.nC, stream_);
+  // bf16 storage keeping it only in bf16 (bf16_norm_inputs): now, before res_out takes its place.
+  if (std::uint16_t* kept = h.bf16[layer_value_index(&LayerActivations::res_attn)])
+    backend_.cast_to_bf16(kept, h.res_attn, d.nC, stream_);
   norm_forward(value_out(h, &LayerActivations::ln2), h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.n);
   mlp_forward(params, h, o, s, gather_rows(value_in(h, &LayerActivations::ln2), s.gathered, d), d);
   backend_.add(h.res_out, h.res_attn, s.proj, d.nC, stream_);
@@ -51,6 +54,9 @@ LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& 
   if (r.keeps != LayerKeeps::Output) {
     if (!bf16_storage()) return h;
     LayerActivations w = with_fp32_state_of(s.storage_layers.front(), h);
+    // The output goes where the input came from: layer_forward reads x (the stage's input, or the
+    // previous layer's output: s.storage_x either way) only before it writes res_out.
+    w.res_out = s.storage_x;
     // Straight into (and out of) bf16: the kept buffers, or for a selective layer's probabilities
     // its scratch.
     const std::uint32_t direct = bf16_direct_values();
@@ -59,6 +65,9 @@ LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& 
       w.*kLayerValues[i] = nullptr;
       w.bf16[i] = i == att && r.keeps == LayerKeeps::AllButAttentionCore ? s.recompute_att_bf16 : a.stored[l].values[i];
     }
+    // res_attn kept in bf16 only still needs its fp32 value in forward (ln2 and res_out read it):
+    // there too, res_out then overwrites it in place (the add reads it first).
+    if (w.bf16[layer_value_index(&LayerActivations::res_attn)]) w.res_attn = s.storage_x;
     return w;
   }
   LayerActivations w = s.recompute_layers[l - r.group_first];
@@ -70,7 +79,12 @@ LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& 
 // recompute_group (also its output: the kept one may still be read by a send).
 LayerActivations GptStage::backward_view(MicrobatchActivations& a, StageScratch& s, int l) const {
   const LayerRecompute& r = recompute_plan_[l];
-  if (r.keeps != LayerKeeps::Output) return forward_view(a, s, l);
+  if (r.keeps != LayerKeeps::Output) {
+    LayerActivations h = forward_view(a, s, l);
+    // Backward reads res_attn where it is kept (s.storage_x holds the layer's input by then).
+    if (h.bf16[layer_value_index(&LayerActivations::res_attn)]) h.res_attn = nullptr;
+    return h;
+  }
   return with_gradients_of(s.recompute_layers[l - r.group_first], a.layers[l]);
 }
 

@@ -146,7 +146,8 @@ void GptStage::backward(const StageWeights& params, float* grads, MicrobatchActi
     const LayerActivations h = backward_view(a, s, l);
     const float* x = backward_input_of(a, s, l, d);
     const float* dln2 = mlp_backward(params, grads, h, o, s, d);  // res_out = res_attn + mlp(norm2(res_attn))
-    norm_backward(s.dres, grads, dln2, h.res_attn, params, o.ln2w, o.ln2b, h.ln2_mean, h.ln2_rstd, d.n);
+    norm_backward(s.dres, grads, dln2, value_in(h, &LayerActivations::res_attn), params, o.ln2w, o.ln2b, h.ln2_mean,
+                  h.ln2_rstd, d.n);
     const float* dln1 = attention_backward(params, grads, h, o, s, d);  // res_attn = x + attention(norm1(x))
     norm_backward(s.dres, grads, dln1, x, params, o.ln1w, o.ln1b, h.ln1_mean, h.ln1_rstd, d.n);
     layer_done();
@@ -199,7 +200,8 @@ void GptStage::backward_input(const StageWeights& params, float* grads, Microbat
     const float* x = backward_input_of(a, s, l, d);
     mlp_backward_input(params, h, o, s, d);
     backend_.copy(h.d_res_attn, h.d_res_out, d.nC * sizeof(float), stream_);
-    norm_backward_input(h.d_res_attn, h.d_ln2, h.res_attn, params, o.ln2w, h.ln2_mean, h.ln2_rstd, d.n);
+    norm_backward_input(h.d_res_attn, h.d_ln2, value_in(h, &LayerActivations::res_attn), params, o.ln2w, h.ln2_mean,
+                        h.ln2_rstd, d.n);
     attention_backward_input(params, h, o, s, d);
     float* dx = grad_of_layer_input(l);
     backend_.copy(dx, h.d_res_attn, d.nC * sizeof(float), stream_);
@@ -227,7 +229,8 @@ void GptStage::backward_weight(const StageWeights& params, float* grads, Microba
     const LayerActivations h = backward_view(a, s, l);
     const float* x = backward_input_of(a, s, l, d);
     mlp_backward_weight(params, grads, h, o, s, d);
-    norm_backward_params(grads, o.ln2w, o.ln2b, h.d_ln2, h.res_attn, h.ln2_mean, h.ln2_rstd, d.n);
+    norm_backward_params(grads, o.ln2w, o.ln2b, h.d_ln2, value_in(h, &LayerActivations::res_attn), h.ln2_mean,
+                         h.ln2_rstd, d.n);
     attention_backward_weight(params, grads, h, o, s, d);
     norm_backward_params(grads, o.ln1w, o.ln1b, h.d_ln1, x, h.ln1_mean, h.ln1_rstd, d.n);
     layer_done();

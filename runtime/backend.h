@@ -115,6 +115,22 @@ inline bool keeps_bf16_probabilities(OpKind op) {
 // The norms' forward, whose output may be a bf16 buffer (ActivationOut): bf16 storage keeps it so.
 // Any compute precision.
 inline bool writes_bf16_norm(OpKind op) { return op == OpKind::LayerNormForward || op == OpKind::RmsNormForward; }
+// The element-wise activations whose output may be a bf16 buffer (ActivationOut): GeLU, alone or
+// after its GEMM, and SwiGLU. bf16 storage keeps the MLP's activation so. Any compute precision.
+inline bool writes_bf16_activation(OpKind op) {
+  return op == OpKind::GeluForward || op == OpKind::MatmulGeluForward || op == OpKind::SwigluForward;
+}
+// The norms' backward, whose input `inp` may be a bf16 buffer (ActivationIn): bf16 storage reads the
+// kept residual stream there. Any compute precision.
+inline bool reads_bf16_norm_input(OpKind op) {
+  switch (op) {
+    case OpKind::LayerNormBackward: case OpKind::LayerNormBackwardInput: case OpKind::LayerNormBackwardParams:
+    case OpKind::RmsNormBackward: case OpKind::RmsNormBackwardInput: case OpKind::RmsNormBackwardParams:
+      return true;
+    default:
+      return false;
+  }
+}
 // The GEMMs whose input activation may be a bf16 buffer under bf16 compute (ActivationIn: it reads
 // what it would have rounded an fp32 input to): nn.Linear forward, its weight gradient, the
 // GeLU-fused forward.
@@ -124,8 +140,8 @@ inline bool reads_bf16_gemm_input(OpKind op) {
 // What supports(op, BF16) answers on a backend of compute precision `compute` (a backend whose
 // attention saves something other than the probabilities says no for those).
 inline bool has_bf16_buffer(OpKind op, DType compute) {
-  return is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) ||
-         (compute == DType::BF16 && reads_gemm_weight(op));
+  return is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) || reads_bf16_norm_input(op) ||
+         writes_bf16_activation(op) || (compute == DType::BF16 && reads_gemm_weight(op));
 }
 
 // The weight operand of a GEMM (the matmul family, the LM head): an fp32 tensor, or its bf16 copy
@@ -403,8 +419,9 @@ class Backend {
 
   // --- the op table ---
   // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts;
-  // BF16 what has_bf16_buffer says: the casts, the attention's probabilities, the norms' output,
-  // and the GEMMs' weights and inputs under bf16 compute).
+  // BF16 what has_bf16_buffer says: the casts, the attention's probabilities, the norms' output
+  // and their backward's input, GeLU's and SwiGLU's output, and the GEMMs' weights and inputs
+  // under bf16 compute).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
   virtual DType compute_precision() const = 0;
@@ -431,15 +448,16 @@ class Backend {
   virtual void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C,
                                  Stream& s) = 0;
+  // The backward's `inp` may be a bf16 buffer (reads_bf16_norm_input): widened as it is read.
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
+                                  ActivationIn inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C, Stream& s) = 0;
   // The two halves of layernorm_backward (zero-bubble split backward), bit-identical together.
-  virtual void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+  virtual void layernorm_backward_input(float* dinp, const float* dout, ActivationIn inp,
                                         const float* weight, const float* mean, const float* rstd,
                                         int N, int C, Stream& s) = 0;
   virtual void layernorm_backward_params(float* dweight, float* dbias, const float* dout,
-                                         const float* inp, const float* mean, const float* rstd,
+                                         ActivationIn inp, const float* mean, const float* rstd,
                                          int N, int C, Stream& s) = 0;
 
   // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
@@ -457,8 +475,8 @@ class Backend {
                                      int C, int OC, Stream& s) = 0;
   // The MLP's first layer with its GeLU: pre = inp @ weight^T + bias (kept for backward), out =
   // gelu(pre). By default the two ops; the CUDA backend fuses the GeLU into the GEMM's epilogue
-  // (cuBLASLt's GELU_AUX_BIAS) where the width fits.
-  virtual void matmul_gelu_forward(float* pre, float* out, ActivationIn inp, GemmWeight weight,
+  // (cuBLASLt's GELU_AUX_BIAS) where the width fits. `out` may be a bf16 buffer, as gelu_forward's.
+  virtual void matmul_gelu_forward(float* pre, ActivationOut out, ActivationIn inp, GemmWeight weight,
                                    const float* bias, int N, int C, int OC, Stream& s) {
     matmul_forward(pre, inp, weight, bias, N, C, OC, s);
     gelu_forward(out, pre, static_cast<std::size_t>(N) * OC, s);
@@ -479,12 +497,13 @@ class Backend {
     (void)C;
     return static_cast<std::size_t>(B) * NH * T * T;
   }
-  // `att` may be a bf16 buffer (supports(AttentionForward, BF16); the probabilities only).
-  virtual void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C,
+  // `att` and `out` may be bf16 buffers (supports(AttentionForward, BF16); keeps_bf16_probabilities):
+  // the probabilities (and the output) computed in fp32 and rounded as they are stored.
+  virtual void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C,
                                  int NH, Stream& s) = 0;
-  // `out` is the forward's output, unchanged since.
+  // `out` is the forward's output, unchanged since (a bf16 buffer too, as `att`, where it was one).
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                  const float* out, ActivationIn att, int B, int T, int C, int NH,
+                                  ActivationIn out, ActivationIn att, int B, int T, int C, int NH,
                                   Stream& s) = 0;
   // Incremental (KV-cache) causal attention for inference: qkv[n,3C] holds positions
   // [past, past + n) of one sequence; their K and V are appended to k_cache/v_cache ([max_T, C])
@@ -494,9 +513,11 @@ class Backend {
                                     float* v_cache, int past, int n, int C, int NH,
                                     Stream& s) = 0;
 
-  virtual void gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) = 0;
+  // GeLU (tanh form). `out` may be a bf16 buffer (writes_bf16_activation): the fp32 result rounded.
+  virtual void gelu_forward(ActivationOut out, const float* inp, std::size_t n, Stream& s) = 0;
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n,
                              Stream& s) = 0;  // dinp (=)
+  // out = a + b, element by element: `out` may be `a` or `b` (bf16 storage adds in place).
   virtual void add(float* out, const float* a, const float* b, std::size_t n, Stream& s) = 0;
   virtual void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) = 0;
   // out[n,:] += bias[:]
@@ -570,19 +591,19 @@ class Backend {
     (void)out, (void)rstd, (void)inp, (void)weight, (void)N, (void)C, (void)eps, (void)s;
     unsupported("rmsnorm_forward");
   }
-  // dinp (+=, a residual stream's gradient, like layernorm's), dweight (+=).
-  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+  // dinp (+=, a residual stream's gradient, like layernorm's), dweight (+=); `inp` as layernorm_backward's.
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, ActivationIn inp,
                                 const float* weight, const float* rstd, int N, int C, Stream& s) {
     rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C, s);
     rmsnorm_backward_params(dweight, dout, inp, rstd, N, C, s);
   }
   // The two halves of rmsnorm_backward (zero-bubble split backward), bit-identical together.
-  virtual void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+  virtual void rmsnorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight,
                                       const float* rstd, int N, int C, Stream& s) {
     (void)dinp, (void)dout, (void)inp, (void)weight, (void)rstd, (void)N, (void)C, (void)s;
     unsupported("rmsnorm_backward_input");
   }
-  virtual void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd,
+  virtual void rmsnorm_backward_params(float* dweight, const float* dout, ActivationIn inp, const float* rstd,
                                        int N, int C, Stream& s) {
     (void)dweight, (void)dout, (void)inp, (void)rstd, (void)N, (void)C, (void)s;
     unsupported("rmsnorm_backward_params");
@@ -605,8 +626,9 @@ class Backend {
     unsupported("rope_backward");
   }
 
-  // out = silu(gate) * up elementwise (silu(x) = x / (1 + exp(-x))); dgate and dup (=).
-  virtual void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream& s) {
+  // out = silu(gate) * up elementwise (silu(x) = x / (1 + exp(-x))); dgate and dup (=). `out` may be
+  // a bf16 buffer (writes_bf16_activation): the fp32 result rounded.
+  virtual void swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n, Stream& s) {
     (void)out, (void)gate, (void)up, (void)n, (void)s;
     unsupported("swiglu_forward");
   }
@@ -623,14 +645,15 @@ class Backend {
     (void)hs;
     return static_cast<std::size_t>(B) * NH * T * T;
   }
-  virtual void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v,
-                                     int B, int T, int NH, int KVH, int hs, Stream& s) {
+  // `out` and `att` as attention_forward's.
+  virtual void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k,
+                                     const float* v, int B, int T, int NH, int KVH, int hs, Stream& s) {
     (void)out, (void)att, (void)q, (void)k, (void)v, (void)B, (void)T, (void)NH, (void)KVH, (void)hs, (void)s;
     unsupported("attention_forward_gqa");
   }
-  // dq, dk, dv (=); `out` is the forward's output, unchanged since.
+  // dq, dk, dv (=); `out` is the forward's output, unchanged since (as attention_backward's).
   virtual void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                      const float* k, const float* v, const float* out, ActivationIn att, int B,
+                                      const float* k, const float* v, ActivationIn out, ActivationIn att, int B,
                                       int T, int NH, int KVH, int hs, Stream& s) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)att, (void)B, (void)T,
         (void)NH, (void)KVH, (void)hs, (void)s;

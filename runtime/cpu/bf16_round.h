@@ -44,6 +44,18 @@ inline T stored_as(float v) {
   else return v;
 }
 
+// n elements of a buffer (fp32, or bf16 bits) as floats: an fp32 buffer itself, a bf16 one widened
+// into `row`. An fp32 kernel's loops then run on float operands either way: loops that widened as
+// they read would be vectorised by their narrowest type, with other reduction orders (other bits).
+inline const float* fp32_row(const float* p, float* row, int n) {
+  (void)row, (void)n;
+  return p;
+}
+inline const float* fp32_row(const std::uint16_t* p, float* row, int n) {
+  for (int i = 0; i < n; ++i) row[i] = bf16_value(p[i]);
+  return row;
+}
+
 // The operand as the GEMMs see it: itself in fp32, rounded in bf16 compute mode.
 template <bool kBf16>
 inline float gemm_operand(float x) {

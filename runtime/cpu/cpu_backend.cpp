@@ -156,19 +156,19 @@ class CpuBackend final : public Backend {
     cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
+                          ActivationIn inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C, Stream&) override {
     ThreadScope t(threads_);
     cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
-  void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+  void layernorm_backward_input(float* dinp, const float* dout, ActivationIn inp,
                                 const float* weight, const float* mean, const float* rstd, int N,
                                 int C, Stream&) override {
     ThreadScope t(threads_);
     cpu::layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, N, C);
   }
   void layernorm_backward_params(float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* mean, const float* rstd, int N,
+                                 ActivationIn inp, const float* mean, const float* rstd, int N,
                                  int C, Stream&) override {
     ThreadScope t(threads_);
     cpu::layernorm_backward_params(dweight, dbias, dout, inp, mean, rstd, N, C);
@@ -200,13 +200,13 @@ class CpuBackend final : public Backend {
     else cpu::matmul_backward_input(dinp, dout, fp32_weight(weight, "matmul_backward_input"), N, C, OC);
   }
 
-  void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
+  void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
                          Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_forward(out, att, qkv, B, T, C, NH);
     else cpu::attention_forward(out, att, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float*,
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn /*out: unread*/,
                           ActivationIn att, int B, int T, int C, int NH, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
@@ -218,7 +218,7 @@ class CpuBackend final : public Backend {
     cpu::attention_forward_kv(out, scores, qkv, k_cache, v_cache, past, n, C, NH);
   }
 
-  void gelu_forward(float* out, const float* inp, std::size_t n, Stream&) override {
+  void gelu_forward(ActivationOut out, const float* inp, std::size_t n, Stream&) override {
     ThreadScope t(threads_);
     cpu::gelu_forward(out, inp, n);
   }
@@ -334,12 +334,12 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
   }
-  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+  void rmsnorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight,
                               const float* rstd, int N, int C, Stream&) override {
     ThreadScope t(threads_);
     cpu::rmsnorm_backward_input(dinp, dout, inp, weight, rstd, N, C);
   }
-  void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N,
+  void rmsnorm_backward_params(float* dweight, const float* dout, ActivationIn inp, const float* rstd, int N,
                                int C, Stream&) override {
     ThreadScope t(threads_);
     cpu::rmsnorm_backward_params(dweight, dout, inp, rstd, N, C);
@@ -354,7 +354,7 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::rope_backward(dx, table, B, T, pos0, heads, hs, ld);
   }
-  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream&) override {
+  void swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n, Stream&) override {
     ThreadScope t(threads_);
     cpu::swiglu_forward(out, gate, up, n);
   }
@@ -363,15 +363,15 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
-  void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
-                             int T, int NH, int KVH, int hs, Stream&) override {
+  void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+                             int B, int T, int NH, int KVH, int hs, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
     else cpu::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
   }
   void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float*, ActivationIn att, int B, int T, int NH, int KVH,
-                              int hs, Stream&) override {
+                              const float* v, ActivationIn /*out: unread*/, ActivationIn att, int B, int T, int NH,
+                              int KVH, int hs, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward_gqa(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
     else cpu::attention_backward_gqa(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);

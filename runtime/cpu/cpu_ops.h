@@ -40,15 +40,15 @@ void embedding_backward_local(float* dwte, float* dwpe, const float* dout,
 void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        ActivationIn inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
 // layernorm_backward split in two for the zero-bubble split backward (input gradient now, weight
 // gradient later). Each runs exactly the corresponding loop of layernorm_backward, so the pair
 // gives bit-identical results to it. dinp (+=, as above); dweight, dbias (+=).
-void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+void layernorm_backward_input(float* dinp, const float* dout, ActivationIn inp,
                               const float* weight, const float* mean, const float* rstd, int N,
                               int C);
-void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+void layernorm_backward_params(float* dweight, float* dbias, const float* dout, ActivationIn inp,
                                const float* mean, const float* rstd, int N, int C);
 
 // out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] (bias may be null): nn.Linear's layout.
@@ -67,7 +67,7 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v], heads contiguous.
 // att[B,NH,T,T] keeps the softmax probabilities for backward (zero above the diagonal), in fp32
 // or bf16 (probability_rows.h).
-void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
+void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
 // dqkv (=).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH);
@@ -85,7 +85,7 @@ void attention_forward_kv(float* out, float* scores, const float* q, int q_strid
                           const float* vcache, int n, int pos0, int C, int NH);
 
 // GeLU, tanh approximation.
-void gelu_forward(float* out, const float* inp, std::size_t n);
+void gelu_forward(ActivationOut out, const float* inp, std::size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);  // dinp (=)
 
 void add_forward(float* out, const float* a, const float* b, std::size_t n);  // out = a + b
@@ -161,7 +161,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      GemmWeight weight, int N, int C, int OC);
 void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
-void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
+void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH);
 void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp);
@@ -210,18 +210,18 @@ void graphsgd_step(const GraphSgdStep& step);
 // ---- The Llama family (runtime/backend.h has the contracts) ----
 // RMSNorm: out = weight * (x * rstd); backward: dinp (+=), dweight (+=).
 void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C, float eps);
-void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+void rmsnorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight,
                             const float* rstd, int N, int C);
-void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C);
+void rmsnorm_backward_params(float* dweight, const float* dout, ActivationIn inp, const float* rstd, int N, int C);
 // RoPE in place (rotate-half), forward and its transpose.
 void rope_forward(float* x, const float* table, int B, int T, int pos0, int heads, int hs, int ld);
 void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld);
 // out = silu(gate) * up; dgate, dup (=).
-void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n);
+void swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                      std::size_t n);
 // Grouped-query causal attention on separate q, k, v; dq, dk, dv (=).
-void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
+void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
                            int NH, int KVH, int hs);
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                             const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
@@ -231,7 +231,7 @@ void attention_forward_kv_gqa(float* out, float* scores, const float* q, const f
 void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
                                int vcount);
 namespace bf16 {
-void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
+void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
                            int NH, int KVH, int hs);
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                             const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs);

@@ -5,7 +5,8 @@
 // a GPU runs as GEMMs read the probabilities (att @ v, att^T @ dy) and dpreatt rounded too
 // (gemm_operand<true>); softmax and its backward stay fp32. gemm_operand<false> is the identity:
 // the fp32 instances are the fp32 ops as they were. The saved probabilities may be a bf16 buffer
-// (P = std::uint16_t, probability_rows.h): each row is computed in fp32 and rounded into it.
+// (P = std::uint16_t, probability_rows.h): each row is computed in fp32 and rounded into it; so may
+// the output (O), each head's row likewise.
 #include <cmath>
 #include <vector>
 
@@ -18,8 +19,8 @@
 namespace pipelane::cpu {
 
 
-template <bool kBf16, typename P>
-void attention_forward_t(float* out, P* att, const float* qkv, int B, int T, int C, int NH) {
+template <bool kBf16, typename O, typename P>
+void attention_forward_t(O* out, P* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -28,7 +29,8 @@ void attention_forward_t(float* out, P* att, const float* qkv, int B, int T, int
     for (int h = 0; h < NH; ++h) {
       const float* base = qkv + static_cast<std::size_t>(b) * T * C3;
       P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      ProbabilityRow<P> computed(T);
+      ComputedRow<P> computed(T);
+      ComputedRow<O> output(hs);
       for (int i = 0; i < T; ++i) {
         const float* q = base + static_cast<std::size_t>(i) * C3 + h * hs;
         float* row = computed.at(A + static_cast<std::size_t>(i) * T);
@@ -46,12 +48,14 @@ void attention_forward_t(float* out, P* att, const float* qkv, int B, int T, int
         const float inv = 1.0f / sum;
         for (int j = 0; j <= i; ++j) row[j] *= inv;
         for (int j = i + 1; j < T; ++j) row[j] = 0.f;
-        float* o = out + (static_cast<std::size_t>(b) * T + i) * C + h * hs;
+        O* out_row = out + (static_cast<std::size_t>(b) * T + i) * C + h * hs;
+        float* o = output.at(out_row);
         for (int d = 0; d < hs; ++d) o[d] = 0.f;
         for (int j = 0; j <= i; ++j) {
           const float* v = base + static_cast<std::size_t>(j) * C3 + 2 * C + h * hs;
           axpy(o, gemm_operand<kBf16>(row[j]), v, hs);
         }
+        output.store(out_row, hs);
         computed.store(A + static_cast<std::size_t>(i) * T, T);
       }
     }
@@ -106,9 +110,21 @@ void attention_backward_t(float* dqkv, const float* dout, const float* qkv, cons
   }
 }
 
-void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
-  if (att.is_bf16()) attention_forward_t<false>(out, att.bf16, qkv, B, T, C, NH);
-  else attention_forward_t<false>(out, att.f32, qkv, B, T, C, NH);
+namespace {
+// attention_forward_t on the element types of the output and the probabilities (fp32 or bf16 each).
+template <bool kBf16>
+void attention_forward_any(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
+  const auto with_output = [&](auto* o) {
+    if (att.is_bf16()) attention_forward_t<kBf16>(o, att.bf16, qkv, B, T, C, NH);
+    else attention_forward_t<kBf16>(o, att.f32, qkv, B, T, C, NH);
+  };
+  if (out.is_bf16()) with_output(out.bf16);
+  else with_output(out.f32);
+}
+}  // namespace
+
+void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
+  attention_forward_any<false>(out, att, qkv, B, T, C, NH);
 }
 void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH) {
@@ -117,11 +133,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, Activa
 }
 
 namespace bf16 {
-void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
   std::vector<float> q(static_cast<std::size_t>(B) * T * 3 * C);
   round_to_bf16(q.data(), qkv, q.size());
-  if (att.is_bf16()) attention_forward_t<true>(out, att.bf16, q.data(), B, T, C, NH);
-  else attention_forward_t<true>(out, att.f32, q.data(), B, T, C, NH);
+  attention_forward_any<true>(out, att, q.data(), B, T, C, NH);
 }
 void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
                         int T, int C, int NH) {

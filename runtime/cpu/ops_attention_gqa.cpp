@@ -5,7 +5,7 @@
 // dk/dv sums over the group run in one fixed order (no atomics, any thread count). bf16 compute
 // rounds q, k, v, dout, the probabilities and dS where a GPU's GEMMs would read them, as the MHA
 // kernels do (gemm_operand). The saved probabilities may be a bf16 buffer (P = std::uint16_t,
-// probability_rows.h).
+// probability_rows.h), and so may the output (O).
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -25,9 +25,9 @@ struct Rows {
   std::size_t q, kv;
 };
 
-template <bool kBf16, typename P>
-void forward_t(float* out, P* att, const float* q, const float* k, const float* v, int B, int T, int NH,
-               int KVH, int hs) {
+template <bool kBf16, typename O, typename P>
+void forward_t(O* out, P* att, const float* q, const float* k, const float* v, int B, int T, int NH, int KVH,
+               int hs) {
   const Rows ld{static_cast<std::size_t>(NH) * hs, static_cast<std::size_t>(KVH) * hs};
   const int G = NH / KVH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -37,7 +37,8 @@ void forward_t(float* out, P* att, const float* q, const float* k, const float* 
       const std::size_t row0 = static_cast<std::size_t>(b) * T;
       const std::size_t kcol = static_cast<std::size_t>(h / G) * hs;
       P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
-      ProbabilityRow<P> computed(T);
+      ComputedRow<P> computed(T);
+      ComputedRow<O> output(hs);
       for (int i = 0; i < T; ++i) {
         const float* qi = q + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
         float* row = computed.at(A + static_cast<std::size_t>(i) * T);
@@ -54,9 +55,11 @@ void forward_t(float* out, P* att, const float* q, const float* k, const float* 
         const float inv = 1.0f / sum;
         for (int j = 0; j <= i; ++j) row[j] *= inv;
         for (int j = i + 1; j < T; ++j) row[j] = 0.f;
-        float* o = out + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
+        O* out_row = out + (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
+        float* o = output.at(out_row);
         for (int d = 0; d < hs; ++d) o[d] = 0.f;
         for (int j = 0; j <= i; ++j) axpy(o, gemm_operand<kBf16>(row[j]), v + (row0 + j) * ld.kv + kcol, hs);
+        output.store(out_row, hs);
         computed.store(A + static_cast<std::size_t>(i) * T, T);
       }
     }
@@ -117,12 +120,23 @@ std::vector<float> rounded(const float* x, std::size_t n) {
   round_to_bf16(r.data(), x, n);
   return r;
 }
+// forward_t on the element types of the output and the probabilities (fp32 or bf16 each).
+template <bool kBf16>
+void forward_any(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
+                 int NH, int KVH, int hs) {
+  const auto with_output = [&](auto* o) {
+    if (att.is_bf16()) forward_t<kBf16>(o, att.bf16, q, k, v, B, T, NH, KVH, hs);
+    else forward_t<kBf16>(o, att.f32, q, k, v, B, T, NH, KVH, hs);
+  };
+  if (out.is_bf16()) with_output(out.bf16);
+  else with_output(out.f32);
+}
+
 }  // namespace
 
-void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
-                           int T, int NH, int KVH, int hs) {
-  if (att.is_bf16()) forward_t<false>(out, att.bf16, q, k, v, B, T, NH, KVH, hs);
-  else forward_t<false>(out, att.f32, q, k, v, B, T, NH, KVH, hs);
+void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+                           int B, int T, int NH, int KVH, int hs) {
+  forward_any<false>(out, att, q, k, v, B, T, NH, KVH, hs);
 }
 
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
@@ -132,12 +146,11 @@ void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, 
 }
 
 namespace bf16 {
-void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
-                           int T, int NH, int KVH, int hs) {
+void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+                           int B, int T, int NH, int KVH, int hs) {
   const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
   const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv);
-  if (att.is_bf16()) forward_t<true>(out, att.bf16, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
-  else forward_t<true>(out, att.f32, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
+  forward_any<true>(out, att, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
 }
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                             const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {

@@ -14,12 +14,19 @@ constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr std::size_t kBlock = 1 << 16;            // fixed reduction block: thread-count independent
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, std::size_t n) {
+// Out: float, or std::uint16_t for a bf16 output (each value rounded as it is written).
+template <typename Out>
+void gelu_forward_t(Out* out, const float* inp, std::size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (std::size_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanh_approx(kGeluScale * (x + 0.044715f * x * x * x)));
+    out[i] = stored_as<Out>(0.5f * x * (1.0f + tanh_approx(kGeluScale * (x + 0.044715f * x * x * x))));
   }
+}
+
+void gelu_forward(ActivationOut out, const float* inp, std::size_t n) {
+  if (out.is_bf16()) gelu_forward_t(out.bf16, inp, n);
+  else gelu_forward_t(out.f32, inp, n);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {

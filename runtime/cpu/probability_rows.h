@@ -15,16 +15,17 @@
 
 namespace pipelane::cpu {
 
-// Where a row is computed: nothing for an fp32 buffer (the row itself), an fp32 row for bf16.
+// Where a row is computed: nothing for an fp32 buffer (the row itself), an fp32 row for bf16. (A
+// row of the attention's output [.., hs] in a bf16 buffer is computed the same way.)
 template <typename P>
-struct ProbabilityRow {
-  explicit ProbabilityRow(int) {}
+struct ComputedRow {
+  explicit ComputedRow(int) {}
   float* at(P* row) { return row; }
   void store(P*, int) {}
 };
 template <>
-struct ProbabilityRow<std::uint16_t> {
-  explicit ProbabilityRow(int T) : row(static_cast<std::size_t>(T)) {}
+struct ComputedRow<std::uint16_t> {
+  explicit ComputedRow(int T) : row(static_cast<std::size_t>(T)) {}
   float* at(std::uint16_t*) { return row.data(); }
   // The complete row (n values), rounded into the buffer.
   void store(std::uint16_t* out, int n) {

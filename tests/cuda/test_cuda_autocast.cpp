@@ -53,7 +53,8 @@ TEST(CudaAutocast, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
 }
 
 // bf16 storage's probabilities written and read by the attention ops themselves, its norm outputs
-// written by the norms and (bf16 compute) read by the GEMMs: the bits of the fp32 buffer's ops
+// written by the norms and (bf16 compute) read by the GEMMs, its residual stream read by the norms'
+// backward, its MLP activation written by GeLU and SwiGLU: the bits of the fp32 buffer's ops
 // around the casts, MHA and GQA, in either compute precision.
 TEST(CudaAutocast, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
   for (const DType compute : {DType::F32, DType::BF16}) {
@@ -62,6 +63,8 @@ TEST(CudaAutocast, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
     if (!cuda) GTEST_SKIP() << "no CUDA device";
     for (const int kv_heads : {0, 2}) bf16_buffers_test::expect_bf16_probabilities_change_no_bit(*cuda, kv_heads);
     bf16_buffers_test::expect_bf16_norm_outputs_change_no_bit(*cuda);
+    bf16_buffers_test::expect_bf16_norm_inputs_change_no_bit(*cuda);
+    bf16_buffers_test::expect_bf16_activations_change_no_bit(*cuda);
     if (compute == DType::BF16) bf16_buffers_test::expect_bf16_gemm_inputs_change_no_bit(*cuda);
   }
   // The cuDNN attention saves fp32 softmax statistics, not probabilities: no bf16 buffer for the

@@ -158,14 +158,16 @@ TEST(Bf16StorageMemory, ALayerKeepsHalfItsBytes) {
 }
 
 // bf16 storage's fp32 workspace (one layer's buffers) holds neither the attention's probabilities
-// nor the norms' outputs on a backend whose ops write and read them in bf16 themselves (the CPU's
-// in bf16 compute, which bf16 storage runs in): they go straight to the layer's bf16 buffers.
+// and output nor the norms' outputs nor the MLP's activation on a backend whose ops write and read
+// them in bf16 themselves (the CPU's in bf16 compute, which bf16 storage runs in): they go straight
+// to the layer's bf16 buffers. Nor the residual stream: res_attn and res_out are made in place in
+// the layer's widened input, and the norms' backward reads res_attn in bf16.
 // Scratch under bf16 storage is the fp32 scratch plus one fp32 layer without those plus the widened
 // input and the input gradient ([N, C] each); with selective recomputation the rerun's
 // probabilities are bf16 scratch too. Under full recomputation of the one layer there is no such
 // workspace (nothing is kept to compute in), and the rerun's own workspace keeps its
 // probabilities in bf16.
-TEST(Bf16StorageMemory, TheProbabilitiesAndNormOutputsSkipTheFp32Workspace) {
+TEST(Bf16StorageMemory, TheDirectValuesAndResidualStreamSkipTheFp32Workspace) {
   const std::unique_ptr<Backend> cpu = make_cpu_backend(1, DType::BF16);
   const std::unique_ptr<Stream> stream = cpu->create_stream(StreamPriority::High);
   const int B = 2, T = 16;
@@ -184,7 +186,11 @@ TEST(Bf16StorageMemory, TheProbabilitiesAndNormOutputsSkipTheFp32Workspace) {
       const GptStage everything(model, one_layer, *cpu, *stream);
       const std::size_t layer = everything.activation_bytes(B, T) -
                                 GptStage(model, no_layer, *cpu, *stream).activation_bytes(B, T);
-      const std::size_t workspace = kind == RecomputeKind::Full ? 0 : layer - aligned_floats(probabilities) - 2 * rows;
+      // Less the probabilities, five [N, C] values (ln1, ln2, res_attn, res_out and the attention's
+      // output: heads * head_size = C here) and the MLP's activation [N, mlp_hidden].
+      const std::size_t activation = aligned_floats(static_cast<std::size_t>(B) * T * model.mlp_hidden());
+      const std::size_t less = aligned_floats(probabilities) + 5 * rows + activation;
+      const std::size_t workspace = kind == RecomputeKind::Full ? 0 : layer - less;
       std::size_t want = fp32.scratch_bytes(B, T) + workspace + 2 * rows;
       if (kind != RecomputeKind::None)  // the rerun's probabilities: fp32 -> bf16
         want = want - aligned_floats(probabilities) + aligned_floats((probabilities + 1) / 2);

@@ -1,8 +1,11 @@
 // The ops with a bf16 activation buffer (ActivationOut/In) give the bits of the fp32 buffer's ops
 // around the bf16-storage casts, on any backend that takes one (supports(op, BF16)):
-// - the attention ops' probabilities: forward writes the fp32 op's output and cast_to_bf16 of its
-//   probabilities; backward on them gives what it gives on an fp32 buffer of the same values;
+// - the attention ops' probabilities (and output): forward writes the fp32 op's output and
+//   cast_to_bf16 of its probabilities (of its output too, into a bf16 one); backward on them gives
+//   what it gives on fp32 buffers of the same values;
 // - the norms' forward output: cast_to_bf16 of the fp32 op's, with the same statistics;
+// - the norms' backward on a bf16 input: the bits it gives on that input widened into fp32;
+// - GeLU (alone and after its GEMM) and SwiGLU into a bf16 buffer: cast_to_bf16 of the fp32 op's;
 // - under bf16 compute the GEMMs' input: a bf16 input gives the bits of the fp32 input it rounds.
 // This is what lets bf16 storage keep those values without an fp32 copy and change no bit
 // (model/gpt_bf16_storage.cpp). tests/runtime/test_ops_bf16.cpp runs them on the CPU backend,
@@ -60,12 +63,12 @@ inline void expect_bf16_probabilities_change_no_bit(Backend& backend, int kv_hea
                            v_host = random_floats(rng, nkv), dout_host = random_floats(rng, nq);
   float *q = b.upload(q_host), *k = gqa ? b.upload(k_host) : nullptr, *v = gqa ? b.upload(v_host) : nullptr;
   float* dout = b.upload(dout_host);
-  const auto forward = [&](float* out, ActivationOut att) {
+  const auto forward = [&](ActivationOut out, ActivationOut att) {
     if (gqa) backend.attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs, b.stream());
     else backend.attention_forward(out, att, q, B, T, C, NH, b.stream());
   };
   // The input gradients, downloaded (MHA: dqkv; GQA: dq, dk, dv one after the other).
-  const auto backward = [&](const float* out, ActivationIn att) {
+  const auto backward = [&](ActivationIn out, ActivationIn att) {
     if (!gqa) {
       float* dqkv = b.zeros(3 * nq);
       backend.attention_backward(dqkv, dout, q, out, att, B, T, C, NH, b.stream());
@@ -91,6 +94,17 @@ inline void expect_bf16_probabilities_change_no_bit(Backend& backend, int kv_hea
 
   backend.round_to_bf16(att32, na, b.stream());  // the fp32 buffer now holds the bf16 values
   expect_same_bits(backward(out16, ActivationIn::of_bf16(att16)), backward(out32, att32), what + " input gradients");
+
+  // The output in bf16 too: cast_to_bf16 of the fp32 output; the backward given it (and the bf16
+  // probabilities) gives what it gives on an fp32 output of the same values.
+  std::uint16_t *y16 = b.bf16(nq), *y_cast = b.bf16(nq), *att16_again = b.bf16(na);
+  forward(ActivationOut::of_bf16(y16), ActivationOut::of_bf16(att16_again));
+  backend.cast_to_bf16(y_cast, out32, nq, b.stream());
+  expect_same_bits(b.download(y16, nq), b.download(y_cast, nq), what + " output (against cast_to_bf16)");
+  expect_same_bits(b.download(att16_again, na), b.download(att16, na), what + " probabilities beside a bf16 output");
+  backend.round_to_bf16(out32, nq, b.stream());
+  expect_same_bits(backward(ActivationIn::of_bf16(y16), ActivationIn::of_bf16(att16)), backward(out32, att32),
+                   what + " input gradients on a bf16 output");
 }
 
 // LayerNorm and RMSNorm forward into a bf16 buffer: cast_to_bf16 of the fp32 output, the same
@@ -120,6 +134,88 @@ inline void expect_bf16_norm_outputs_change_no_bit(Backend& backend) {
     expect_same_bits(b.download(rstd16, N), b.download(rstd32, N), what + " rstd");
     expect_same_bits(b.download(mean16, N), b.download(mean32, N), what + " mean");
   }
+}
+
+// LayerNorm's and RMSNorm's backward (whole, and its two halves) on a bf16 input: the bits they
+// give on that input widened into fp32 (cast_from_bf16), with every other operand the same.
+inline void expect_bf16_norm_inputs_change_no_bit(Backend& backend) {
+  for (OpKind op : {OpKind::LayerNormBackward, OpKind::LayerNormBackwardInput, OpKind::LayerNormBackwardParams,
+                    OpKind::RmsNormBackward, OpKind::RmsNormBackwardInput, OpKind::RmsNormBackwardParams})
+    ASSERT_TRUE(backend.supports(op, DType::BF16)) << op_kind_name(op);
+  const int N = 13, C = 72;
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  std::mt19937 rng(20261208u);
+  Buffers b(backend);
+  float* x = b.upload(random_floats(rng, n));
+  std::uint16_t* x16 = b.bf16(n);
+  backend.cast_to_bf16(x16, x, n, b.stream());
+  float* widened = b.zeros(n);
+  backend.cast_from_bf16(widened, x16, n, b.stream());
+  const float *w = b.upload(random_floats(rng, C)), *bias = b.upload(random_floats(rng, C));
+  const float *dy = b.upload(random_floats(rng, n)), *dres = b.upload(random_floats(rng, n));
+  float *out = b.zeros(n), *mean = b.zeros(N), *rstd = b.zeros(N);
+  for (const bool rms : {false, true}) {
+    // The statistics of the widened input, as the forward of bf16 storage's kept value has them.
+    if (rms) backend.rmsnorm_forward(out, rstd, widened, w, N, C, 1e-5f, b.stream());
+    else backend.layernorm_forward(out, mean, rstd, widened, w, bias, N, C, b.stream());
+    const auto run = [&](ActivationIn in) {
+      // dinp accumulates (a residual stream's gradient): start both from the same values.
+      float *dx = b.upload(b.download(dres, n)), *dw = b.zeros(C), *db = b.zeros(C);
+      float *dx_half = b.upload(b.download(dres, n)), *dw_half = b.zeros(C), *db_half = b.zeros(C);
+      if (rms) {
+        backend.rmsnorm_backward(dx, dw, dy, in, w, rstd, N, C, b.stream());
+        backend.rmsnorm_backward_input(dx_half, dy, in, w, rstd, N, C, b.stream());
+        backend.rmsnorm_backward_params(dw_half, dy, in, rstd, N, C, b.stream());
+      } else {
+        backend.layernorm_backward(dx, dw, db, dy, in, w, mean, rstd, N, C, b.stream());
+        backend.layernorm_backward_input(dx_half, dy, in, w, mean, rstd, N, C, b.stream());
+        backend.layernorm_backward_params(dw_half, db_half, dy, in, mean, rstd, N, C, b.stream());
+      }
+      std::vector<float> all = b.download(dx, n);
+      for (const auto& part : {b.download(dw, C), b.download(db, C), b.download(dx_half, n), b.download(dw_half, C),
+                               b.download(db_half, C)})
+        all.insert(all.end(), part.begin(), part.end());
+      return all;
+    };
+    const std::vector<float> on_bf16 = run(ActivationIn::of_bf16(x16)), on_fp32 = run(widened);
+    expect_same_bits(on_bf16, on_fp32, rms ? "rmsnorm_backward on a bf16 input" : "layernorm_backward on a bf16 input");
+    // The gradients are there (all zeros would pass the check above too).
+    std::size_t nonzero = 0;
+    for (float v : on_bf16) nonzero += v != 0.f;
+    EXPECT_GT(nonzero, on_bf16.size() * 9 / 10);
+  }
+}
+
+// GeLU, the GeLU-fused GEMM and SwiGLU into a bf16 buffer: cast_to_bf16 of the fp32 op's output
+// (and the GEMM's pre-activation as the fp32 op's).
+inline void expect_bf16_activations_change_no_bit(Backend& backend) {
+  for (OpKind op : {OpKind::GeluForward, OpKind::MatmulGeluForward, OpKind::SwigluForward})
+    ASSERT_TRUE(backend.supports(op, DType::BF16)) << op_kind_name(op);
+  // OC a multiple of 8: the CUDA backend's GeLU epilogue path; n odd: a vector loop's remainder.
+  const int N = 9, C = 24, OC = 40;
+  const std::size_t n = static_cast<std::size_t>(N) * OC + 3;
+  std::mt19937 rng(20261209u);
+  Buffers b(backend);
+  const float *x = b.upload(random_floats(rng, n)), *y = b.upload(random_floats(rng, n));
+  const float *in = b.upload(random_floats(rng, static_cast<std::size_t>(N) * C));
+  const float* w = b.upload(random_floats(rng, static_cast<std::size_t>(OC) * C));
+  const float* bias = b.upload(random_floats(rng, OC));
+  const std::size_t ny = static_cast<std::size_t>(N) * OC;
+  const auto against_cast = [&](const std::string& what, std::size_t count, const auto& run) {
+    float* out32 = b.zeros(count);
+    std::uint16_t *out16 = b.bf16(count), *cast = b.bf16(count);
+    run(ActivationOut(out32));
+    run(ActivationOut::of_bf16(out16));
+    backend.cast_to_bf16(cast, out32, count, b.stream());
+    expect_same_bits(b.download(out16, count), b.download(cast, count), what + " (against cast_to_bf16)");
+  };
+  against_cast("gelu_forward", n, [&](ActivationOut out) { backend.gelu_forward(out, x, n, b.stream()); });
+  against_cast("swiglu_forward", n, [&](ActivationOut out) { backend.swiglu_forward(out, x, y, n, b.stream()); });
+  float *pre32 = b.zeros(ny), *pre16 = b.zeros(ny);
+  against_cast("matmul_gelu_forward", ny, [&](ActivationOut out) {
+    backend.matmul_gelu_forward(out.is_bf16() ? pre16 : pre32, out, in, w, bias, N, C, OC, b.stream());
+  });
+  expect_same_bits(b.download(pre16, ny), b.download(pre32, ny), "matmul_gelu_forward's pre-activation");
 }
 
 // Under bf16 compute: matmul_forward, matmul_backward's weight gradient and matmul_gelu_forward

@@ -54,15 +54,18 @@ TEST_P(Bf16ComputeCpu, Bf16WeightsGiveTheBitsOfRoundedFp32Weights) {
   expect_bf16_weights_change_no_bit(*cpu, make_inputs());
 }
 
-// bf16 storage's probabilities written and read by the attention ops themselves, and its norm
-// outputs written by the norms: the bits of the fp32 buffer's ops around the casts, MHA and GQA
-// (MQA too), in either compute precision.
+// bf16 storage's probabilities written and read by the attention ops themselves, its norm outputs
+// written by the norms, its residual stream read by the norms' backward, its MLP activation written
+// by GeLU and SwiGLU: the bits of the fp32 buffer's ops around the casts, MHA and GQA (MQA too), in
+// either compute precision.
 TEST(Bf16ComputeCpuChoice, Bf16ProbabilitiesAndNormOutputsGiveTheBitsOfTheFp32OpsAroundTheCasts) {
   for (const DType compute : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(compute));
     const auto cpu = make_cpu_backend(2, compute);
     for (const int kv_heads : {0, 2, 1}) bf16_buffers_test::expect_bf16_probabilities_change_no_bit(*cpu, kv_heads);
     bf16_buffers_test::expect_bf16_norm_outputs_change_no_bit(*cpu);
+    bf16_buffers_test::expect_bf16_norm_inputs_change_no_bit(*cpu);
+    bf16_buffers_test::expect_bf16_activations_change_no_bit(*cpu);
   }
 }
 

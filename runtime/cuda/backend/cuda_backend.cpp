@@ -191,33 +191,35 @@ void CudaBackendImpl::layernorm_forward(ActivationOut out, float* mean, float* r
     cuda::layernorm_forward<float>(out.f32, mean, rstd, inp, weight, bias, N, C, h);
 }
 void CudaBackendImpl::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                         const float* inp, const float* weight, const float* mean, const float* rstd,
+                                         ActivationIn inp, const float* weight, const float* mean, const float* rstd,
                                          int N, int C, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("layernorm_backward", {dinp, dweight, dbias, dout, inp, weight, mean, rstd});
+  expect_device("layernorm_backward", {dinp, dweight, dbias, dout, inp.data(), weight, mean, rstd});
+  const Fp32Input x(*scratch_, inp, count(N, C), h);
   const Temp<float> scratch(*scratch_, layernorm_backward_scratch_floats(N, C), h);
-  cuda::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, scratch.get(), h);
+  cuda::layernorm_backward<float>(dinp, dweight, dbias, dout, x.get(), weight, mean, rstd, N, C, scratch.get(), h);
 }
-void CudaBackendImpl::layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+void CudaBackendImpl::layernorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight,
                                                const float* mean, const float* rstd, int N, int C, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("layernorm_backward_input", {dinp, dout, inp, weight, mean, rstd});
-  cuda::layernorm_backward_input<float>(dinp, dout, inp, weight, mean, rstd, N, C, h);
+  expect_device("layernorm_backward_input", {dinp, dout, inp.data(), weight, mean, rstd});
+  const Fp32Input x(*scratch_, inp, count(N, C), h);
+  cuda::layernorm_backward_input<float>(dinp, dout, x.get(), weight, mean, rstd, N, C, h);
 }
-void CudaBackendImpl::layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+void CudaBackendImpl::layernorm_backward_params(float* dweight, float* dbias, const float* dout, ActivationIn inp,
                                                 const float* mean, const float* rstd, int N, int C, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("layernorm_backward_params", {dweight, dbias, dout, inp, mean, rstd});
+  expect_device("layernorm_backward_params", {dweight, dbias, dout, inp.data(), mean, rstd});
+  const Fp32Input x(*scratch_, inp, count(N, C), h);
   const Temp<float> scratch(*scratch_, layernorm_backward_scratch_floats(N, C), h);
-  cuda::layernorm_backward_params<float>(dweight, dbias, dout, inp, mean, rstd, N, C, scratch.get(), h);
+  cuda::layernorm_backward_params<float>(dweight, dbias, dout, x.get(), mean, rstd, N, C, scratch.get(), h);
 }
 
 // ---- elementwise ----
 
-void CudaBackendImpl::gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) {
-  const cudaStream_t h = enter(s);
-  expect_device("gelu_forward", {out, inp});
-  cuda::gelu_forward<float>(out, inp, n, h);
+void CudaBackendImpl::gelu_forward(ActivationOut out, const float* inp, std::size_t n, Stream& s) {
+  expect_device("gelu_forward", {out.data(), inp});
+  into_activation(out, n, s, [&](float* y) { cuda::gelu_forward<float>(y, inp, n, enter(s)); });
 }
 void CudaBackendImpl::gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, Stream& s) {
   const cudaStream_t h = enter(s);

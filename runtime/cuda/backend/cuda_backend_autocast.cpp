@@ -20,6 +20,13 @@ Bf16Copy::Bf16Copy(ScratchPool& pool, const float* src, std::size_t n, cudaStrea
   convert_from_float<bf16>(t_.get(), src, n, stream);
 }
 
+Fp32Input::Fp32Input(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream) : f32_(x.f32) {
+  if (!x.is_bf16()) return;
+  widened_ = std::make_unique<Temp<float>>(pool, n, stream);
+  convert_to_float<bf16>(widened_->get(), reinterpret_cast<const bf16*>(x.bf16), n, stream);
+  f32_ = widened_->get();
+}
+
 Bf16Operand::Bf16Operand(ScratchPool& pool, const float* f32, const std::uint16_t* bf16_bits, std::size_t n,
                        cudaStream_t stream) {
   if (bf16_bits) {

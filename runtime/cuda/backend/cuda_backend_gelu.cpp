@@ -11,21 +11,24 @@
 namespace pipelane::cuda {
 
 
-void CudaBackendImpl::matmul_gelu_forward(float* pre, float* out, ActivationIn inp, GemmWeight weight,
+void CudaBackendImpl::matmul_gelu_forward(float* pre, ActivationOut out, ActivationIn inp, GemmWeight weight,
                                           const float* bias, int N, int C, int OC, Stream& s) {
+  if (out.is_bf16())  // the fp32 op into a temporary, rounded after (into_activation)
+    return into_activation(out, count(N, OC), s,
+                           [&](float* y) { matmul_gelu_forward(pre, y, inp, weight, bias, N, C, OC, s); });
   if (!gelu_epilogue_fits(OC)) return Backend::matmul_gelu_forward(pre, out, inp, weight, bias, N, C, OC, s);
   const cudaStream_t h = enter(s);
-  expect_device("matmul_gelu_forward", {pre, out, inp.data(), weight.data(), bias});
+  expect_device("matmul_gelu_forward", {pre, out.f32, inp.data(), weight.data(), bias});
   bool fused = false;
   if (!bf16_compute()) {
     fused = try_gemm(
-        matmul_forward_gemm(out, fp32_input(inp, "matmul_gelu_forward"), fp32_weight(weight, "matmul_gelu_forward"),
+        matmul_forward_gemm(out.f32, fp32_input(inp, "matmul_gelu_forward"), fp32_weight(weight, "matmul_gelu_forward"),
                             bias, N, C, OC, DataType::F32, pre),
         s);
   } else {
     const Bf16Operand x(*scratch_, inp, count(N, C), h);
     const Bf16Operand w(*scratch_, weight, count(OC, C), h);
-    fused = try_gemm(matmul_forward_gemm(out, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
+    fused = try_gemm(matmul_forward_gemm(out.f32, x.get(), w.get(), bias, N, C, OC, kAutocast, pre), s);
   }
   if (fused) return;
   ++unfused_epilogues_;

@@ -66,6 +66,21 @@ class Bf16Operand {
   const __nv_bfloat16* w_;
 };
 
+// An input an fp32 kernel reads: an fp32 buffer as it is, a bf16 one (ActivationIn) widened into
+// an fp32 temporary in the op's stream order. The fp32 kernel then gives the bits it gives after
+// cast_from_bf16, by construction. (The norms' kernels widening as they read gave other low bits in
+// their column sums under the emulator's host compiler, whose contraction into FMAs depends on
+// the instantiation; a device compiler's may too.)
+class Fp32Input {
+ public:
+  Fp32Input(ScratchPool& pool, ActivationIn x, std::size_t n, cudaStream_t stream);
+  const float* get() const { return f32_; }
+
+ private:
+  std::unique_ptr<Temp<float>> widened_;
+  const float* f32_;
+};
+
 // Rows of logits the fused head holds at once: one block of at most 128 MiB, as the CPU head.
 int head_chunk_rows(int N, int width);
 
@@ -141,12 +156,12 @@ class CudaBackendImpl final : public CudaBackend {
                                 int T, int C, int v0, int vcount, Stream& s) override;
   void layernorm_forward(ActivationOut out, float* mean, float* rstd, const float* inp, const float* weight,
                          const float* bias, int N, int C, Stream& s) override;
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, ActivationIn inp,
                           const float* weight, const float* mean, const float* rstd, int N, int C,
                           Stream& s) override;
-  void layernorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+  void layernorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight,
                                 const float* mean, const float* rstd, int N, int C, Stream& s) override;
-  void layernorm_backward_params(float* dweight, float* dbias, const float* dout, const float* inp,
+  void layernorm_backward_params(float* dweight, float* dbias, const float* dout, ActivationIn inp,
                                  const float* mean, const float* rstd, int N, int C, Stream& s) override;
   void matmul_forward(float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N, int C, int OC,
                       Stream& s) override;
@@ -154,18 +169,18 @@ class CudaBackendImpl final : public CudaBackend {
                        GemmWeight weight, int N, int C, int OC, Stream& s) override;
   void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C, int OC,
                              Stream& s) override;
-  void matmul_gelu_forward(float* pre, float* out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
+  void matmul_gelu_forward(float* pre, ActivationOut out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                            int C, int OC, Stream& s) override;
   void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight, const float* pre, int N,
                                    int C, int OC, Stream& s) override;
-  void attention_forward(float* out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
+  void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
                          Stream& s) override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, ActivationIn att, int B,
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn out, ActivationIn att, int B,
                           int T, int C, int NH, Stream& s) override;
   void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache, float* v_cache, int past,
                             int n, int C, int NH, Stream& s) override;
-  void gelu_forward(float* out, const float* inp, std::size_t n, Stream& s) override;
+  void gelu_forward(ActivationOut out, const float* inp, std::size_t n, Stream& s) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, Stream& s) override;
   void add(float* out, const float* a, const float* b, std::size_t n, Stream& s) override;
   void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) override;
@@ -197,21 +212,21 @@ class CudaBackendImpl final : public CudaBackend {
   // The Llama family's ops (cuda_backend_llama.cpp).
   void rmsnorm_forward(ActivationOut out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
                        Stream& s) override;
-  void rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight, const float* rstd,
+  void rmsnorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight, const float* rstd,
                               int N, int C, Stream& s) override;
-  void rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd, int N, int C,
+  void rmsnorm_backward_params(float* dweight, const float* dout, ActivationIn inp, const float* rstd, int N, int C,
                                Stream& s) override;
   void rope_forward(float* x, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
                     Stream& s) override;
   void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
                      Stream& s) override;
-  void swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream& s) override;
+  void swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n, Stream& s) override;
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n,
                        Stream& s) override;
-  void attention_forward_gqa(float* out, ActivationOut att, const float* q, const float* k, const float* v, int B,
-                             int T, int NH, int KVH, int hs, Stream& s) override;
+  void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+                             int B, int T, int NH, int KVH, int hs, Stream& s) override;
   void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, const float* out, ActivationIn att, int B, int T, int NH, int KVH,
+                              const float* v, ActivationIn out, ActivationIn att, int B, int T, int NH, int KVH,
                               int hs, Stream& s) override;
   void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
                                 float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs,
@@ -263,6 +278,10 @@ class CudaBackendImpl final : public CudaBackend {
   void probabilities_from_bf16(OpKind op, const std::uint16_t* att, std::size_t n, Stream& s,
                                const std::function<void(const float*)>& run);
   void expect_bf16_probabilities(OpKind op) const;
+  // An op writing an activation `out` of n floats: `run` (the op on an fp32 output) into it, or for
+  // a bf16 buffer into an fp32 temporary rounded into it after (cast_to_bf16's kernel): the bits
+  // of the fp32 op followed by the cast.
+  void into_activation(ActivationOut out, std::size_t n, Stream& s, const std::function<void(float*)>& run);
   void attention_forward_autocast(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Stream& s);
   void attention_backward_autocast(float* dqkv, const float* dout, const float* qkv, const float* att, int B, int T,
                                    int C, int NH, Stream& s);

@@ -48,18 +48,20 @@ void CudaBackendImpl::rmsnorm_forward(ActivationOut out, float* rstd, const floa
   else
     cuda::rmsnorm_forward<float>(out.f32, rstd, inp, weight, N, C, eps, h);
 }
-void CudaBackendImpl::rmsnorm_backward_input(float* dinp, const float* dout, const float* inp, const float* weight,
+void CudaBackendImpl::rmsnorm_backward_input(float* dinp, const float* dout, ActivationIn inp, const float* weight,
                                              const float* rstd, int N, int C, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("rmsnorm_backward_input", {dinp, dout, inp, weight, rstd});
-  cuda::rmsnorm_backward_input<float>(dinp, dout, inp, weight, rstd, N, C, h);
+  expect_device("rmsnorm_backward_input", {dinp, dout, inp.data(), weight, rstd});
+  const Fp32Input x(*scratch_, inp, count(N, C), h);
+  cuda::rmsnorm_backward_input<float>(dinp, dout, x.get(), weight, rstd, N, C, h);
 }
-void CudaBackendImpl::rmsnorm_backward_params(float* dweight, const float* dout, const float* inp, const float* rstd,
+void CudaBackendImpl::rmsnorm_backward_params(float* dweight, const float* dout, ActivationIn inp, const float* rstd,
                                               int N, int C, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("rmsnorm_backward_params", {dweight, dout, inp, rstd});
+  expect_device("rmsnorm_backward_params", {dweight, dout, inp.data(), rstd});
+  const Fp32Input x(*scratch_, inp, count(N, C), h);
   const Temp<float> scratch(*scratch_, rmsnorm_backward_scratch_floats(N, C), h);
-  cuda::rmsnorm_backward_params<float>(dweight, dout, inp, rstd, N, C, scratch.get(), h);
+  cuda::rmsnorm_backward_params<float>(dweight, dout, x.get(), rstd, N, C, scratch.get(), h);
 }
 
 // ---- RoPE, SwiGLU ----
@@ -76,10 +78,9 @@ void CudaBackendImpl::rope_backward(float* dx, const float* table, int B, int T,
   expect_device("rope_backward", {dx, table});
   rope_rotate<float>(dx, table, B, T, pos0, heads, hs, ld, true, h);
 }
-void CudaBackendImpl::swiglu_forward(float* out, const float* gate, const float* up, std::size_t n, Stream& s) {
-  const cudaStream_t h = enter(s);
-  expect_device("swiglu_forward", {out, gate, up});
-  cuda::swiglu_forward<float>(out, gate, up, n, h);
+void CudaBackendImpl::swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n, Stream& s) {
+  expect_device("swiglu_forward", {out.data(), gate, up});
+  into_activation(out, n, s, [&](float* y) { cuda::swiglu_forward<float>(y, gate, up, n, enter(s)); });
 }
 void CudaBackendImpl::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                                       std::size_t n, Stream& s) {
@@ -90,8 +91,14 @@ void CudaBackendImpl::swiglu_backward(float* dgate, float* dup, const float* dou
 
 // ---- grouped-query attention ----
 
-void CudaBackendImpl::attention_forward_gqa(float* out, ActivationOut probabilities, const float* q, const float* k,
-                                            const float* v, int B, int T, int NH, int KVH, int hs, Stream& s) {
+void CudaBackendImpl::attention_forward_gqa(ActivationOut output, ActivationOut probabilities, const float* q,
+                                            const float* k, const float* v, int B, int T, int NH, int KVH, int hs,
+                                            Stream& s) {
+  if (output.is_bf16())  // the fp32 output on a temporary, rounded after (into_activation)
+    return into_activation(output, count(B * T, NH * hs), s, [&](float* out) {
+      attention_forward_gqa(out, probabilities, q, k, v, B, T, NH, KVH, hs, s);
+    });
+  float* out = output.f32;
   if (probabilities.is_bf16())
     return probabilities_into_bf16(OpKind::AttentionForwardGqa, probabilities.bf16,
                                    attention_gqa_saved_floats(B, T, NH, hs), s, [&](float* att) {
@@ -124,7 +131,7 @@ void CudaBackendImpl::attention_forward_gqa(float* out, ActivationOut probabilit
 }
 
 void CudaBackendImpl::attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                             const float* k, const float* v, const float* out,
+                                             const float* k, const float* v, ActivationIn out,
                                              ActivationIn probabilities, int B, int T, int NH, int KVH, int hs,
                                              Stream& s) {
   if (probabilities.is_bf16())

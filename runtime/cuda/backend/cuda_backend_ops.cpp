@@ -169,6 +169,14 @@ void CudaBackendImpl::probabilities_into_bf16(OpKind op, std::uint16_t* att, std
   run(p.get());
   convert_from_float<bf16>(reinterpret_cast<bf16*>(att), p.get(), n, h);
 }
+void CudaBackendImpl::into_activation(ActivationOut out, std::size_t n, Stream& s,
+                                      const std::function<void(float*)>& run) {
+  if (!out.is_bf16()) return run(out.f32);
+  const cudaStream_t h = enter(s);
+  const Temp<float> value(*scratch_, n, h);
+  run(value.get());
+  convert_from_float<bf16>(reinterpret_cast<bf16*>(out.bf16), value.get(), n, h);
+}
 void CudaBackendImpl::probabilities_from_bf16(OpKind op, const std::uint16_t* att, std::size_t n, Stream& s,
                                               const std::function<void(const float*)>& run) {
   expect_bf16_probabilities(op);
@@ -179,8 +187,13 @@ void CudaBackendImpl::probabilities_from_bf16(OpKind op, const std::uint16_t* at
   run(p.get());
 }
 
-void CudaBackendImpl::attention_forward(float* out, ActivationOut probabilities, const float* qkv, int B, int T,
-                                        int C, int NH, Stream& s) {
+void CudaBackendImpl::attention_forward(ActivationOut output, ActivationOut probabilities, const float* qkv, int B,
+                                        int T, int C, int NH, Stream& s) {
+  if (output.is_bf16())  // the fp32 output on a temporary, rounded after (into_activation)
+    return into_activation(output, count(B * T, C), s, [&](float* out) {
+      attention_forward(out, probabilities, qkv, B, T, C, NH, s);
+    });
+  float* out = output.f32;
   if (probabilities.is_bf16())
     return probabilities_into_bf16(OpKind::AttentionForward, probabilities.bf16, attention_saved_floats(B, T, C, NH), s,
                                    [&](float* att) { attention_forward(out, att, qkv, B, T, C, NH, s); });
@@ -189,8 +202,12 @@ void CudaBackendImpl::attention_forward(float* out, ActivationOut probabilities,
   if (bf16_compute()) return attention_forward_autocast(out, att, qkv, B, T, C, NH, s);
   attention_forward_t(out, att, qkv, B, T, C, NH, s);
 }
-void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn output,
                                          ActivationIn probabilities, int B, int T, int C, int NH, Stream& s) {
+  // Only cuDNN's backward reads the output: a bf16 one is widened for it (Fp32Input), else unread.
+  const bool read = config_.attention == AttentionImpl::Cudnn;
+  const Fp32Input widened(*scratch_, read ? output : ActivationIn(nullptr), count(B * T, C), enter(s));
+  const float* out = read ? widened.get() : output.f32;
   if (probabilities.is_bf16())
     return probabilities_from_bf16(OpKind::AttentionBackward, probabilities.bf16, attention_saved_floats(B, T, C, NH),
                                    s, [&](const float* att) {
