@@ -1,12 +1,11 @@
 // bf16 storage inside GptStage's passes (GptStage's `storage` = BF16; Megatron-LM's --bf16 beside
 // autocast's bf16 GEMM operands). What it means here:
-//   - A layer's forward runs in fp32 in a workspace (StageScratch::storage_layers, or a full
-//     recompute's), with the backend's bf16 compute: every GEMM rounds its operands to bf16.
-//   - After it, the values the layer keeps (kLayerValues: the norms' outputs, q/k/v, the
-//     attention's probabilities and output, the MLP's activations, the residual stream) are stored
-//     in bf16: half the bytes of every in-flight microbatch. The norms' statistics, a backend's
-//     non-probability attention state (cuDNN's softmax statistics: rounding a log-sum-exp to 8
-//     bits would move every probability) and gradients stay fp32, as in Megatron.
+//   - A layer computes in fp32, with the backend's bf16 compute: every GEMM rounds its operands to
+//     bf16. The values the layer keeps (kLayerValues: the norms' outputs, q/k/v, the attention's
+//     probabilities and output, the MLP's GEMM outputs and activation, the residual stream) are
+//     kept in bf16: half the bytes of every in-flight microbatch. The norms' statistics, a
+//     backend's non-probability attention state (cuDNN's softmax statistics: rounding a
+//     log-sum-exp to 8 bits would move every probability) and gradients stay fp32, as in Megatron.
 //   - The residual stream between layers is bf16: a layer's output is rounded before the next
 //     layer (and the head) reads it, so what backward widens from storage is what forward read.
 //     Inside a layer, forward reads its fp32 intermediates; backward reads their bf16 copies. For
@@ -16,17 +15,17 @@
 //     rerun layer's values are rounded as storage would have rounded them (round_layer), and the
 //     selective rerun's probabilities likewise (they equal forward's: the score GEMM's operands
 //     are bf16-rounded in both).
-//   - Some values skip the workspace (bf16_direct_values): the attention's probabilities (the
-//     largest value at long sequences) and output where the backend takes them as bf16 buffers,
-//     the MLP's activation (GeLU's or SwiGLU's output), and without sequence parallelism the norms'
-//     outputs ln1 and ln2. Their ops write them into the
-//     microbatch's bf16 buffers themselves, rounded as store_layer would round them, and the ops
-//     that read them (the attention's backward, the GEMMs) read them there: the same bits.
-//     Selective recomputation's rerun writes the probabilities into bf16 scratch, and a full
-//     rerun's workspace keeps them in bf16 too.
-//   - The residual stream skips it as well. A layer's forward adds in place in s.storage_x, its
-//     input: res_attn (cast to its bf16 buffer at once, where the norms' backward reads it,
-//     bf16_norm_inputs), then res_out (the next layer's input).
+//   - Where the backend takes them so, the ops write and read the kept values as bf16 buffers
+//     themselves (bf16_direct_values), rounded as a cast would round them: the same bits. Values
+//     forward reads again in fp32 after making them (q/k/v after RoPE, the MLP's GEMM outputs,
+//     res_attn) are made in fp32 scratch that backward fills only later, and cast to their bf16
+//     buffer once forward is done with them (keep_value); res_attn and res_out are made in place
+//     in s.storage_x, the layer's input. Selective recomputation's rerun writes the probabilities
+//     into bf16 scratch, and a full rerun's workspace keeps them in bf16 too.
+//   - Any other value (the norms' outputs under sequence parallelism, whose rows are all-gathered
+//     in fp32; what cuDNN's attention does not take in bf16) goes through a one-layer fp32
+//     workspace (StageScratch::storage_layers): stored after the layer (store_layer), widened back
+//     before its backward (load_layer).
 //   - The stage's input, output and their gradients are bf16 buffers: stage-to-stage transfers
 //     carry half the bytes. The gradient is rounded once, when sent; the receiver widens it.
 #include "model/gpt_model.h"
@@ -53,7 +52,19 @@ std::uint32_t GptStage::plan_bf16_direct_values() const {
   if (bf16_norm_inputs()) direct |= bit(&LayerActivations::res_attn);
   if (bf16_mlp_activations()) direct |= bit(&LayerActivations::fch_gelu);
   if (bf16_attention_output()) direct |= bit(&LayerActivations::atty);
+  if (bf16_gemm_outputs())
+    direct |= bit(&LayerActivations::qkv) | bit(&LayerActivations::fch) | bit(&LayerActivations::up);
   return direct;
+}
+
+bool GptStage::bf16_gemm_outputs() const {
+  const OpKind backward = config().mlp == MlpKind::Gelu ? OpKind::MatmulBackwardInputDgelu : OpKind::SwigluBackward;
+  return bf16_probabilities() && backend_.supports(backward, DType::BF16);
+}
+
+void GptStage::keep_value(const LayerActivations& h, float* LayerActivations::*member, std::size_t n) const {
+  std::uint16_t* kept = h.bf16[layer_value_index(member)];
+  if (kept && h.*member) backend_.cast_to_bf16(kept, h.*member, n, stream_);
 }
 
 bool GptStage::bf16_attention_output() const {
@@ -132,6 +143,7 @@ void GptStage::round_layer(const LayerActivations& h, const Dims& d) const {
 void GptStage::load_layer(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const {
   if (!bf16_storage()) return;
   const auto sizes = layer_value_sizes(d);
+  if (s.storage_layers.empty()) return;  // every value is read in bf16 where it is kept
   const LayerActivations& workspace = s.storage_layers.front();
   const StoredLayer& stored = a.stored[l];
   // Not its output: no backward reads it (the next layer's input comes from kept_layer_input);

@@ -105,6 +105,9 @@ void GptStage::attention_forward(const StageWeights& params, LayerActivations& h
     backend_.attention_forward_gqa(value_out(h, &LayerActivations::atty), saved_attention(h), h.q, h.k, h.v, d.B, d.T,
                                    d.NH, d.KVH, d.hs, stream_);
   }
+  // q, k and v (after RoPE) kept in bf16 only: now, once the attention has read them in fp32.
+  const std::size_t N = static_cast<std::size_t>(d.N);
+  keep_value(h, &LayerActivations::qkv, config().split_projections() ? N * (d.CA + 2 * d.KV) : N * 3 * d.CA);
   out_projection(s.proj, params, value_in(h, &LayerActivations::atty), o.attprojw, o.attprojb, d.CA, d);
 }
 
@@ -119,6 +122,9 @@ void GptStage::mlp_forward(const StageWeights& params, LayerActivations& h, cons
     const std::size_t n = static_cast<std::size_t>(d.N) * d.CM;
     backend_.swiglu_forward(value_out(h, &LayerActivations::fch_gelu), h.fch, h.up, n, stream_);
   }
+  // The GEMMs' outputs kept in bf16 only: now, once the activation has read them in fp32.
+  keep_value(h, &LayerActivations::fch, static_cast<std::size_t>(d.N) * d.CM);
+  keep_value(h, &LayerActivations::up, static_cast<std::size_t>(d.N) * d.CM);
   out_projection(s.proj, params, value_in(h, &LayerActivations::fch_gelu), o.fcprojw, o.fcprojb, d.CM, d);
 }
 

@@ -36,16 +36,17 @@ const float* GptStage::mlp_backward(const StageWeights& params, float* grads, co
   const float* dout = gather_rows(s.dres, s.dres_full, d);
   const ActivationIn ln2 = gather_rows(value_in(h, &LayerActivations::ln2), s.gathered, d);
   const ActivationIn fch_gelu = value_in(h, &LayerActivations::fch_gelu);
+  const ActivationIn fch = value_in(h, &LayerActivations::fch), up = value_in(h, &LayerActivations::up);
   if (config().mlp == MlpKind::Gelu) {
     backend_.matmul_backward(nullptr, grads + o.fcprojw, at(grads, o.fcprojb), dout, fch_gelu, params.gemm(o.fcprojw),
                              d.N, d.CM, d.C, stream_);
-    backend_.matmul_backward_input_dgelu(s.d4c, dout, params.gemm(o.fcprojw), h.fch, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input_dgelu(s.d4c, dout, params.gemm(o.fcprojw), fch, d.N, d.CM, d.C, stream_);
     backend_.matmul_backward(s.dtmp, grads + o.fcw, at(grads, o.fcb), s.d4c, ln2, params.gemm(o.fcw), d.N, d.C, d.CM,
                              stream_);
   } else {
     backend_.matmul_backward(s.d4c, grads + o.fcprojw, at(grads, o.fcprojb), dout, fch_gelu, params.gemm(o.fcprojw),
                              d.N, d.CM, d.C, stream_);
-    backend_.swiglu_backward(s.dgate, s.dup, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
+    backend_.swiglu_backward(s.dgate, s.dup, s.d4c, fch, up, static_cast<std::size_t>(d.N) * d.CM, stream_);
     backend_.matmul_backward(nullptr, grads + o.gatew, at(grads, o.gateb), s.dgate, ln2, params.gemm(o.gatew), d.N, d.C,
                              d.CM, stream_);
     backend_.matmul_backward(nullptr, grads + o.fcw, at(grads, o.fcb), s.dup, ln2, params.gemm(o.fcw), d.N, d.C, d.CM,
@@ -63,11 +64,13 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(s.dres, s.dres_full, d);
   const ActivationIn atty = value_in(h, &LayerActivations::atty);
+  const ActivationIn qkv = value_in(h, &LayerActivations::qkv);  // MHA's fused q, k, v
+  const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);                // the split projections'
   const ActivationIn ln1 = gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d);
   backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, atty, params.gemm(o.attprojw),
                            d.N, d.CA, d.C, stream_);  // s.dtmp holds [N, CA] here
   if (!config().split_projections()) {
-    backend_.attention_backward(s.dqkv, s.dtmp, h.qkv, atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_backward(s.dqkv, s.dtmp, qkv, atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(s.dqkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(s.dqkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
@@ -76,7 +79,7 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
                              3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(s.dqkv, d.N, d.CA, d.KV);
-    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, atty, saved_attention(h), d.B, d.T, d.NH,
+    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, x.q, x.k, x.v, atty, saved_attention(h), d.B, d.T, d.NH,
                                     d.KVH, d.hs, stream_);
     if (rope_on) {
       rope(g.q, s.rope, d.NH, d.CA, d, true);
@@ -96,12 +99,13 @@ void GptStage::mlp_backward_input(const StageWeights& params, LayerActivations& 
                                   StageScratch& s, const Dims& d) const {
   const float* dout = gather_rows(h.d_res_out, s.dres_full, d);
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln2;
+  const ActivationIn fch = value_in(h, &LayerActivations::fch), up = value_in(h, &LayerActivations::up);
   if (config().mlp == MlpKind::Gelu) {
-    backend_.matmul_backward_input_dgelu(h.d_fch, dout, params.gemm(o.fcprojw), h.fch, d.N, d.CM, d.C, stream_);
+    backend_.matmul_backward_input_dgelu(h.d_fch, dout, params.gemm(o.fcprojw), fch, d.N, d.CM, d.C, stream_);
     backend_.matmul_backward_input(partial, h.d_fch, params.gemm(o.fcw), d.N, d.C, d.CM, stream_);
   } else {
     backend_.matmul_backward_input(s.d4c, dout, params.gemm(o.fcprojw), d.N, d.CM, d.C, stream_);
-    backend_.swiglu_backward(h.d_fch, h.d_up, s.d4c, h.fch, h.up, static_cast<std::size_t>(d.N) * d.CM, stream_);
+    backend_.swiglu_backward(h.d_fch, h.d_up, s.d4c, fch, up, static_cast<std::size_t>(d.N) * d.CM, stream_);
     input_gradient_sum(partial, s.dtmp2, params, {o.gatew, o.fcw}, {h.d_fch, h.d_up}, {d.CM, d.CM}, d);
   }
   sum_partials(partial, d);
@@ -114,12 +118,14 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
   const ActivationIn atty = value_in(h, &LayerActivations::atty);
+  const ActivationIn qkv = value_in(h, &LayerActivations::qkv);  // MHA's fused q, k, v
+  const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);                // the split projections'
   // s.dtmp holds the attention output's gradient until attention_backward has read it, then
   // (sequence parallelism) the partial input gradient.
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln1;
   backend_.matmul_backward_input(s.dtmp, dout, params.gemm(o.attprojw), d.N, d.CA, d.C, stream_);  // [N, CA]
   if (!config().split_projections()) {
-    backend_.attention_backward(h.d_qkv, s.dtmp, h.qkv, atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_backward(h.d_qkv, s.dtmp, qkv, atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(h.d_qkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(h.d_qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
@@ -127,7 +133,7 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
     backend_.matmul_backward_input(partial, h.d_qkv, params.gemm(o.qkvw), d.N, d.C, 3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
-    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, h.q, h.k, h.v, atty, saved_attention(h), d.B, d.T, d.NH,
+    backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, x.q, x.k, x.v, atty, saved_attention(h), d.B, d.T, d.NH,
                                     d.KVH, d.hs, stream_);
     if (rope_on) {
       rope(g.q, s.rope, d.NH, d.CA, d, true);

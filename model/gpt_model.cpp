@@ -242,11 +242,15 @@ StageScratch GptStage::plan_scratch(Alloc&& alloc, int B, int T) const {
   if (bf16_storage()) {
     const bool any_kept = std::any_of(recompute_plan_.begin(), recompute_plan_.end(),
                                       [](const LayerRecompute& r) { return r.keeps != LayerKeeps::Output; });
-    // Its output is s.storage_x (forward_view), not a buffer of its own.
-    const std::uint32_t res_out_bit = 1u << layer_value_index(&LayerActivations::res_out);
-    if (any_kept)
-      s.storage_layers.push_back(
-          plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, bf16_direct_values() | res_out_bit));
+    // Its output is s.storage_x (forward_view), not a buffer of its own; the values the ops keep in
+    // bf16 themselves have none either. None at all when that leaves no value (the norms'
+    // statistics are the layer's own: with_fp32_state_of).
+    const std::uint32_t without = bf16_direct_values() | 1u << layer_value_index(&LayerActivations::res_out);
+    const auto sizes = layer_value_sizes(d);
+    bool any_value = false;
+    for (std::size_t i = 0; i < kLayerValueCount; ++i) any_value |= sizes[i] != 0 && !(without >> i & 1u);
+    if (any_kept && any_value)
+      s.storage_layers.push_back(plan_layer(alloc, d, LayerKeeps::Everything, true, false, nullptr, without));
     s.storage_x = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.x");
     s.storage_dx = alloc(static_cast<std::size_t>(d.n) * C, "bf16_storage.dx");
   }

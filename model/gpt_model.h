@@ -77,6 +77,17 @@ inline ActivationOut value_out(const LayerActivations& h, float* LayerActivation
 inline ActivationIn value_in(const LayerActivations& h, float* LayerActivations::*member) {
   return value_out(h, member);
 }
+// q, k and v of the Llama family's split projections as the attention ops read them: the fp32
+// views h.q/h.k/h.v, or their places in the one bf16 buffer of qkv ([N, CA] then [N, KV] twice).
+struct QkvIn {
+  ActivationIn q, k, v;
+};
+inline QkvIn split_qkv_in(const LayerActivations& h, std::size_t N, std::size_t CA, std::size_t KV) {
+  const std::uint16_t* kept = h.bf16[layer_value_index(&LayerActivations::qkv)];
+  if (!kept) return {h.q, h.k, h.v};
+  const auto at = [&](std::size_t offset) { return ActivationIn::of_bf16(kept + offset); };
+  return {at(0), at(N * CA), at(N * (CA + KV))};
+}
 // The attention's saved state as the attention ops take it.
 inline ActivationOut saved_attention(const LayerActivations& h) { return value_out(h, &LayerActivations::att); }
 
@@ -138,13 +149,13 @@ struct StageScratch {
   // Sequence parallelism only: the all-gathered norm output [N,C] a column-parallel layer reads
   // (forward, and again for its weight gradient), and the all-gathered residual gradient [N,C].
   float *gathered = nullptr, *dres_full = nullptr;
-  // bf16 storage only: the fp32 layer a layer's forward runs in and its backward reads its
-  // widened values from (without what the ops keep in bf16 themselves, bf16_direct_values: those
-  // go straight to the microbatch's bf16 buffers; one, empty when every layer is a full
-  // recompute's); a layer's fp32 input [n,C]: in forward the stage's input or the previous
-  // layer's output, which is also where a layer writes its own (layer_forward reads its input
-  // only before it writes res_out), in backward its bf16 copy widened; the fp32 input gradient
-  // before it is sent in bf16 [n,C].
+  // bf16 storage only: the fp32 layer a layer's forward writes the values into that the ops do
+  // not keep in bf16 themselves (bf16_direct_values), and its backward reads them widened from
+  // (one; empty when every layer is a full recompute's or every value is kept directly); a
+  // layer's fp32 input [n,C]: in forward the stage's input or the previous layer's output, which
+  // is also where a layer makes res_attn and then its own output (layer_forward reads its input
+  // only before), in backward its bf16 copy widened; the fp32 input gradient before it is sent in
+  // bf16 [n,C].
   std::vector<LayerActivations> storage_layers;
   float *storage_x = nullptr, *storage_dx = nullptr;
 };
@@ -251,6 +262,10 @@ class GptStage {
   // parallelism: this rank's columns [B*T, layout().vocab_local()], global columns starting at
   // layout().vocab_begin().
   void logits(const StageWeights& params, const MicrobatchActivations& acts, float* out) const;
+
+  // bf16 storage: the values (a mask over kLayerValues) the layer's ops write and read as bf16
+  // buffers themselves, with no fp32 copy in the workspace (0 under fp32 storage).
+  std::uint32_t bf16_direct_values() const { return bf16_direct_values_; }
 
   // Called on the host after each layer of forward, backward, backward_input and backward_weight
   // (empty: nothing). The executor hands on WAN turns here, so a turn that arrives during a
@@ -367,9 +382,18 @@ class GptStage {
   // bf16_probabilities() with GEMMs that read a bf16 input: the attention's output atty goes
   // straight into the layer's bf16 buffer too, and the projection after it reads it there.
   bool bf16_attention_output() const;
-  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers: the five
-  // above, decided once when the stage is made (they depend on the backend and the config only).
-  std::uint32_t bf16_direct_values() const { return bf16_direct_values_; }
+  // bf16_probabilities() (the attention ops read q/k/v in bf16 too) and, for the MLP, GeLU's
+  // (SwiGLU's) backward reading its input in bf16: q/k/v and the MLP's GEMM outputs fch (and up)
+  // are kept only in bf16. Their forward values are in fp32 scratch the backward does not need
+  // until later (s.dqkv; s.d4c, or s.dgate and s.dup: forward_view), cast once their forward
+  // readers are done (keep_value).
+  bool bf16_gemm_outputs() const;
+  // A value made in fp32 that bf16 storage keeps only in bf16 (its buffer in h.bf16; n elements):
+  // cast there now. Nothing where the layer keeps it in fp32.
+  void keep_value(const LayerActivations& h, float* LayerActivations::*member, std::size_t n) const;
+  // The values (a mask over kLayerValues) the layer's ops write and read as bf16 buffers
+  // (bf16_direct_values, public): the six above, decided once when the stage is made (they depend
+  // on the backend and the config only).
   std::uint32_t plan_bf16_direct_values() const;
   // Elements of each kLayerValues entry of a layer (0: the config lacks it, or it stays fp32).
   std::array<std::size_t, kLayerValueCount> layer_value_sizes(const Dims& d) const;

@@ -37,8 +37,7 @@ void GptStage::layer_forward(const StageWeights& params, LayerActivations& h, co
   attention_forward(params, h, o, s, gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d), d);
   backend_.add(h.res_attn, x, s.proj, d.nC, stream_);
   // bf16 storage keeping it only in bf16 (bf16_norm_inputs): now, before res_out takes its place.
-  if (std::uint16_t* kept = h.bf16[layer_value_index(&LayerActivations::res_attn)])
-    backend_.cast_to_bf16(kept, h.res_attn, d.nC, stream_);
+  keep_value(h, &LayerActivations::res_attn, d.nC);
   norm_forward(value_out(h, &LayerActivations::ln2), h.ln2_mean, h.ln2_rstd, h.res_attn, params, o.ln2w, o.ln2b, d.n);
   mlp_forward(params, h, o, s, gather_rows(value_in(h, &LayerActivations::ln2), s.gathered, d), d);
   backend_.add(h.res_out, h.res_attn, s.proj, d.nC, stream_);
@@ -53,7 +52,8 @@ LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& 
   if (r.keeps == LayerKeeps::AllButAttentionCore) h.att = s.recompute_att, h.bf16[att] = s.recompute_att_bf16;
   if (r.keeps != LayerKeeps::Output) {
     if (!bf16_storage()) return h;
-    LayerActivations w = with_fp32_state_of(s.storage_layers.front(), h);
+    const LayerActivations none{};  // no workspace: every value is kept in bf16 by its ops
+    LayerActivations w = with_fp32_state_of(s.storage_layers.empty() ? none : s.storage_layers.front(), h);
     // The output goes where the input came from: layer_forward reads x (the stage's input, or the
     // previous layer's output: s.storage_x either way) only before it writes res_out.
     w.res_out = s.storage_x;
@@ -65,9 +65,22 @@ LayerActivations GptStage::forward_view(MicrobatchActivations& a, StageScratch& 
       w.*kLayerValues[i] = nullptr;
       w.bf16[i] = i == att && r.keeps == LayerKeeps::AllButAttentionCore ? s.recompute_att_bf16 : a.stored[l].values[i];
     }
-    // res_attn kept in bf16 only still needs its fp32 value in forward (ln2 and res_out read it):
-    // there too, res_out then overwrites it in place (the add reads it first).
+    // The values kept in bf16 only that forward still reads in fp32 after making them: their fp32
+    // values in scratch that backward fills only later (bf16_norm_inputs, bf16_gemm_outputs).
+    // res_attn goes to s.storage_x, where res_out then overwrites it in place (the add reads it
+    // first).
     if (w.bf16[layer_value_index(&LayerActivations::res_attn)]) w.res_attn = s.storage_x;
+    if (w.bf16[layer_value_index(&LayerActivations::qkv)]) {
+      const Dims d = dims(a.B, a.T);
+      const std::size_t N = static_cast<std::size_t>(d.N);
+      w.qkv = s.dqkv;
+      if (config().split_projections()) w.q = s.dqkv, w.k = w.q + N * d.CA, w.v = w.k + N * d.KV;
+    }
+    if (w.bf16[layer_value_index(&LayerActivations::fch)]) {
+      const bool swiglu = config().mlp == MlpKind::SwiGlu;
+      w.fch = swiglu ? s.dgate : s.d4c;
+      if (swiglu) w.up = s.dup;
+    }
     return w;
   }
   LayerActivations w = s.recompute_layers[l - r.group_first];
@@ -81,8 +94,10 @@ LayerActivations GptStage::backward_view(MicrobatchActivations& a, StageScratch&
   const LayerRecompute& r = recompute_plan_[l];
   if (r.keeps != LayerKeeps::Output) {
     LayerActivations h = forward_view(a, s, l);
-    // Backward reads res_attn where it is kept (s.storage_x holds the layer's input by then).
-    if (h.bf16[layer_value_index(&LayerActivations::res_attn)]) h.res_attn = nullptr;
+    // Backward reads what is kept in bf16 only there (forward's fp32 scratch is overwritten by then).
+    for (std::size_t i = 0; i < kLayerValueCount; ++i)
+      if (h.bf16[i]) h.*kLayerValues[i] = nullptr;
+    if (h.bf16[layer_value_index(&LayerActivations::qkv)]) h.q = h.k = h.v = nullptr;
     return h;
   }
   return with_gradients_of(s.recompute_layers[l - r.group_first], a.layers[l]);
@@ -113,11 +128,14 @@ void GptStage::recompute_group(const StageWeights& params, MicrobatchActivations
 // The attention core's saved state (h.att, the workspace's) from q, k and v, which the layer
 // kept; the output it also produces equals the kept atty and goes to a throwaway buffer.
 void GptStage::recompute_attention_core(const LayerActivations& h, StageScratch& s, const Dims& d) const {
-  if (!config().split_projections())
-    backend_.attention_forward(s.recompute_atty, saved_attention(h), h.qkv, d.B, d.T, d.CA, d.NH, stream_);
-  else
-    backend_.attention_forward_gqa(s.recompute_atty, saved_attention(h), h.q, h.k, h.v, d.B, d.T, d.NH, d.KVH, d.hs,
+  if (!config().split_projections()) {
+    backend_.attention_forward(s.recompute_atty, saved_attention(h), value_in(h, &LayerActivations::qkv), d.B, d.T,
+                               d.CA, d.NH, stream_);
+  } else {
+    const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);
+    backend_.attention_forward_gqa(s.recompute_atty, saved_attention(h), x.q, x.k, x.v, d.B, d.T, d.NH, d.KVH, d.hs,
                                    stream_);
+  }
   if (bf16_storage() && !h.bf16[layer_value_index(&LayerActivations::att)]) {  // what none widens from storage
     const std::size_t probabilities = layer_value_sizes(d)[layer_value_index(&LayerActivations::att)];
     if (probabilities != 0) backend_.round_to_bf16(h.att, probabilities, stream_);
@@ -132,7 +150,7 @@ void GptStage::before_layer_backward(const StageWeights& params, MicrobatchActiv
   if (r.keeps != LayerKeeps::Output) load_layer(a, s, l, d);
   if (r.keeps == LayerKeeps::Output && r.ends_group(l)) recompute_group(params, a, s, l, d);
   if (r.keeps == LayerKeeps::AllButAttentionCore && !weight_half)
-    recompute_attention_core(forward_view(a, s, l), s, d);
+    recompute_attention_core(backward_view(a, s, l), s, d);
 }
 
 }  // namespace pipelane

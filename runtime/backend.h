@@ -120,6 +120,11 @@ inline bool writes_bf16_norm(OpKind op) { return op == OpKind::LayerNormForward 
 inline bool writes_bf16_activation(OpKind op) {
   return op == OpKind::GeluForward || op == OpKind::MatmulGeluForward || op == OpKind::SwigluForward;
 }
+// The element-wise backwards whose kept input may be a bf16 buffer (ActivationIn): GeLU's, alone
+// or fused after its GEMM, and SwiGLU's. bf16 storage keeps the MLP's GEMM outputs so.
+inline bool reads_bf16_activation(OpKind op) {
+  return op == OpKind::GeluBackward || op == OpKind::MatmulBackwardInputDgelu || op == OpKind::SwigluBackward;
+}
 // The norms' backward, whose input `inp` may be a bf16 buffer (ActivationIn): bf16 storage reads the
 // kept residual stream there. Any compute precision.
 inline bool reads_bf16_norm_input(OpKind op) {
@@ -141,7 +146,7 @@ inline bool reads_bf16_gemm_input(OpKind op) {
 // attention saves something other than the probabilities says no for those).
 inline bool has_bf16_buffer(OpKind op, DType compute) {
   return is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) || reads_bf16_norm_input(op) ||
-         writes_bf16_activation(op) || (compute == DType::BF16 && reads_gemm_weight(op));
+         writes_bf16_activation(op) || reads_bf16_activation(op) || (compute == DType::BF16 && reads_gemm_weight(op));
 }
 
 // The weight operand of a GEMM (the matmul family, the LM head): an fp32 tensor, or its bf16 copy
@@ -419,9 +424,9 @@ class Backend {
 
   // --- the op table ---
   // Whether the op can run on buffers of `dtype` (every backend: F32 for every op but the casts;
-  // BF16 what has_bf16_buffer says: the casts, the attention's probabilities, the norms' output
-  // and their backward's input, GeLU's and SwiGLU's output, and the GEMMs' weights and inputs
-  // under bf16 compute).
+  // BF16 what has_bf16_buffer says: the casts, the attention's activations (probabilities, output,
+  // q/k/v), the norms' output and their backward's input, GeLU's and SwiGLU's output and their
+  // backward's input, and the GEMMs' weights and inputs under bf16 compute).
   virtual bool supports(OpKind op, DType dtype) const = 0;
   // F32, or BF16: the matmul family's GEMM operands rounded to bf16 (see the top of this file).
   virtual DType compute_precision() const = 0;
@@ -482,9 +487,10 @@ class Backend {
     gelu_forward(out, pre, static_cast<std::size_t>(N) * OC, s);
   }
   // The input gradient of a layer whose input was gelu(pre), through the GeLU: dpre (=) =
-  // (dout @ weight) * gelu'(pre). By default the two ops; fused by the CUDA backend (DGELU).
+  // (dout @ weight) * gelu'(pre). By default the two ops; fused by the CUDA backend (DGELU). `pre`
+  // may be a bf16 buffer (reads_bf16_activation), as gelu_backward's `inp`.
   virtual void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight,
-                                           const float* pre, int N, int C, int OC, Stream& s) {
+                                           ActivationIn pre, int N, int C, int OC, Stream& s) {
     matmul_backward_input(dpre, dout, weight, N, C, OC, s);
     gelu_backward(dpre, pre, dpre, static_cast<std::size_t>(N) * C, s);
   }
@@ -498,11 +504,13 @@ class Backend {
     return static_cast<std::size_t>(B) * NH * T * T;
   }
   // `att` and `out` may be bf16 buffers (supports(AttentionForward, BF16); keeps_bf16_probabilities):
-  // the probabilities (and the output) computed in fp32 and rounded as they are stored.
-  virtual void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C,
+  // the probabilities (and the output) computed in fp32 and rounded as they are stored; so may
+  // `qkv`, widened as it is read.
+  virtual void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C,
                                  int NH, Stream& s) = 0;
-  // `out` is the forward's output, unchanged since (a bf16 buffer too, as `att`, where it was one).
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+  // `out` is the forward's output, unchanged since (a bf16 buffer too, as `att` and `qkv`, where it
+  // was one).
+  virtual void attention_backward(float* dqkv, const float* dout, ActivationIn qkv,
                                   ActivationIn out, ActivationIn att, int B, int T, int C, int NH,
                                   Stream& s) = 0;
   // Incremental (KV-cache) causal attention for inference: qkv[n,3C] holds positions
@@ -515,8 +523,8 @@ class Backend {
 
   // GeLU (tanh form). `out` may be a bf16 buffer (writes_bf16_activation): the fp32 result rounded.
   virtual void gelu_forward(ActivationOut out, const float* inp, std::size_t n, Stream& s) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n,
-                             Stream& s) = 0;  // dinp (=)
+  // dinp (=); `inp` may be a bf16 buffer (reads_bf16_activation): widened as it is read.
+  virtual void gelu_backward(float* dinp, ActivationIn inp, const float* dout, std::size_t n, Stream& s) = 0;
   // out = a + b, element by element: `out` may be `a` or `b` (bf16 storage adds in place).
   virtual void add(float* out, const float* a, const float* b, std::size_t n, Stream& s) = 0;
   virtual void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) = 0;
@@ -632,7 +640,8 @@ class Backend {
     (void)out, (void)gate, (void)up, (void)n, (void)s;
     unsupported("swiglu_forward");
   }
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+  // `gate` and `up` may be bf16 buffers (reads_bf16_activation): widened as they are read.
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, ActivationIn gate, ActivationIn up,
                                std::size_t n, Stream& s) {
     (void)dgate, (void)dup, (void)dout, (void)gate, (void)up, (void)n, (void)s;
     unsupported("swiglu_backward");
@@ -645,15 +654,15 @@ class Backend {
     (void)hs;
     return static_cast<std::size_t>(B) * NH * T * T;
   }
-  // `out` and `att` as attention_forward's.
-  virtual void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k,
-                                     const float* v, int B, int T, int NH, int KVH, int hs, Stream& s) {
+  // `out`, `att` and q, k, v as attention_forward's.
+  virtual void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k,
+                                     ActivationIn v, int B, int T, int NH, int KVH, int hs, Stream& s) {
     (void)out, (void)att, (void)q, (void)k, (void)v, (void)B, (void)T, (void)NH, (void)KVH, (void)hs, (void)s;
     unsupported("attention_forward_gqa");
   }
   // dq, dk, dv (=); `out` is the forward's output, unchanged since (as attention_backward's).
-  virtual void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                      const float* k, const float* v, ActivationIn out, ActivationIn att, int B,
+  virtual void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q,
+                                      ActivationIn k, ActivationIn v, ActivationIn out, ActivationIn att, int B,
                                       int T, int NH, int KVH, int hs, Stream& s) {
     (void)dq, (void)dk, (void)dv, (void)dout, (void)q, (void)k, (void)v, (void)out, (void)att, (void)B, (void)T,
         (void)NH, (void)KVH, (void)hs, (void)s;

@@ -44,6 +44,10 @@ inline T stored_as(float v) {
   else return v;
 }
 
+// An element of a buffer (fp32, or bf16 bits) as the float it holds.
+inline float widened(float v) { return v; }
+inline float widened(std::uint16_t bits) { return bf16_value(bits); }
+
 // n elements of a buffer (fp32, or bf16 bits) as floats: an fp32 buffer itself, a bf16 one widened
 // into `row`. An fp32 kernel's loops then run on float operands either way: loops that widened as
 // they read would be vectorised by their narrowest type, with other reduction orders (other bits).

@@ -200,13 +200,13 @@ class CpuBackend final : public Backend {
     else cpu::matmul_backward_input(dinp, dout, fp32_weight(weight, "matmul_backward_input"), N, C, OC);
   }
 
-  void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
+  void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C, int NH,
                          Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_forward(out, att, qkv, B, T, C, NH);
     else cpu::attention_forward(out, att, qkv, B, T, C, NH);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn /*out: unread*/,
+  void attention_backward(float* dqkv, const float* dout, ActivationIn qkv, ActivationIn /*out: unread*/,
                           ActivationIn att, int B, int T, int C, int NH, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
@@ -222,8 +222,7 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::gelu_forward(out, inp, n);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n,
-                     Stream&) override {
+  void gelu_backward(float* dinp, ActivationIn inp, const float* dout, std::size_t n, Stream&) override {
     ThreadScope t(threads_);
     cpu::gelu_backward(dinp, inp, dout, n);
   }
@@ -358,19 +357,19 @@ class CpuBackend final : public Backend {
     ThreadScope t(threads_);
     cpu::swiglu_forward(out, gate, up, n);
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+  void swiglu_backward(float* dgate, float* dup, const float* dout, ActivationIn gate, ActivationIn up,
                        std::size_t n, Stream&) override {
     ThreadScope t(threads_);
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
-  void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+  void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
                              int B, int T, int NH, int KVH, int hs, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
     else cpu::attention_forward_gqa(out, att, q, k, v, B, T, NH, KVH, hs);
   }
-  void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, ActivationIn /*out: unread*/, ActivationIn att, int B, int T, int NH,
+  void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
+                              ActivationIn v, ActivationIn /*out: unread*/, ActivationIn att, int B, int T, int NH,
                               int KVH, int hs, Stream&) override {
     ThreadScope t(threads_);
     if (bf16_) cpu::bf16::attention_backward_gqa(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);

@@ -67,10 +67,10 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 // Causal multi-head attention on a fused qkv[B,T,3C] laid out [q | k | v], heads contiguous.
 // att[B,NH,T,T] keeps the softmax probabilities for backward (zero above the diagonal), in fp32
 // or bf16 (probability_rows.h).
-void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
+void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C, int NH);
 // dqkv (=).
-void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
-                        int T, int C, int NH);
+void attention_backward(float* dqkv, const float* dout, ActivationIn qkv, ActivationIn att, int B, int T, int C,
+                        int NH);
 // KV-cache attention for inference (see Backend::attention_forward_kv).
 void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache,
                           float* v_cache, int past, int n, int C, int NH);
@@ -86,7 +86,7 @@ void attention_forward_kv(float* out, float* scores, const float* q, int q_strid
 
 // GeLU, tanh approximation.
 void gelu_forward(ActivationOut out, const float* inp, std::size_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);  // dinp (=)
+void gelu_backward(float* dinp, ActivationIn inp, const float* dout, std::size_t n);  // dinp (=)
 
 void add_forward(float* out, const float* a, const float* b, std::size_t n);  // out = a + b
 void add_inplace(float* acc, const float* x, std::size_t n);                  // acc += x
@@ -161,9 +161,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      GemmWeight weight, int N, int C, int OC);
 void matmul_backward_input(float* dinp, const float* dout, GemmWeight weight, int N, int C,
                            int OC);
-void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
-                        int T, int C, int NH);
+void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C, int NH);
+void attention_backward(float* dqkv, const float* dout, ActivationIn qkv, ActivationIn att, int B, int T, int C,
+                        int NH);
 void lm_head_logits(float* logits, const float* x, GemmWeight wte, int N, int C, int Vp);
 double lm_head_cross_entropy(float* losses, float* dx, float* dwte, const float* x,
                              GemmWeight wte, const std::int32_t* targets, int N, int C, int V,
@@ -218,23 +218,23 @@ void rope_forward(float* x, const float* table, int B, int T, int pos0, int head
 void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld);
 // out = silu(gate) * up; dgate, dup (=).
 void swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n);
-void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+void swiglu_backward(float* dgate, float* dup, const float* dout, ActivationIn gate, ActivationIn up,
                      std::size_t n);
 // Grouped-query causal attention on separate q, k, v; dq, dk, dv (=).
-void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
-                           int NH, int KVH, int hs);
-void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
+void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
+                           int B, int T, int NH, int KVH, int hs);
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
+                            ActivationIn v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
 void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
                               float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs);
 // The lookup's backward without positions: dwte (+=) for tokens in [v0, v0 + vcount).
 void embedding_backward_tokens(float* dwte, const float* dout, const std::int32_t* tokens, int N, int C, int v0,
                                int vcount);
 namespace bf16 {
-void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
-                           int NH, int KVH, int hs);
-void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
+void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
+                           int B, int T, int NH, int KVH, int hs);
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
+                            ActivationIn v, ActivationIn att, int B, int T, int NH, int KVH, int hs);
 }  // namespace bf16
 
 }  // namespace pipelane::cpu

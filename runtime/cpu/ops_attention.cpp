@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/attention_operands.h"
 #include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/fast_math.h"
 #include "runtime/cpu/probability_rows.h"
@@ -123,26 +124,30 @@ void attention_forward_any(ActivationOut out, ActivationOut att, const float* qk
 }
 }  // namespace
 
-void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
-  attention_forward_any<false>(out, att, qkv, B, T, C, NH);
+void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C, int NH) {
+  std::vector<float> copy;
+  const float* x = attention_operand(qkv, static_cast<std::size_t>(B) * T * 3 * C, false, copy);
+  attention_forward_any<false>(out, att, x, B, T, C, NH);
 }
-void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
-                        int T, int C, int NH) {
-  if (att.is_bf16()) attention_backward_t<false>(dqkv, dout, qkv, att.bf16, B, T, C, NH);
-  else attention_backward_t<false>(dqkv, dout, qkv, att.f32, B, T, C, NH);
+void attention_backward(float* dqkv, const float* dout, ActivationIn qkv, ActivationIn att, int B, int T, int C,
+                        int NH) {
+  std::vector<float> copy;
+  const float* x = attention_operand(qkv, static_cast<std::size_t>(B) * T * 3 * C, false, copy);
+  if (att.is_bf16()) attention_backward_t<false>(dqkv, dout, x, att.bf16, B, T, C, NH);
+  else attention_backward_t<false>(dqkv, dout, x, att.f32, B, T, C, NH);
 }
 
 namespace bf16 {
-void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH) {
-  std::vector<float> q(static_cast<std::size_t>(B) * T * 3 * C);
-  round_to_bf16(q.data(), qkv, q.size());
+void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C, int NH) {
+  std::vector<float> q;
+  attention_operand(qkv, static_cast<std::size_t>(B) * T * 3 * C, true, q);
   attention_forward_any<true>(out, att, q.data(), B, T, C, NH);
 }
-void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn att, int B,
-                        int T, int C, int NH) {
+void attention_backward(float* dqkv, const float* dout, ActivationIn qkv, ActivationIn att, int B, int T, int C,
+                        int NH) {
   const std::size_t n = static_cast<std::size_t>(B) * T * C;
-  std::vector<float> q(3 * n), d(n);
-  round_to_bf16(q.data(), qkv, q.size());
+  std::vector<float> q, d(n);
+  attention_operand(qkv, 3 * n, true, q);
   round_to_bf16(d.data(), dout, n);
   if (att.is_bf16()) attention_backward_t<true>(dqkv, d.data(), q.data(), att.bf16, B, T, C, NH);
   else attention_backward_t<true>(dqkv, d.data(), q.data(), att.f32, B, T, C, NH);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/attention_operands.h"
 #include "runtime/cpu/bf16_round.h"
 #include "runtime/cpu/cpu_ops.h"
 #include "runtime/cpu/fast_math.h"
@@ -120,6 +121,14 @@ std::vector<float> rounded(const float* x, std::size_t n) {
   round_to_bf16(r.data(), x, n);
   return r;
 }
+// q, k and v as the kernels read them (attention_operands.h); `round` in bf16 compute.
+struct Operands {
+  Operands(ActivationIn q_in, ActivationIn k_in, ActivationIn v_in, std::size_t nq, std::size_t nkv, bool round)
+      : q(attention_operand(q_in, nq, round, q_copy)), k(attention_operand(k_in, nkv, round, k_copy)),
+        v(attention_operand(v_in, nkv, round, v_copy)) {}
+  std::vector<float> q_copy, k_copy, v_copy;
+  const float *q, *k, *v;
+};
 // forward_t on the element types of the output and the probabilities (fp32 or bf16 each).
 template <bool kBf16>
 void forward_any(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v, int B, int T,
@@ -134,32 +143,35 @@ void forward_any(ActivationOut out, ActivationOut att, const float* q, const flo
 
 }  // namespace
 
-void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
                            int B, int T, int NH, int KVH, int hs) {
-  forward_any<false>(out, att, q, k, v, B, T, NH, KVH, hs);
+  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
+  const Operands x(q, k, v, nq, nkv, false);
+  forward_any<false>(out, att, x.q, x.k, x.v, B, T, NH, KVH, hs);
 }
 
-void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
-  if (att.is_bf16()) backward_t<false>(dq, dk, dv, dout, q, k, v, att.bf16, B, T, NH, KVH, hs);
-  else backward_t<false>(dq, dk, dv, dout, q, k, v, att.f32, B, T, NH, KVH, hs);
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
+                            ActivationIn v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
+  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
+  const Operands x(q, k, v, nq, nkv, false);
+  if (att.is_bf16()) backward_t<false>(dq, dk, dv, dout, x.q, x.k, x.v, att.bf16, B, T, NH, KVH, hs);
+  else backward_t<false>(dq, dk, dv, dout, x.q, x.k, x.v, att.f32, B, T, NH, KVH, hs);
 }
 
 namespace bf16 {
-void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
                            int B, int T, int NH, int KVH, int hs) {
   const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
-  const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv);
-  forward_any<true>(out, att, q16.data(), k16.data(), v16.data(), B, T, NH, KVH, hs);
+  const Operands x(q, k, v, nq, nkv, true);
+  forward_any<true>(out, att, x.q, x.k, x.v, B, T, NH, KVH, hs);
 }
-void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                            const float* v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
+void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
+                            ActivationIn v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
   const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
-  const std::vector<float> q16 = rounded(q, nq), k16 = rounded(k, nkv), v16 = rounded(v, nkv), d16 = rounded(dout, nq);
-  if (att.is_bf16())
-    backward_t<true>(dq, dk, dv, d16.data(), q16.data(), k16.data(), v16.data(), att.bf16, B, T, NH, KVH, hs);
-  else
-    backward_t<true>(dq, dk, dv, d16.data(), q16.data(), k16.data(), v16.data(), att.f32, B, T, NH, KVH, hs);
+  const Operands x(q, k, v, nq, nkv, true);
+  const std::vector<float> d16 = rounded(dout, nq);
+  if (att.is_bf16()) backward_t<true>(dq, dk, dv, d16.data(), x.q, x.k, x.v, att.bf16, B, T, NH, KVH, hs);
+  else backward_t<true>(dq, dk, dv, d16.data(), x.q, x.k, x.v, att.f32, B, T, NH, KVH, hs);
 }
 }  // namespace bf16
 

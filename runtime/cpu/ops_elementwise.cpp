@@ -29,16 +29,23 @@ void gelu_forward(ActivationOut out, const float* inp, std::size_t n) {
   else gelu_forward_t(out.f32, inp, n);
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+// In: float, or std::uint16_t for a bf16 input (each value widened as it is read).
+template <typename In>
+void gelu_backward_t(float* dinp, const In* inp, const float* dout, std::size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (std::size_t i = 0; i < n; ++i) {
-    const float x = inp[i];
+    const float x = widened(inp[i]);
     const float u = kGeluScale * (x + 0.044715f * x * x * x);
     const float th = tanh_approx(u);
     const float sech2 = 1.0f - th * th;
     const float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] = local * dout[i];
   }
+}
+
+void gelu_backward(float* dinp, ActivationIn inp, const float* dout, std::size_t n) {
+  if (inp.is_bf16()) gelu_backward_t(dinp, inp.bf16, dout, n);
+  else gelu_backward_t(dinp, inp.f32, dout, n);
 }
 
 void add_forward(float* out, const float* a, const float* b, std::size_t n) {

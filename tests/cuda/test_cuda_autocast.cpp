@@ -65,6 +65,8 @@ TEST(CudaAutocast, Bf16ProbabilitiesGiveTheBitsOfTheFp32OpsAroundTheCasts) {
     bf16_buffers_test::expect_bf16_norm_outputs_change_no_bit(*cuda);
     bf16_buffers_test::expect_bf16_norm_inputs_change_no_bit(*cuda);
     bf16_buffers_test::expect_bf16_activations_change_no_bit(*cuda);
+    bf16_buffers_test::expect_bf16_activation_inputs_change_no_bit(*cuda);
+    for (const int kv_heads : {0, 2}) bf16_buffers_test::expect_bf16_attention_inputs_change_no_bit(*cuda, kv_heads);
     if (compute == DType::BF16) bf16_buffers_test::expect_bf16_gemm_inputs_change_no_bit(*cuda);
   }
   // The cuDNN attention saves fp32 softmax statistics, not probabilities: no bf16 buffer for the

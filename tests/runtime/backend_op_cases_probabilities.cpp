@@ -1,6 +1,7 @@
 // The ops with a bf16 activation buffer (ActivationOut/In, runtime/backend.h: bf16 storage keeps
-// those values so) as op table cases: the attention ops' saved probabilities (and output), MHA and GQA, the
-// norms' forward output (LayerNorm, RMSNorm) and their backward's input, GeLU's and SwiGLU's output.
+// those values so) as op table cases: the attention ops' saved probabilities, output and q, k, v,
+// MHA and GQA, the norms' forward output (LayerNorm, RMSNorm) and their backward's input, GeLU's and
+// SwiGLU's output and their backward's input.
 // - Forward: `out` is the fp32 buffer's (the op computes in fp32 and only rounds what it stores):
 //   kReduction against the double reference. The stored probabilities are the exact ones rounded
 //   once to bf16: each within 2^-8 relative (bf16's unit roundoff: 8 significant bits, rounded to
@@ -403,6 +404,142 @@ void add_activation_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
                    },
                    {{"out", kOneBf16Rounding}}});
 }
+
+// The attention ops on bf16 q, k, v with bf16 probabilities and output, as bf16 storage runs them:
+// the references at exactly the bf16 values (forward: one rounding of each stored value; backward:
+// the analytic backward in double on the given probabilities, kReduction).
+void add_attention_input_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
+  for (const int KVH : {3, 1}) {  // MHA on a fused qkv, then MQA on separate q, k, v
+    const bool gqa = KVH == 1;
+    const int B = 2, T = 5, NH = 3, hs = 4, C = NH * hs, N = B * T;
+    const Heads s{B, T, NH, KVH, hs};
+    const std::size_t nq = static_cast<std::size_t>(N) * C, nkv = static_cast<std::size_t>(N) * KVH * hs;
+    const std::size_t nall = gqa ? nq + 2 * nkv : 3 * nq, na = s.probabilities();
+    const std::vector<std::uint16_t> bits = rounded_bits(ref::to_double(ref::random_floats(rng, nall)));
+    const Vec all = widened(bits);
+    Vec q, k, v;
+    if (gqa) {
+      q.assign(all.begin(), all.begin() + nq);
+      k.assign(all.begin() + nq, all.begin() + nq + nkv);
+      v.assign(all.begin() + nq + nkv, all.end());
+    } else {
+      split_qkv(all, N, C, q, k, v);
+    }
+    const std::vector<float> dout = ref::random_floats(rng, nq);
+    const Vec exact = probabilities(s, q, k);
+    const std::vector<std::uint16_t> stored = rounded_bits(exact);
+    const OpKind forward = gqa ? OpKind::AttentionForwardGqa : OpKind::AttentionForward;
+    const OpKind backward = gqa ? OpKind::AttentionBackwardGqa : OpKind::AttentionBackward;
+    const std::string name = gqa ? "attention_forward_gqa" : "attention_forward";
+    cases.push_back({forward, name + " (bf16 q, k, v, output and probabilities)", kReduction,
+                     [=](DeviceBuffers& b, bool poison) {
+                       std::vector<std::uint16_t> in = bits;
+                       if (poison) in[0] = 0x7fc0;  // a NaN
+                       const std::uint16_t* x = upload_bf16(b, in);
+                       std::uint16_t* out = upload_bf16(b, std::vector<std::uint16_t>(nq, 0x4040));  // overwritten
+                       std::uint16_t* att = upload_bf16(b, std::vector<std::uint16_t>(na, 0x4040));
+                       const auto at = [&](std::size_t offset) { return ActivationIn::of_bf16(x + offset); };
+                       if (gqa)
+                         b.backend().attention_forward_gqa(ActivationOut::of_bf16(out), ActivationOut::of_bf16(att),
+                                                           at(0), at(nq), at(nq + nkv), B, T, NH, KVH, hs, b.stream());
+                       else
+                         b.backend().attention_forward(ActivationOut::of_bf16(out), ActivationOut::of_bf16(att), at(0),
+                                                       B, T, C, NH, b.stream());
+                       return Outputs{{"out", download_bf16(b, out, nq)}, {"att", download_bf16(b, att, na)}};
+                     },
+                     [=] {
+                       const Vec out =
+                           gqa ? ref::attention_gqa(q, k, v, B, T, NH, KVH, hs) : ref::attention(all, B, T, C, NH);
+                       return Expected{{"out", out}, {"att", exact}};
+                     },
+                     {{"att", kOneBf16Rounding}, {"out", kOneBf16Rounding}}});
+    cases.push_back({backward, (gqa ? "attention_backward_gqa" : "attention_backward") +
+                                   std::string(" (bf16 q, k, v, output and probabilities)"),
+                     kReduction,
+                     [=](DeviceBuffers& b, bool poison) {
+                       const std::uint16_t* x = upload_bf16(b, bits);
+                       const std::uint16_t* out = upload_bf16(b, std::vector<std::uint16_t>(nq, 0));  // read by none
+                       const ActivationIn att = ActivationIn::of_bf16(upload_bf16(b, stored));
+                       const auto at = [&](std::size_t offset) { return ActivationIn::of_bf16(x + offset); };
+                       const float* d = b.upload(poisoned_first(dout, poison));
+                       if (gqa) {
+                         float* dq = b.upload(std::vector<float>(nq, 5.f));
+                         float* dk = b.upload(std::vector<float>(nkv, 5.f));
+                         float* dv = b.upload(std::vector<float>(nkv, 5.f));
+                         b.backend().attention_backward_gqa(dq, dk, dv, d, at(0), at(nq), at(nq + nkv),
+                                                            ActivationIn::of_bf16(out), att, B, T, NH, KVH, hs,
+                                                            b.stream());
+                         return Outputs{{"dq", b.download(dq, nq)}, {"dk", b.download(dk, nkv)},
+                                        {"dv", b.download(dv, nkv)}};
+                       }
+                       float* dqkv = b.upload(std::vector<float>(3 * nq, 5.f));
+                       b.backend().attention_backward(dqkv, d, at(0), ActivationIn::of_bf16(out), att, B, T, C, NH,
+                                                      b.stream());
+                       return Outputs{{"dqkv", b.download(dqkv, 3 * nq)}};
+                     },
+                     [=] {
+                       Vec dq, dk, dv;
+                       backward_given(s, widened(stored), q, k, v, ref::to_double(dout), dq, dk, dv);
+                       if (gqa) return Expected{{"dq", dq}, {"dk", dk}, {"dv", dv}};
+                       return Expected{{"dqkv", fuse_qkv(dq, dk, dv, N, C)}};
+                     }});
+  }
+}
+
+// GeLU's backward (alone and after its GEMM) and SwiGLU's on bf16 inputs: the fp32 cases'
+// references at exactly the bf16 values.
+void add_activation_input_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
+  const int N = 6, C = 16, OC = 12;  // C a multiple of 8: the CUDA backend's DGELU epilogue
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  const std::vector<std::uint16_t> bits = rounded_bits(ref::to_double(ref::random_floats(rng, 2 * n)));
+  const Vec all = widened(bits);
+  const Vec x(all.begin(), all.begin() + n), up(all.begin() + n, all.end());
+  const std::vector<float> dy = ref::random_floats(rng, n);
+  const std::vector<float> dz = ref::random_floats(rng, static_cast<std::size_t>(N) * OC);
+  const std::vector<float> w = ref::random_floats(rng, static_cast<std::size_t>(OC) * C, 0.3f);
+  const auto bf16_input = [bits](DeviceBuffers& d, bool poison) {
+    std::vector<std::uint16_t> in = bits;
+    if (poison) in[0] = 0x7fc0;  // a NaN
+    return upload_bf16(d, in);
+  };
+  cases.push_back({OpKind::GeluBackward, "gelu_backward (bf16 input)", kReduction,
+                   [=](DeviceBuffers& d, bool poison) {
+                     float* dinp = d.upload(std::vector<float>(n, 5.f));  // overwritten
+                     d.backend().gelu_backward(dinp, ActivationIn::of_bf16(bf16_input(d, poison)), d.upload(dy), n,
+                                               d.stream());
+                     return Outputs{{"dinp", d.download(dinp, n)}};
+                   },
+                   [=] { return Expected{{"dinp", ref::fd_gradient(ref::gelu, x, ref::to_double(dy))}}; }});
+  cases.push_back({OpKind::SwigluBackward, "swiglu_backward (bf16 gate and up)", kReduction,
+                   [=](DeviceBuffers& d, bool poison) {
+                     const std::uint16_t* in = bf16_input(d, poison);
+                     float *dgate = d.upload(std::vector<float>(n, 5.f)), *dup = d.upload(std::vector<float>(n, 5.f));
+                     d.backend().swiglu_backward(dgate, dup, d.upload(dy), ActivationIn::of_bf16(in),
+                                                 ActivationIn::of_bf16(in + n), n, d.stream());
+                     return Outputs{{"dgate", d.download(dgate, n)}, {"dup", d.download(dup, n)}};
+                   },
+                   [=] {
+                     const Vec R = ref::to_double(dy);
+                     const auto f_g = [&](const Vec& p) { return ref::swiglu(p, up); };
+                     const auto f_u = [&](const Vec& p) { return ref::swiglu(x, p); };
+                     return Expected{{"dgate", ref::fd_gradient(f_g, x, R)}, {"dup", ref::fd_gradient(f_u, up, R)}};
+                   }});
+  cases.push_back({OpKind::MatmulBackwardInputDgelu, "matmul_backward_input_dgelu (bf16 pre)", kReduction,
+                   [=](DeviceBuffers& d, bool poison) {
+                     float* dpre = d.upload(std::vector<float>(n, 5.f));  // overwritten
+                     d.backend().matmul_backward_input_dgelu(dpre, d.upload(dz), d.upload(w),
+                                                             ActivationIn::of_bf16(bf16_input(d, poison)), N, C, OC,
+                                                             d.stream());
+                     return Outputs{{"dpre", d.download(dpre, n)}};
+                   },
+                   [=] {
+                     const Vec no_bias(OC, 0.0);
+                     const auto f = [&](const Vec& p) {
+                       return ref::matmul(ref::gelu(p), ref::to_double(w), no_bias, N, C, OC);
+                     };
+                     return Expected{{"dpre", ref::fd_gradient(f, x, ref::to_double(dz))}};
+                   }});
+}
 }  // namespace
 
 void add_bf16_probability_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
@@ -412,6 +549,8 @@ void add_bf16_probability_cases(std::vector<OpCase>& cases, std::mt19937& rng) {
   add_norm_cases(cases, rng);
   add_norm_backward_cases(cases, rng);
   add_activation_cases(cases, rng);
+  add_activation_input_cases(cases, rng);
+  add_attention_input_cases(cases, rng);
   for (std::size_t i = first; i < cases.size(); ++i) cases[i].bf16_buffer = true;
 }
 

@@ -6,6 +6,8 @@
 // - the norms' forward output: cast_to_bf16 of the fp32 op's, with the same statistics;
 // - the norms' backward on a bf16 input: the bits it gives on that input widened into fp32;
 // - GeLU (alone and after its GEMM) and SwiGLU into a bf16 buffer: cast_to_bf16 of the fp32 op's;
+//   and their backward, and the attention's, on bf16 inputs: the bits they give on those inputs
+//   widened into fp32;
 // - under bf16 compute the GEMMs' input: a bf16 input gives the bits of the fp32 input it rounds.
 // This is what lets bf16 storage keep those values without an fp32 copy and change no bit
 // (model/gpt_bf16_storage.cpp). tests/runtime/test_ops_bf16.cpp runs them on the CPU backend,
@@ -105,6 +107,53 @@ inline void expect_bf16_probabilities_change_no_bit(Backend& backend, int kv_hea
   backend.round_to_bf16(out32, nq, b.stream());
   expect_same_bits(backward(ActivationIn::of_bf16(y16), ActivationIn::of_bf16(att16)), backward(out32, att32),
                    what + " input gradients on a bf16 output");
+}
+
+// The attention ops on bf16 q, k, v (MHA: one fused qkv; GQA, kv_heads > 0: three), with every
+// activation in bf16 as bf16 storage keeps them: the bits they give on those values widened into
+// fp32 (cast_from_bf16) - the forward's output and probabilities, the backward's gradients.
+inline void expect_bf16_attention_inputs_change_no_bit(Backend& backend, int kv_heads) {
+  const bool gqa = kv_heads > 0;
+  const int B = 2, T = 7, NH = 4, hs = 8, KVH = gqa ? kv_heads : NH, N = B * T, C = NH * hs;
+  const std::size_t nq = static_cast<std::size_t>(N) * C, nkv = static_cast<std::size_t>(N) * KVH * hs;
+  const std::size_t na = static_cast<std::size_t>(B) * NH * T * T;
+  std::mt19937 rng(20261210u + kv_heads);
+  Buffers b(backend);
+  // Each operand in bf16 and widened: [q | k | v] in one allocation (MHA: [N, 3C] rows; GQA: q, k, v).
+  const std::size_t nall = gqa ? nq + 2 * nkv : 3 * nq;
+  float* fp32 = b.upload(random_floats(rng, nall));
+  std::uint16_t* x16 = b.bf16(nall);
+  backend.cast_to_bf16(x16, fp32, nall, b.stream());
+  float* x32 = b.zeros(nall);
+  backend.cast_from_bf16(x32, x16, nall, b.stream());
+  const float* dout = b.upload(random_floats(rng, nq));
+  const auto run = [&](bool bf16) {
+    const auto in = [&](std::size_t offset) {
+      return bf16 ? ActivationIn::of_bf16(x16 + offset) : ActivationIn(x32 + offset);
+    };
+    std::uint16_t *out = b.bf16(nq), *att = b.bf16(na);
+    std::vector<float> all;
+    if (gqa) {
+      backend.attention_forward_gqa(ActivationOut::of_bf16(out), ActivationOut::of_bf16(att), in(0), in(nq),
+                                    in(nq + nkv), B, T, NH, KVH, hs, b.stream());
+      float *dq = b.zeros(nq), *dk = b.zeros(nkv), *dv = b.zeros(nkv);
+      backend.attention_backward_gqa(dq, dk, dv, dout, in(0), in(nq), in(nq + nkv), ActivationIn::of_bf16(out),
+                                     ActivationIn::of_bf16(att), B, T, NH, KVH, hs, b.stream());
+      for (const auto& part : {b.download(dq, nq), b.download(dk, nkv), b.download(dv, nkv)})
+        all.insert(all.end(), part.begin(), part.end());
+    } else {
+      backend.attention_forward(ActivationOut::of_bf16(out), ActivationOut::of_bf16(att), in(0), B, T, C, NH,
+                                b.stream());
+      float* dqkv = b.zeros(3 * nq);
+      backend.attention_backward(dqkv, dout, in(0), ActivationIn::of_bf16(out), ActivationIn::of_bf16(att), B, T, C,
+                                 NH, b.stream());
+      all = b.download(dqkv, 3 * nq);
+    }
+    for (const auto& part : {b.download(out, nq), b.download(att, na)})
+      for (std::uint16_t bits : part) all.push_back(static_cast<float>(bits));
+    return all;
+  };
+  expect_same_bits(run(true), run(false), gqa ? "gqa on bf16 q, k, v" : "mha on a bf16 qkv");
 }
 
 // LayerNorm and RMSNorm forward into a bf16 buffer: cast_to_bf16 of the fp32 output, the same
@@ -216,6 +265,40 @@ inline void expect_bf16_activations_change_no_bit(Backend& backend) {
     backend.matmul_gelu_forward(out.is_bf16() ? pre16 : pre32, out, in, w, bias, N, C, OC, b.stream());
   });
   expect_same_bits(b.download(pre16, ny), b.download(pre32, ny), "matmul_gelu_forward's pre-activation");
+}
+
+// GeLU's backward (alone and fused after its GEMM) and SwiGLU's on bf16 inputs: the bits they give
+// on those inputs widened into fp32.
+inline void expect_bf16_activation_inputs_change_no_bit(Backend& backend) {
+  for (OpKind op : {OpKind::GeluBackward, OpKind::MatmulBackwardInputDgelu, OpKind::SwigluBackward})
+    ASSERT_TRUE(backend.supports(op, DType::BF16)) << op_kind_name(op);
+  const int N = 9, C = 40, OC = 24;  // C a multiple of 8: the CUDA backend's DGELU epilogue path
+  const std::size_t n = static_cast<std::size_t>(N) * C + 5;
+  std::mt19937 rng(20261211u);
+  Buffers b(backend);
+  float* x = b.upload(random_floats(rng, 2 * n));
+  std::uint16_t* x16 = b.bf16(2 * n);
+  backend.cast_to_bf16(x16, x, 2 * n, b.stream());
+  float* x32 = b.zeros(2 * n);
+  backend.cast_from_bf16(x32, x16, 2 * n, b.stream());
+  const float* dy = b.upload(random_floats(rng, n));
+  const float* w = b.upload(random_floats(rng, static_cast<std::size_t>(OC) * C));
+  const float* dz = b.upload(random_floats(rng, static_cast<std::size_t>(N) * OC));
+  const auto run = [&](bool bf16) {
+    const auto in = [&](std::size_t offset) {
+      return bf16 ? ActivationIn::of_bf16(x16 + offset) : ActivationIn(x32 + offset);
+    };
+    float *dgelu = b.zeros(n), *dpre = b.zeros(static_cast<std::size_t>(N) * C), *dgate = b.zeros(n), *dup = b.zeros(n);
+    backend.gelu_backward(dgelu, in(0), dy, n, b.stream());
+    backend.matmul_backward_input_dgelu(dpre, dz, w, in(0), N, C, OC, b.stream());
+    backend.swiglu_backward(dgate, dup, dy, in(0), in(n), n, b.stream());
+    std::vector<float> all = b.download(dgelu, n);
+    const std::size_t npre = static_cast<std::size_t>(N) * C;
+    for (const auto& part : {b.download(dpre, npre), b.download(dgate, n), b.download(dup, n)})
+      all.insert(all.end(), part.begin(), part.end());
+    return all;
+  };
+  expect_same_bits(run(true), run(false), "gelu/swiglu backward on bf16 inputs");
 }
 
 // Under bf16 compute: matmul_forward, matmul_backward's weight gradient and matmul_gelu_forward

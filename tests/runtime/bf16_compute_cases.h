@@ -276,8 +276,9 @@ inline Outputs run_ops(Backend& backend, const Inputs& in, WeightsAs weights = W
 // every GEMM-weight op of `backend` (bf16 compute) gives the same bits with either. run_ops with
 // `fused` runs each op reads_gemm_weight names (the three matmuls, the GeLU-fused pair, the head's
 // three), and supports(op, BF16) must say yes to exactly those, the casts, the attention's bf16
-// probabilities, the norms' bf16 outputs and their backward's bf16 inputs, GeLU's and SwiGLU's bf16
-// outputs (op table cases): no op claims bf16 buffers without a case. (The matmuls' bf16 inputs: bf16_buffer_bits.h.)
+// activations, the norms' bf16 outputs and their backward's bf16 inputs, GeLU's and SwiGLU's bf16
+// outputs and their backward's bf16 inputs (op table cases): no op claims bf16 buffers without a
+// case. (The matmuls' bf16 inputs: bf16_buffer_bits.h.)
 inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in) {
   ASSERT_EQ(backend.compute_precision(), DType::BF16);
   int gemm_weight_ops = 0;
@@ -285,7 +286,8 @@ inline void expect_bf16_weights_change_no_bit(Backend& backend, const Inputs& in
     const OpKind op = static_cast<OpKind>(k);
     EXPECT_EQ(backend.supports(op, DType::BF16),
               is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) ||
-                  reads_bf16_norm_input(op) || writes_bf16_activation(op) || reads_gemm_weight(op))
+                  reads_bf16_norm_input(op) || writes_bf16_activation(op) || reads_bf16_activation(op) ||
+                  reads_gemm_weight(op))
         << op_kind_name(op);
     gemm_weight_ops += reads_gemm_weight(op);
   }
@@ -310,7 +312,7 @@ inline void expect_fp32_compute_refuses_bf16_weights(Backend& backend) {
     const OpKind op = static_cast<OpKind>(k);
     EXPECT_EQ(backend.supports(op, DType::BF16),
               is_bf16_cast(op) || keeps_bf16_probabilities(op) || writes_bf16_norm(op) ||
-                  reads_bf16_norm_input(op) || writes_bf16_activation(op))
+                  reads_bf16_norm_input(op) || writes_bf16_activation(op) || reads_bf16_activation(op))
         << op_kind_name(op);
   }
   auto stream = backend.create_stream(StreamPriority::High);

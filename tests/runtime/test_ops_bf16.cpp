@@ -66,6 +66,8 @@ TEST(Bf16ComputeCpuChoice, Bf16ProbabilitiesAndNormOutputsGiveTheBitsOfTheFp32Op
     bf16_buffers_test::expect_bf16_norm_outputs_change_no_bit(*cpu);
     bf16_buffers_test::expect_bf16_norm_inputs_change_no_bit(*cpu);
     bf16_buffers_test::expect_bf16_activations_change_no_bit(*cpu);
+    bf16_buffers_test::expect_bf16_activation_inputs_change_no_bit(*cpu);
+    for (const int kv_heads : {0, 2, 1}) bf16_buffers_test::expect_bf16_attention_inputs_change_no_bit(*cpu, kv_heads);
   }
 }
 

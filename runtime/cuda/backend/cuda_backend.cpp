@@ -221,10 +221,11 @@ void CudaBackendImpl::gelu_forward(ActivationOut out, const float* inp, std::siz
   expect_device("gelu_forward", {out.data(), inp});
   into_activation(out, n, s, [&](float* y) { cuda::gelu_forward<float>(y, inp, n, enter(s)); });
 }
-void CudaBackendImpl::gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, Stream& s) {
+void CudaBackendImpl::gelu_backward(float* dinp, ActivationIn inp, const float* dout, std::size_t n, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("gelu_backward", {dinp, inp, dout});
-  cuda::gelu_backward<float>(dinp, inp, dout, n, h);
+  expect_device("gelu_backward", {dinp, inp.data(), dout});
+  const Fp32Input x(*scratch_, inp, n, h);
+  cuda::gelu_backward<float>(dinp, x.get(), dout, n, h);
 }
 void CudaBackendImpl::add(float* out, const float* a, const float* b, std::size_t n, Stream& s) {
   const cudaStream_t h = enter(s);

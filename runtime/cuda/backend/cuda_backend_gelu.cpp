@@ -36,7 +36,9 @@ void CudaBackendImpl::matmul_gelu_forward(float* pre, ActivationOut out, Activat
 }
 
 void CudaBackendImpl::matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight,
-                                                  const float* pre, int N, int C, int OC, Stream& s) {
+                                                  ActivationIn pre_in, int N, int C, int OC, Stream& s) {
+  const Fp32Input widened(*scratch_, pre_in, count(N, C), enter(s));  // a bf16 pre widened for the fp32 ops
+  const float* pre = widened.get();
   if (!gelu_epilogue_fits(C)) return Backend::matmul_backward_input_dgelu(dpre, dout, weight, pre, N, C, OC, s);
   const cudaStream_t h = enter(s);
   expect_device("matmul_backward_input_dgelu", {dpre, dout, weight.data(), pre});

@@ -171,17 +171,17 @@ class CudaBackendImpl final : public CudaBackend {
                              Stream& s) override;
   void matmul_gelu_forward(float* pre, ActivationOut out, ActivationIn inp, GemmWeight weight, const float* bias, int N,
                            int C, int OC, Stream& s) override;
-  void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight, const float* pre, int N,
+  void matmul_backward_input_dgelu(float* dpre, const float* dout, GemmWeight weight, ActivationIn pre, int N,
                                    int C, int OC, Stream& s) override;
-  void attention_forward(ActivationOut out, ActivationOut att, const float* qkv, int B, int T, int C, int NH,
+  void attention_forward(ActivationOut out, ActivationOut att, ActivationIn qkv, int B, int T, int C, int NH,
                          Stream& s) override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn out, ActivationIn att, int B,
+  void attention_backward(float* dqkv, const float* dout, ActivationIn qkv, ActivationIn out, ActivationIn att, int B,
                           int T, int C, int NH, Stream& s) override;
   void attention_forward_kv(float* out, float* scores, const float* qkv, float* k_cache, float* v_cache, int past,
                             int n, int C, int NH, Stream& s) override;
   void gelu_forward(ActivationOut out, const float* inp, std::size_t n, Stream& s) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, Stream& s) override;
+  void gelu_backward(float* dinp, ActivationIn inp, const float* dout, std::size_t n, Stream& s) override;
   void add(float* out, const float* a, const float* b, std::size_t n, Stream& s) override;
   void add_inplace(float* acc, const float* x, std::size_t n, Stream& s) override;
   void add_bias(float* out, const float* bias, int N, int C, Stream& s) override;
@@ -221,12 +221,12 @@ class CudaBackendImpl final : public CudaBackend {
   void rope_backward(float* dx, const float* table, int B, int T, int pos0, int heads, int hs, int ld,
                      Stream& s) override;
   void swiglu_forward(ActivationOut out, const float* gate, const float* up, std::size_t n, Stream& s) override;
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, std::size_t n,
+  void swiglu_backward(float* dgate, float* dup, const float* dout, ActivationIn gate, ActivationIn up, std::size_t n,
                        Stream& s) override;
-  void attention_forward_gqa(ActivationOut out, ActivationOut att, const float* q, const float* k, const float* v,
+  void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
                              int B, int T, int NH, int KVH, int hs, Stream& s) override;
-  void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                              const float* v, ActivationIn out, ActivationIn att, int B, int T, int NH, int KVH,
+  void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
+                              ActivationIn v, ActivationIn out, ActivationIn att, int B, int T, int NH, int KVH,
                               int hs, Stream& s) override;
   void attention_forward_kv_gqa(float* out, float* scores, const float* q, const float* k, const float* v,
                                 float* k_cache, float* v_cache, int past, int n, int NH, int KVH, int hs,

@@ -82,18 +82,24 @@ void CudaBackendImpl::swiglu_forward(ActivationOut out, const float* gate, const
   expect_device("swiglu_forward", {out.data(), gate, up});
   into_activation(out, n, s, [&](float* y) { cuda::swiglu_forward<float>(y, gate, up, n, enter(s)); });
 }
-void CudaBackendImpl::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+void CudaBackendImpl::swiglu_backward(float* dgate, float* dup, const float* dout, ActivationIn gate, ActivationIn up,
                                       std::size_t n, Stream& s) {
   const cudaStream_t h = enter(s);
-  expect_device("swiglu_backward", {dgate, dup, dout, gate, up});
-  cuda::swiglu_backward<float>(dgate, dup, dout, gate, up, n, h);
+  expect_device("swiglu_backward", {dgate, dup, dout, gate.data(), up.data()});
+  const Fp32Input g(*scratch_, gate, n, h), u(*scratch_, up, n, h);
+  cuda::swiglu_backward<float>(dgate, dup, dout, g.get(), u.get(), n, h);
 }
 
 // ---- grouped-query attention ----
 
-void CudaBackendImpl::attention_forward_gqa(ActivationOut output, ActivationOut probabilities, const float* q,
-                                            const float* k, const float* v, int B, int T, int NH, int KVH, int hs,
+void CudaBackendImpl::attention_forward_gqa(ActivationOut output, ActivationOut probabilities, ActivationIn q_in,
+                                            ActivationIn k_in, ActivationIn v_in, int B, int T, int NH, int KVH, int hs,
                                             Stream& s) {
+  // bf16 q, k, v widened for the fp32 op (Fp32Input); fp32 ones as they are.
+  const std::size_t nq_in = count(B * T, NH * hs), nkv_in = count(B * T, KVH * hs);
+  const Fp32Input q32(*scratch_, q_in, nq_in, enter(s)), k32(*scratch_, k_in, nkv_in, enter(s)),
+      v32(*scratch_, v_in, nkv_in, enter(s));
+  const float *q = q32.get(), *k = k32.get(), *v = v32.get();
   if (output.is_bf16())  // the fp32 output on a temporary, rounded after (into_activation)
     return into_activation(output, count(B * T, NH * hs), s, [&](float* out) {
       attention_forward_gqa(out, probabilities, q, k, v, B, T, NH, KVH, hs, s);
@@ -130,10 +136,15 @@ void CudaBackendImpl::attention_forward_gqa(ActivationOut output, ActivationOut 
   attention_unpermute<float>(out, y.get(), B, T, NH * hs, NH, h);
 }
 
-void CudaBackendImpl::attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                                             const float* k, const float* v, ActivationIn out,
+void CudaBackendImpl::attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q_in,
+                                             ActivationIn k_in, ActivationIn v_in, ActivationIn out,
                                              ActivationIn probabilities, int B, int T, int NH, int KVH, int hs,
                                              Stream& s) {
+  // bf16 q, k, v widened for the fp32 op (Fp32Input); fp32 ones as they are.
+  const std::size_t nq_in = count(B * T, NH * hs), nkv_in = count(B * T, KVH * hs);
+  const Fp32Input q32(*scratch_, q_in, nq_in, enter(s)), k32(*scratch_, k_in, nkv_in, enter(s)),
+      v32(*scratch_, v_in, nkv_in, enter(s));
+  const float *q = q32.get(), *k = k32.get(), *v = v32.get();
   if (probabilities.is_bf16())
     return probabilities_from_bf16(OpKind::AttentionBackwardGqa, probabilities.bf16,
                                    attention_gqa_saved_floats(B, T, NH, hs), s, [&](const float* att) {

@@ -187,8 +187,10 @@ void CudaBackendImpl::probabilities_from_bf16(OpKind op, const std::uint16_t* at
   run(p.get());
 }
 
-void CudaBackendImpl::attention_forward(ActivationOut output, ActivationOut probabilities, const float* qkv, int B,
+void CudaBackendImpl::attention_forward(ActivationOut output, ActivationOut probabilities, ActivationIn qkv_in, int B,
                                         int T, int C, int NH, Stream& s) {
+  const Fp32Input qkv32(*scratch_, qkv_in, count(B * T, 3 * C), enter(s));  // a bf16 qkv widened for the fp32 op
+  const float* qkv = qkv32.get();
   if (output.is_bf16())  // the fp32 output on a temporary, rounded after (into_activation)
     return into_activation(output, count(B * T, C), s, [&](float* out) {
       attention_forward(out, probabilities, qkv, B, T, C, NH, s);
@@ -202,8 +204,10 @@ void CudaBackendImpl::attention_forward(ActivationOut output, ActivationOut prob
   if (bf16_compute()) return attention_forward_autocast(out, att, qkv, B, T, C, NH, s);
   attention_forward_t(out, att, qkv, B, T, C, NH, s);
 }
-void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, const float* qkv, ActivationIn output,
+void CudaBackendImpl::attention_backward(float* dqkv, const float* dout, ActivationIn qkv_in, ActivationIn output,
                                          ActivationIn probabilities, int B, int T, int C, int NH, Stream& s) {
+  const Fp32Input qkv32(*scratch_, qkv_in, count(B * T, 3 * C), enter(s));  // a bf16 qkv widened for the fp32 op
+  const float* qkv = qkv32.get();
   // Only cuDNN's backward reads the output: a bf16 one is widened for it (Fp32Input), else unread.
   const bool read = config_.attention == AttentionImpl::Cudnn;
   const Fp32Input widened(*scratch_, read ? output : ActivationIn(nullptr), count(B * T, C), enter(s));
