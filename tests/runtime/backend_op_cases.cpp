@@ -510,6 +510,7 @@ std::vector<OpCase> all_cases(std::uint32_t seed) {
   add_cnn_cases(cases, rng);
   add_bf16_storage_cases(cases, rng);
   add_bf16_probability_cases(cases, rng);
+  add_bf16_activation_cases(cases, rng);
   return cases;
 }
 

@@ -80,9 +80,11 @@ void add_cnn_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 void add_cnn_training_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // The bf16-storage casts' cases (backend_op_cases_bf16.cpp), appended by all_cases.
 void add_bf16_storage_cases(std::vector<OpCase>& cases, std::mt19937& rng);
-// The ops with a bf16 activation buffer: the attention on bf16 probabilities, the norms with a
-// bf16 output (backend_op_cases_probabilities.cpp), appended by all_cases.
+// The ops with bf16 activation buffers, appended by all_cases: the attention's
+// (backend_op_cases_probabilities.cpp), the norms' and the MLP's
+// (backend_op_cases_bf16_activations.cpp).
 void add_bf16_probability_cases(std::vector<OpCase>& cases, std::mt19937& rng);
+void add_bf16_activation_cases(std::vector<OpCase>& cases, std::mt19937& rng);
 // v with a NaN in its first element when `poison` (the NaN/Inf check's input).
 std::vector<float> poisoned_first(std::vector<float> v, bool poison);
 
