@@ -141,37 +141,45 @@ void forward_any(ActivationOut out, ActivationOut att, const float* q, const flo
   else with_output(out.f32);
 }
 
+// The ops on either compute precision: bf16 compute rounds q, k, v and dout as a GPU's GEMMs would
+// read them.
+template <bool kBf16>
+void forward_entry(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v, int B, int T,
+                   int NH, int KVH, int hs) {
+  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
+  const Operands x(q, k, v, nq, nkv, kBf16);
+  forward_any<kBf16>(out, att, x.q, x.k, x.v, B, T, NH, KVH, hs);
+}
+template <bool kBf16>
+void backward_entry(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k, ActivationIn v,
+                    ActivationIn att, int B, int T, int NH, int KVH, int hs) {
+  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
+  const Operands x(q, k, v, nq, nkv, kBf16);
+  const std::vector<float> d16 = kBf16 ? rounded(dout, nq) : std::vector<float>();
+  const float* d = kBf16 ? d16.data() : dout;
+  if (att.is_bf16()) backward_t<kBf16>(dq, dk, dv, d, x.q, x.k, x.v, att.bf16, B, T, NH, KVH, hs);
+  else backward_t<kBf16>(dq, dk, dv, d, x.q, x.k, x.v, att.f32, B, T, NH, KVH, hs);
+}
+
 }  // namespace
 
 void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
                            int B, int T, int NH, int KVH, int hs) {
-  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
-  const Operands x(q, k, v, nq, nkv, false);
-  forward_any<false>(out, att, x.q, x.k, x.v, B, T, NH, KVH, hs);
+  forward_entry<false>(out, att, q, k, v, B, T, NH, KVH, hs);
 }
-
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
                             ActivationIn v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
-  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
-  const Operands x(q, k, v, nq, nkv, false);
-  if (att.is_bf16()) backward_t<false>(dq, dk, dv, dout, x.q, x.k, x.v, att.bf16, B, T, NH, KVH, hs);
-  else backward_t<false>(dq, dk, dv, dout, x.q, x.k, x.v, att.f32, B, T, NH, KVH, hs);
+  backward_entry<false>(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
 }
 
 namespace bf16 {
 void attention_forward_gqa(ActivationOut out, ActivationOut att, ActivationIn q, ActivationIn k, ActivationIn v,
                            int B, int T, int NH, int KVH, int hs) {
-  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
-  const Operands x(q, k, v, nq, nkv, true);
-  forward_any<true>(out, att, x.q, x.k, x.v, B, T, NH, KVH, hs);
+  forward_entry<true>(out, att, q, k, v, B, T, NH, KVH, hs);
 }
 void attention_backward_gqa(float* dq, float* dk, float* dv, const float* dout, ActivationIn q, ActivationIn k,
                             ActivationIn v, ActivationIn att, int B, int T, int NH, int KVH, int hs) {
-  const std::size_t nq = static_cast<std::size_t>(B) * T * NH * hs, nkv = static_cast<std::size_t>(B) * T * KVH * hs;
-  const Operands x(q, k, v, nq, nkv, true);
-  const std::vector<float> d16 = rounded(dout, nq);
-  if (att.is_bf16()) backward_t<true>(dq, dk, dv, d16.data(), x.q, x.k, x.v, att.bf16, B, T, NH, KVH, hs);
-  else backward_t<true>(dq, dk, dv, d16.data(), x.q, x.k, x.v, att.f32, B, T, NH, KVH, hs);
+  backward_entry<true>(dq, dk, dv, dout, q, k, v, att, B, T, NH, KVH, hs);
 }
 }  // namespace bf16
 
