@@ -31,17 +31,19 @@
 #include "model/gpt_model.h"
 
 #include <algorithm>
-#include <iterator>
-#include <vector>
+#include <initializer_list>
 
 namespace pipelane {
 
+bool GptStage::takes_bf16(std::initializer_list<OpKind> ops) const {
+  return bf16_storage() &&
+         std::all_of(ops.begin(), ops.end(), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
+}
+
 bool GptStage::bf16_norm_outputs() const {
-  if (!bf16_storage() || sequence_parallel_) return false;
   const OpKind norm = config().norm == NormKind::LayerNorm ? OpKind::LayerNormForward : OpKind::RmsNormForward;
-  std::vector<OpKind> ops{norm, OpKind::MatmulForward, OpKind::MatmulBackward};
-  if (config().mlp == MlpKind::Gelu) ops.push_back(OpKind::MatmulGeluForward);
-  return std::all_of(ops.begin(), ops.end(), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
+  return !sequence_parallel_ && takes_bf16({norm, OpKind::MatmulForward, OpKind::MatmulBackward}) &&
+         (config().mlp != MlpKind::Gelu || takes_bf16({OpKind::MatmulGeluForward}));
 }
 
 std::uint32_t GptStage::plan_bf16_direct_values() const {
@@ -59,7 +61,7 @@ std::uint32_t GptStage::plan_bf16_direct_values() const {
 
 bool GptStage::bf16_gemm_outputs() const {
   const OpKind backward = config().mlp == MlpKind::Gelu ? OpKind::MatmulBackwardInputDgelu : OpKind::SwigluBackward;
-  return bf16_probabilities() && backend_.supports(backward, DType::BF16);
+  return bf16_probabilities() && takes_bf16({backward});
 }
 
 void GptStage::keep_value(const LayerActivations& h, float* LayerActivations::*member, std::size_t n) const {
@@ -68,33 +70,23 @@ void GptStage::keep_value(const LayerActivations& h, float* LayerActivations::*m
 }
 
 bool GptStage::bf16_attention_output() const {
-  return bf16_probabilities() && backend_.supports(OpKind::MatmulForward, DType::BF16) &&
-         backend_.supports(OpKind::MatmulBackward, DType::BF16);
+  return bf16_probabilities() && takes_bf16({OpKind::MatmulForward, OpKind::MatmulBackward});
 }
 
 bool GptStage::bf16_mlp_activations() const {
-  if (!bf16_storage()) return false;
   const OpKind activation = config().mlp == MlpKind::Gelu ? OpKind::MatmulGeluForward : OpKind::SwigluForward;
-  const OpKind ops[] = {activation, OpKind::MatmulForward, OpKind::MatmulBackward};
-  return std::all_of(std::begin(ops), std::end(ops), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
+  return takes_bf16({activation, OpKind::MatmulForward, OpKind::MatmulBackward});
 }
 
 bool GptStage::bf16_norm_inputs() const {
-  if (!bf16_storage()) return false;
-  const bool layernorm = config().norm == NormKind::LayerNorm;
-  const std::vector<OpKind> ops =
-      layernorm ? std::vector<OpKind>{OpKind::LayerNormBackward, OpKind::LayerNormBackwardInput,
-                                      OpKind::LayerNormBackwardParams}
-                : std::vector<OpKind>{OpKind::RmsNormBackwardInput, OpKind::RmsNormBackwardParams};
-  return std::all_of(ops.begin(), ops.end(), [&](OpKind op) { return backend_.supports(op, DType::BF16); });
+  if (config().norm == NormKind::LayerNorm)
+    return takes_bf16({OpKind::LayerNormBackward, OpKind::LayerNormBackwardInput, OpKind::LayerNormBackwardParams});
+  return takes_bf16({OpKind::RmsNormBackward, OpKind::RmsNormBackwardInput, OpKind::RmsNormBackwardParams});
 }
 
 bool GptStage::bf16_probabilities() const {
-  if (!bf16_storage()) return false;
-  const bool split = config().split_projections();
-  const OpKind forward = split ? OpKind::AttentionForwardGqa : OpKind::AttentionForward;
-  const OpKind backward = split ? OpKind::AttentionBackwardGqa : OpKind::AttentionBackward;
-  return backend_.supports(forward, DType::BF16) && backend_.supports(backward, DType::BF16);
+  if (config().split_projections()) return takes_bf16({OpKind::AttentionForwardGqa, OpKind::AttentionBackwardGqa});
+  return takes_bf16({OpKind::AttentionForward, OpKind::AttentionBackward});
 }
 
 std::array<std::size_t, kLayerValueCount> GptStage::layer_value_sizes(const Dims& d) const {
@@ -142,8 +134,8 @@ void GptStage::round_layer(const LayerActivations& h, const Dims& d) const {
 
 void GptStage::load_layer(const MicrobatchActivations& a, StageScratch& s, int l, const Dims& d) const {
   if (!bf16_storage()) return;
-  const auto sizes = layer_value_sizes(d);
   if (s.storage_layers.empty()) return;  // every value is read in bf16 where it is kept
+  const auto sizes = layer_value_sizes(d);
   const LayerActivations& workspace = s.storage_layers.front();
   const StoredLayer& stored = a.stored[l];
   // Not its output: no backward reads it (the next layer's input comes from kept_layer_input);

@@ -64,13 +64,12 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(s.dres, s.dres_full, d);
   const ActivationIn atty = value_in(h, &LayerActivations::atty);
-  const ActivationIn qkv = value_in(h, &LayerActivations::qkv);  // MHA's fused q, k, v
-  const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);                // the split projections'
   const ActivationIn ln1 = gather_rows(value_in(h, &LayerActivations::ln1), s.gathered, d);
   backend_.matmul_backward(s.dtmp, grads + o.attprojw, at(grads, o.attprojb), dout, atty, params.gemm(o.attprojw),
                            d.N, d.CA, d.C, stream_);  // s.dtmp holds [N, CA] here
   if (!config().split_projections()) {
-    backend_.attention_backward(s.dqkv, s.dtmp, qkv, atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_backward(s.dqkv, s.dtmp, value_in(h, &LayerActivations::qkv), atty, saved_attention(h), d.B,
+                                d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(s.dqkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(s.dqkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
@@ -79,6 +78,7 @@ const float* GptStage::attention_backward(const StageWeights& params, float* gra
                              3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(s.dqkv, d.N, d.CA, d.KV);
+    const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);
     backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, x.q, x.k, x.v, atty, saved_attention(h), d.B, d.T, d.NH,
                                     d.KVH, d.hs, stream_);
     if (rope_on) {
@@ -118,14 +118,13 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
   const bool rope_on = config().position == PositionKind::Rope;
   const float* dout = gather_rows(h.d_res_attn, s.dres_full, d);
   const ActivationIn atty = value_in(h, &LayerActivations::atty);
-  const ActivationIn qkv = value_in(h, &LayerActivations::qkv);  // MHA's fused q, k, v
-  const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);                // the split projections'
   // s.dtmp holds the attention output's gradient until attention_backward has read it, then
   // (sequence parallelism) the partial input gradient.
   float* partial = sequence_parallel_ ? s.dtmp : h.d_ln1;
   backend_.matmul_backward_input(s.dtmp, dout, params.gemm(o.attprojw), d.N, d.CA, d.C, stream_);  // [N, CA]
   if (!config().split_projections()) {
-    backend_.attention_backward(h.d_qkv, s.dtmp, qkv, atty, saved_attention(h), d.B, d.T, d.CA, d.NH, stream_);
+    backend_.attention_backward(h.d_qkv, s.dtmp, value_in(h, &LayerActivations::qkv), atty, saved_attention(h), d.B,
+                                d.T, d.CA, d.NH, stream_);
     if (rope_on) {
       rope(h.d_qkv, s.rope, d.NH, 3 * d.CA, d, true);
       rope(h.d_qkv + d.CA, s.rope, d.NH, 3 * d.CA, d, true);
@@ -133,6 +132,7 @@ void GptStage::attention_backward_input(const StageWeights& params, LayerActivat
     backend_.matmul_backward_input(partial, h.d_qkv, params.gemm(o.qkvw), d.N, d.C, 3 * d.CA, stream_);
   } else {
     const SplitQkv g = split_qkv(h.d_qkv, d.N, d.CA, d.KV);
+    const QkvIn x = split_qkv_in(h, d.N, d.CA, d.KV);
     backend_.attention_backward_gqa(g.q, g.k, g.v, s.dtmp, x.q, x.k, x.v, atty, saved_attention(h), d.B, d.T, d.NH,
                                     d.KVH, d.hs, stream_);
     if (rope_on) {

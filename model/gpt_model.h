@@ -46,8 +46,9 @@ struct LayerActivations {
   //   d_up       [N,CM]    SwiGLU only: of up (d_fch is then gate's)
   float *d_res_out, *d_fch, *d_ln2, *d_res_attn, *d_qkv, *d_ln1, *d_up;
   // bf16 storage: the values (indexed as kLayerValues) the layer's ops write and read as bf16
-  // buffers themselves (GptStage::bf16_direct_values: the attention's probabilities, the norms'
-  // outputs), where they are; the fp32 member is then null. Null elsewhere.
+  // buffers themselves (GptStage::bf16_direct_values), where they are. The fp32 member is then
+  // null, or in forward the fp32 scratch the value is made in before it is kept (keep_value).
+  // Null elsewhere.
   std::array<std::uint16_t*, kLayerValueSlots> bf16;
 };
 
@@ -366,6 +367,8 @@ class GptStage {
   // buffer (supports(op, BF16)): the layers keep them there directly, with no fp32 copy in the
   // workspace; and selective recomputation's scratch for them is bf16 too.
   bool bf16_probabilities() const;
+  // bf16 storage, and every op of `ops` takes bf16 buffers on this backend (supports(op, BF16)).
+  bool takes_bf16(std::initializer_list<OpKind> ops) const;
   // bf16 storage without sequence parallelism on a backend whose norms write a bf16 output and
   // whose GEMMs read a bf16 input (bf16 compute): the norms write ln1 and ln2 straight into the
   // layer's bf16 buffers and the GEMMs read them there. (Under sequence parallelism the norms'

@@ -85,7 +85,7 @@ void attention_backward_t(float* dqkv, const float* dout, const float* qkv, cons
             for (int e = 0; e < hs; ++e) d[e] = 0.f;
           }
         for (int i = 0; i < T; ++i) {
-          const float* row = probability_row(A + static_cast<std::size_t>(i) * T, i + 1, dscore.data() + T);
+          const float* row = fp32_row(A + static_cast<std::size_t>(i) * T, dscore.data() + T, i + 1);
           const float* go = dout + (static_cast<std::size_t>(b) * T + i) * C + h * hs;
           const float* q = base + static_cast<std::size_t>(i) * C3 + h * hs;
           float* dq = dbase + static_cast<std::size_t>(i) * C3 + h * hs;

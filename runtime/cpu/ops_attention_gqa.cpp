@@ -92,7 +92,7 @@ void backward_t(float* dq, float* dk, float* dv, const float* dout, const float*
           const int h = kh * G + g;
           const P* A = att + (static_cast<std::size_t>(b) * NH + h) * T * T;
           for (int i = 0; i < T; ++i) {
-            const float* row = probability_row(A + static_cast<std::size_t>(i) * T, i + 1, dscore.data() + T);
+            const float* row = fp32_row(A + static_cast<std::size_t>(i) * T, dscore.data() + T, i + 1);
             const std::size_t qoff = (row0 + i) * ld.q + static_cast<std::size_t>(h) * hs;
             const float* go = dout + qoff;
             float weighted = 0.f;  // sum_j P_ij dP_ij

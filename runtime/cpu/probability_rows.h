@@ -2,7 +2,7 @@
 // (ActivationOut/In, runtime/backend.h), for the CPU kernels templated on the element type P: an
 // fp32 buffer's rows are computed and read in place, as they always were; a bf16 buffer's row is
 // computed in an fp32 row of its own and rounded into the buffer once complete, and widened into
-// one before it is read. The arithmetic is then the fp32 buffer's, on the values each buffer
+// one before it is read (bf16_round.h's fp32_row). The arithmetic is then the fp32 buffer's, on the values each buffer
 // holds. (The fp32 instances keep the kernels' code as it was: the compiler's code for them, and
 // so their bits, do not change.)
 #pragma once
@@ -33,12 +33,5 @@ struct ComputedRow<std::uint16_t> {
   }
   std::vector<float> row;
 };
-
-// Row `row` in fp32 for reading: itself, or its first n values widened into `widened`.
-inline const float* probability_row(const float* row, int, float*) { return row; }
-inline const float* probability_row(const std::uint16_t* row, int n, float* widened) {
-  for (int j = 0; j < n; ++j) widened[j] = bf16_value(row[j]);
-  return widened;
-}
 
 }  // namespace pipelane::cpu

@@ -163,11 +163,8 @@ void CudaBackendImpl::expect_bf16_probabilities(OpKind op) const {
 void CudaBackendImpl::probabilities_into_bf16(OpKind op, std::uint16_t* att, std::size_t n, Stream& s,
                                               const std::function<void(float*)>& run) {
   expect_bf16_probabilities(op);
-  const cudaStream_t h = enter(s);
   expect_device(op_kind_name(op), {att});
-  const Temp<float> p(*scratch_, n, h);
-  run(p.get());
-  convert_from_float<bf16>(reinterpret_cast<bf16*>(att), p.get(), n, h);
+  into_activation(ActivationOut::of_bf16(att), n, s, run);
 }
 void CudaBackendImpl::into_activation(ActivationOut out, std::size_t n, Stream& s,
                                       const std::function<void(float*)>& run) {
@@ -180,10 +177,8 @@ void CudaBackendImpl::into_activation(ActivationOut out, std::size_t n, Stream& 
 void CudaBackendImpl::probabilities_from_bf16(OpKind op, const std::uint16_t* att, std::size_t n, Stream& s,
                                               const std::function<void(const float*)>& run) {
   expect_bf16_probabilities(op);
-  const cudaStream_t h = enter(s);
   expect_device(op_kind_name(op), {att});
-  const Temp<float> p(*scratch_, n, h);
-  convert_to_float<bf16>(p.get(), reinterpret_cast<const bf16*>(att), n, h);
+  const Fp32Input p(*scratch_, ActivationIn::of_bf16(att), n, enter(s));
   run(p.get());
 }
 
